@@ -1,0 +1,197 @@
+// Package testenv connects tests to the real servers that `make services`
+// starts on 127.0.0.1.
+//
+// Each address can be overridden by an environment variable. When a server
+// does not answer, the test is skipped with a message naming `make services`,
+// unless CI=true, in which case the test fails: in CI a missing server is a
+// broken run, never a pass.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // registers "mysql"
+	"github.com/go-zookeeper/zk"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // registers "sqlite"
+)
+
+// Environment variables and their defaults.
+const (
+	EnvRedis        = "INVENTORY_REDIS_ADDR"          // 127.0.0.1:6379
+	EnvRedlock      = "INVENTORY_REDLOCK_ADDRS"       // 127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382
+	EnvRedisCluster = "INVENTORY_REDIS_CLUSTER_ADDRS" // 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+	EnvMySQL        = "INVENTORY_MYSQL_DSN"           // root@tcp(127.0.0.1:3306)/test
+	EnvPostgres     = "INVENTORY_POSTGRES_DSN"        // postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+	EnvZooKeeper    = "INVENTORY_ZK_ADDRS"            // 127.0.0.1:2181
+)
+
+// Defaults for the variables above.
+const (
+	DefaultRedis        = "127.0.0.1:6379"
+	DefaultRedlock      = "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382"
+	DefaultRedisCluster = "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
+	DefaultMySQL        = "root@tcp(127.0.0.1:3306)/test"
+	DefaultPostgres     = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultZooKeeper    = "127.0.0.1:2181"
+)
+
+// Get returns the environment variable name, or def when it is unset.
+func Get(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// List splits a comma-separated Get.
+func List(name, def string) []string {
+	return strings.Split(Get(name, def), ",")
+}
+
+// Missing skips t, or fails it when CI=true, because a server is missing.
+func Missing(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not reachable (CI=true, so this fails): %v", what, err)
+	}
+	t.Skipf("%s is not reachable: %v; start the servers with `make services`", what, err)
+}
+
+func pingCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 3*time.Second)
+}
+
+// Redis returns a client for the standalone Redis, closed at the end of t.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := Get(EnvRedis, DefaultRedis)
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := pingCtx()
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		Missing(t, "Redis at "+addr+" ($"+EnvRedis+")", err)
+	}
+	return c
+}
+
+// RedlockClients returns one client per independent Redlock node.
+func RedlockClients(t testing.TB) []*redis.Client {
+	t.Helper()
+	var cs []*redis.Client
+	for _, addr := range List(EnvRedlock, DefaultRedlock) {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+		t.Cleanup(func() { c.Close() })
+		ctx, cancel := pingCtx()
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			Missing(t, "Redlock node Redis at "+addr+" ($"+EnvRedlock+")", err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// RedisCluster returns a client for the Redis Cluster, checked to be healthy.
+func RedisCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	addrs := List(EnvRedisCluster, DefaultRedisCluster)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := pingCtx()
+	defer cancel()
+	info, err := c.ClusterInfo(ctx).Result()
+	if err == nil && !strings.Contains(info, "cluster_state:ok") {
+		err = errorString("cluster_state is not ok")
+	}
+	if err == nil {
+		err = c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() })
+	}
+	if err != nil {
+		Missing(t, "Redis Cluster at "+strings.Join(addrs, ",")+" ($"+EnvRedisCluster+")", err)
+	}
+	return c
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func openSQL(t testing.TB, driver, dsn, what string) *sqlx.DB {
+	t.Helper()
+	db, err := sqlx.Open(driver, dsn)
+	if err != nil {
+		t.Fatalf("open %s: %v", what, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := pingCtx()
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		Missing(t, what, err)
+	}
+	db.SetMaxOpenConns(64)
+	db.SetMaxIdleConns(64)
+	return db
+}
+
+// MySQL returns a pool on the MariaDB/MySQL test database.
+func MySQL(t testing.TB) *sqlx.DB {
+	t.Helper()
+	return openSQL(t, "mysql", Get(EnvMySQL, DefaultMySQL), "MariaDB/MySQL ($"+EnvMySQL+")")
+}
+
+// Postgres returns a pool on the PostgreSQL test database (pgx driver).
+func Postgres(t testing.TB) *sqlx.DB {
+	t.Helper()
+	return openSQL(t, "pgx", Get(EnvPostgres, DefaultPostgres), "PostgreSQL ($"+EnvPostgres+")")
+}
+
+// SQLite returns a pool on a fresh SQLite file in t's temporary directory,
+// in WAL mode with a busy timeout, as concurrent writers need.
+func SQLite(t testing.TB) *sqlx.DB {
+	t.Helper()
+	dsn := "file:" + t.TempDir() + "/stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	db := openSQL(t, "sqlite", dsn, "SQLite")
+	db.SetMaxOpenConns(8)
+	return db
+}
+
+// ZooKeeper returns a connected ZooKeeper session, closed at the end of t.
+func ZooKeeper(t testing.TB) *zk.Conn {
+	t.Helper()
+	addrs := List(EnvZooKeeper, DefaultZooKeeper)
+	c, ev, err := zk.Connect(addrs, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		Missing(t, "ZooKeeper ($"+EnvZooKeeper+")", err)
+	}
+	t.Cleanup(c.Close)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e := <-ev:
+			if e.State == zk.StateHasSession {
+				return c
+			}
+		case <-deadline:
+			Missing(t, "ZooKeeper at "+strings.Join(addrs, ",")+" ($"+EnvZooKeeper+")", errorString("no session within 5s"))
+			return nil
+		}
+	}
+}
+
+// Prefix returns a random prefix, so tests sharing a server never collide.
+func Prefix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}

@@ -1,0 +1,774 @@
+// Package inventorytest is the conformance suite for [inventory.StockManager].
+//
+// Every strategy of this module runs it from its own tests, and a third-party
+// strategy can run it the same way: a few lines that say how to make a fresh
+// manager, then one call to [Run].
+//
+//	func TestConformance(t *testing.T) {
+//		inventorytest.Run(t, inventorytest.Config{
+//			NewManager: func(t *testing.T) inventory.StockManager {
+//				return mystrategy.New(client) // release resources with t.Cleanup
+//			},
+//		})
+//	}
+//
+// The suite checks every rule of the contract: each call's semantics, bad
+// input, odd but valid SKUs, values at MaxStock, cancelled contexts,
+// idempotency keys, and concurrency: thousands of buyers on little stock,
+// Reduce/Return mixes and several SKUs selling out at once, each checked
+// against the invariant initial - final == taken - returned and stock never
+// below zero. The concurrent subtests are meant to run under the race
+// detector (go test -race); each has a deadline.
+//
+// Every subtest makes a fresh manager and uses SKUs with a random prefix, so
+// runs sharing a server never see each other's data.
+package inventorytest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+)
+
+// Config says how to make the managers under test and how hard to press them.
+type Config struct {
+	// NewManager returns a manager for one subtest. It is called once per
+	// subtest; release what it opens with t.Cleanup. Managers from
+	// successive calls may share a backend: the suite keeps its SKUs apart.
+	NewManager func(t *testing.T) inventory.StockManager
+
+	// Buyers is how many goroutines race in the flash sale. The default is
+	// 2000, which stays well inside the race detector's goroutine limit.
+	Buyers int
+
+	// Stock is the flash sale's stock. The default is 100.
+	Stock int64
+
+	// Timeout bounds each concurrent subtest. The default is 2 minutes.
+	Timeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Buyers <= 0 {
+		c.Buyers = 2000
+	}
+	if c.Stock <= 0 {
+		c.Stock = 100
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Minute
+	}
+}
+
+// Run runs the conformance suite as subtests of t.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.NewManager == nil {
+		t.Fatal("inventorytest: Config.NewManager is nil")
+	}
+	cfg.defaults()
+	s := &suite{cfg: cfg, prefix: randomPrefix()}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, inventory.StockManager)
+	}{
+		{"InitGet", s.testInitGet},
+		{"GetUnknown", s.testGetUnknown},
+		{"Reduce", s.testReduce},
+		{"ReduceInsufficient", s.testReduceInsufficient},
+		{"ReduceUnknown", s.testReduceUnknown},
+		{"Return", s.testReturn},
+		{"ReturnUnknown", s.testReturnUnknown},
+		{"ReturnOverflow", s.testReturnOverflow},
+		{"MaxStock", s.testMaxStock},
+		{"InvalidArguments", s.testInvalidArguments},
+		{"OddSKUs", s.testOddSKUs},
+		{"DistinctSKUs", s.testDistinctSKUs},
+		{"CancelledContext", s.testCancelledContext},
+		{"IdempotentReduce", s.testIdempotentReduce},
+		{"IdempotentReturn", s.testIdempotentReturn},
+		{"IdempotencyScope", s.testIdempotencyScope},
+		{"FailedCallKeepsKey", s.testFailedCallKeepsKey},
+		{"ConcurrentSameKey", s.testConcurrentSameKey},
+		{"FlashSale", s.testFlashSale},
+		{"FlashSaleMultiUnit", s.testFlashSaleMultiUnit},
+		{"ReduceReturnMix", s.testReduceReturnMix},
+		{"ManySKUsSellOut", s.testManySKUs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, cfg.NewManager(t))
+		})
+	}
+}
+
+type suite struct {
+	cfg    Config
+	prefix string
+}
+
+func randomPrefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "it" + hex.EncodeToString(b) + "-"
+}
+
+// sku returns a SKU unique to this run and subtest.
+func (s *suite) sku(t *testing.T, name string) string {
+	sub := t.Name()
+	if i := strings.LastIndexByte(sub, '/'); i >= 0 {
+		sub = sub[i+1:]
+	}
+	return s.prefix + sub + "/" + name
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// quick is the context of the one-call subtests.
+func quick(t *testing.T) context.Context { return ctxFor(t, 30*time.Second) }
+
+func mustInit(t *testing.T, ctx context.Context, m inventory.StockManager, sku string, qty int64) {
+	t.Helper()
+	require.NoError(t, m.Init(ctx, sku, qty), "Init(%q, %d)", sku, qty)
+}
+
+func requireStock(t *testing.T, ctx context.Context, m inventory.StockManager, sku string, want int64) {
+	t.Helper()
+	got, err := m.Get(ctx, sku)
+	require.NoError(t, err, "Get(%q)", sku)
+	require.Equal(t, want, got, "stock of %q", sku)
+}
+
+func (s *suite) testInitGet(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 10)
+	requireStock(t, ctx, m, sku, 10)
+	mustInit(t, ctx, m, sku, 3) // Init overwrites
+	requireStock(t, ctx, m, sku, 3)
+	mustInit(t, ctx, m, sku, 0)
+	requireStock(t, ctx, m, sku, 0)
+	_, err := m.Reduce(ctx, sku, 1)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Reduce on a SKU initialised to 0")
+}
+
+func (s *suite) testGetUnknown(t *testing.T, m inventory.StockManager) {
+	_, err := m.Get(quick(t), s.sku(t, "never-initialised"))
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+}
+
+func (s *suite) testReduce(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 10)
+	rem, err := m.Reduce(ctx, sku, 3)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, rem)
+	rem, err = m.Reduce(ctx, sku, 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, rem)
+	requireStock(t, ctx, m, sku, 0)
+}
+
+func (s *suite) testReduceInsufficient(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 5)
+	rem, err := m.Reduce(ctx, sku, 6)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	require.EqualValues(t, 5, rem, "Reduce returns the remaining stock with ErrInsufficientStock")
+	requireStock(t, ctx, m, sku, 5)
+	rem, err = m.Reduce(ctx, sku, inventory.MaxStock)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	require.EqualValues(t, 5, rem)
+	requireStock(t, ctx, m, sku, 5)
+}
+
+func (s *suite) testReduceUnknown(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "never-initialised")
+	_, err := m.Reduce(ctx, sku, 1)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	require.NotErrorIs(t, err, inventory.ErrInsufficientStock)
+	_, err = m.Get(ctx, sku)
+	require.ErrorIs(t, err, inventory.ErrNotFound, "a failed Reduce must not create the SKU")
+}
+
+func (s *suite) testReturn(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 0)
+	rem, err := m.Return(ctx, sku, 4)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, rem)
+	rem, err = m.Return(ctx, sku, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, rem)
+	requireStock(t, ctx, m, sku, 5)
+}
+
+func (s *suite) testReturnUnknown(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "never-initialised")
+	_, err := m.Return(ctx, sku, 1)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	_, err = m.Get(ctx, sku)
+	require.ErrorIs(t, err, inventory.ErrNotFound, "a failed Return must not create the SKU")
+}
+
+func (s *suite) testReturnOverflow(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, inventory.MaxStock-2)
+	_, err := m.Return(ctx, sku, 3)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "Return past MaxStock")
+	requireStock(t, ctx, m, sku, inventory.MaxStock-2)
+	_, err = m.Return(ctx, sku, inventory.MaxStock)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "Return of MaxStock onto a full SKU")
+	requireStock(t, ctx, m, sku, inventory.MaxStock-2)
+	rem, err := m.Return(ctx, sku, 2)
+	require.NoError(t, err, "Return up to exactly MaxStock")
+	require.Equal(t, inventory.MaxStock, rem)
+	_, err = m.Return(ctx, sku, 1)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+	requireStock(t, ctx, m, sku, inventory.MaxStock)
+}
+
+func (s *suite) testMaxStock(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, inventory.MaxStock)
+	requireStock(t, ctx, m, sku, inventory.MaxStock)
+	rem, err := m.Reduce(ctx, sku, 1)
+	require.NoError(t, err)
+	require.Equal(t, inventory.MaxStock-1, rem, "exact below 2^53")
+	rem, err = m.Reduce(ctx, sku, inventory.MaxStock-2)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rem)
+	rem, err = m.Return(ctx, sku, inventory.MaxStock-1)
+	require.NoError(t, err)
+	require.Equal(t, inventory.MaxStock, rem)
+	rem, err = m.Reduce(ctx, sku, inventory.MaxStock)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, rem)
+	requireStock(t, ctx, m, sku, 0)
+}
+
+// badSKUs are refused with ErrInvalidArgument by every call.
+func badSKUs() map[string]string {
+	return map[string]string{
+		"empty":          "",
+		"256 bytes":      strings.Repeat("x", 256),
+		"256 bytes CJK":  strings.Repeat("鞋", 85) + "x", // 3*85+1
+		"invalid UTF-8":  "shoe\xff",
+		"lone surrogate": "a\xed\xa0\x80",
+		"truncated rune": "鞋"[:2],
+		"NUL":            "a\x00b",
+		"newline":        "a\nb",
+		"tab":            "a\tb",
+		"carriage ret":   "a\r",
+		"DEL":            "a\x7f",
+		"C1 control":     "a\u0085b",
+		"escape":         "\x1b[31m",
+	}
+}
+
+func (s *suite) testInvalidArguments(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	good := s.sku(t, "good")
+	mustInit(t, ctx, m, good, 10)
+	inv := inventory.ErrInvalidArgument
+
+	for name, bad := range badSKUs() {
+		t.Run("sku "+name, func(t *testing.T) {
+			require.ErrorIs(t, m.Init(ctx, bad, 1), inv, "Init")
+			_, err := m.Reduce(ctx, bad, 1)
+			require.ErrorIs(t, err, inv, "Reduce")
+			_, err = m.Return(ctx, bad, 1)
+			require.ErrorIs(t, err, inv, "Return")
+			_, err = m.Get(ctx, bad)
+			require.ErrorIs(t, err, inv, "Get")
+		})
+	}
+	for _, q := range []int64{0, -1, inventory.MaxStock + 1, math.MaxInt64, math.MinInt64} {
+		t.Run(fmt.Sprintf("quantity %d", q), func(t *testing.T) {
+			_, err := m.Reduce(ctx, good, q)
+			require.ErrorIs(t, err, inv, "Reduce")
+			_, err = m.Return(ctx, good, q)
+			require.ErrorIs(t, err, inv, "Return")
+			requireStock(t, ctx, m, good, 10)
+		})
+	}
+	for _, q := range []int64{-1, inventory.MaxStock + 1, math.MaxInt64, math.MinInt64} {
+		t.Run(fmt.Sprintf("init %d", q), func(t *testing.T) {
+			require.ErrorIs(t, m.Init(ctx, good, q), inv)
+			requireStock(t, ctx, m, good, 10)
+		})
+	}
+	for name, key := range map[string]string{
+		"empty key": "", "256-byte key": strings.Repeat("k", 256),
+		"invalid UTF-8 key": "k\xff", "control key": "k\x00",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := m.Reduce(ctx, good, 1, inventory.WithKey(key))
+			require.ErrorIs(t, err, inv, "Reduce")
+			_, err = m.Return(ctx, good, 1, inventory.WithKey(key))
+			require.ErrorIs(t, err, inv, "Return")
+			requireStock(t, ctx, m, good, 10)
+		})
+	}
+	// The refused calls created nothing: an unknown valid SKU stays unknown.
+	unknown := s.sku(t, "unknown")
+	_, err := m.Reduce(ctx, unknown, 0)
+	require.ErrorIs(t, err, inv)
+	_, err = m.Get(ctx, unknown)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+}
+
+// oddSKUs are valid SKUs that tend to break naive backends: each must work
+// as a plain, byte-exact id. The prefix is added by the caller.
+func oddSKUs() []string {
+	return []string{
+		"plain",
+		"with space", " leading", "trailing ", "trailing", "TRAILING",
+		"'; DROP TABLE stock; --", `" OR "1"="1`, "`backtick`", "a'b\"c",
+		"{tag}", "}{", "{", "}", "{}", "a{b}c{d}",
+		"redis.call('FLUSHALL')", "]] .. os.exit() --[[", "%s%d%x", "?", "$1", ":name", "@var",
+		`back\slash`, `\\`, "*", "[a-z]", "../../etc/passwd", "a:b:c", "#hash",
+		"鞋子-42", "靴子", "👟 sneaker", "e\u0301", "\u00e9", // NFD and NFC é
+		"ǅ", "ß", "SS", "ﬁ", "fi", "İ", "i̇",
+		"\u200b zero width", "\ufeffbom", "\u00a0nbsp",
+	}
+}
+
+func (s *suite) testOddSKUs(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	skus := make([]string, 0, 64)
+	for _, o := range oddSKUs() {
+		skus = append(skus, s.sku(t, o))
+	}
+	// SKUs of exactly MaxSKULen bytes, ASCII and multi-byte.
+	base := s.sku(t, "")
+	skus = append(skus, base+strings.Repeat("x", inventory.MaxSKULen-len(base)))
+	n := (inventory.MaxSKULen - len(base)) / 3
+	long := base + strings.Repeat("鞋", n) + strings.Repeat("y", inventory.MaxSKULen-len(base)-3*n)
+	require.Len(t, long, inventory.MaxSKULen)
+	skus = append(skus, long)
+
+	for i, sku := range skus {
+		mustInit(t, ctx, m, sku, int64(100+i))
+	}
+	for i, sku := range skus {
+		requireStock(t, ctx, m, sku, int64(100+i))
+	}
+	// Reduce each by its index+1 and return 1: every SKU moves on its own.
+	for i, sku := range skus {
+		rem, err := m.Reduce(ctx, sku, int64(i+1))
+		require.NoError(t, err, "Reduce(%q)", sku)
+		require.EqualValues(t, 99, rem, "Reduce(%q)", sku)
+		rem, err = m.Return(ctx, sku, 1, inventory.WithKey(sku))
+		require.NoError(t, err, "Return(%q) with the SKU as key", sku)
+		require.EqualValues(t, 100, rem, "Return(%q)", sku)
+	}
+	for _, sku := range skus {
+		requireStock(t, ctx, m, sku, 100)
+	}
+}
+
+func (s *suite) testDistinctSKUs(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	// Each group holds SKUs that a careless backend folds together.
+	for _, group := range [][]string{
+		{"abc", "ABC", "Abc"},
+		{"pad", "pad ", "pad  "},
+		{"\u00e9", "e\u0301"},
+		{"ß", "ss", "SS"},
+		{"a", "a\u200b"},
+		{"k", "K", "\u212a"}, // KELVIN SIGN
+	} {
+		for i, g := range group {
+			mustInit(t, ctx, m, s.sku(t, g), int64(i+1))
+		}
+		for i, g := range group {
+			requireStock(t, ctx, m, s.sku(t, g), int64(i+1))
+		}
+		_, err := m.Reduce(ctx, s.sku(t, group[0]), 1)
+		require.NoError(t, err)
+		requireStock(t, ctx, m, s.sku(t, group[0]), 0)
+		for i, g := range group[1:] {
+			requireStock(t, ctx, m, s.sku(t, g), int64(i+2))
+		}
+	}
+}
+
+func (s *suite) testCancelledContext(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 10)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := m.Reduce(cancelled, sku, 1)
+	require.ErrorIs(t, err, context.Canceled, "Reduce with a cancelled context")
+	require.NotErrorIs(t, err, inventory.ErrInsufficientStock)
+	_, err = m.Reduce(cancelled, sku, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, context.Canceled, "keyed Reduce with a cancelled context")
+	_, err = m.Return(cancelled, sku, 1)
+	require.ErrorIs(t, err, context.Canceled, "Return with a cancelled context")
+	require.ErrorIs(t, m.Init(cancelled, sku, 99), context.Canceled, "Init with a cancelled context")
+	_, err = m.Get(cancelled, sku)
+	require.ErrorIs(t, err, context.Canceled, "Get with a cancelled context")
+
+	expired, cancel2 := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel2()
+	_, err = m.Reduce(expired, sku, 1)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Reduce past its deadline")
+
+	requireStock(t, ctx, m, sku, 10)
+	// The keyed call that failed did not use up its key.
+	rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.NoError(t, err)
+	require.EqualValues(t, 9, rem)
+}
+
+func (s *suite) testIdempotentReduce(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 10)
+	rem, err := m.Reduce(ctx, sku, 3, inventory.WithKey("order-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, rem)
+	for range 3 {
+		rem, err = m.Reduce(ctx, sku, 3, inventory.WithKey("order-1"))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.EqualValues(t, 7, rem, "a duplicate returns the first call's remaining")
+	}
+	requireStock(t, ctx, m, sku, 7)
+	// Another key takes effect, and the first key still reports its own result.
+	rem, err = m.Reduce(ctx, sku, 2, inventory.WithKey("order-2"))
+	require.NoError(t, err)
+	require.EqualValues(t, 5, rem)
+	rem, err = m.Reduce(ctx, sku, 3, inventory.WithKey("order-1"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.EqualValues(t, 7, rem)
+	// Calls without a key are never duplicates.
+	_, err = m.Reduce(ctx, sku, 1)
+	require.NoError(t, err)
+	_, err = m.Reduce(ctx, sku, 1)
+	require.NoError(t, err)
+	requireStock(t, ctx, m, sku, 3)
+}
+
+func (s *suite) testIdempotentReturn(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 1)
+	rem, err := m.Return(ctx, sku, 4, inventory.WithKey("refund-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 5, rem)
+	rem, err = m.Return(ctx, sku, 4, inventory.WithKey("refund-1"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.EqualValues(t, 5, rem)
+	requireStock(t, ctx, m, sku, 5)
+}
+
+func (s *suite) testIdempotencyScope(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	a, b := s.sku(t, "a"), s.sku(t, "b")
+	mustInit(t, ctx, m, a, 10)
+	mustInit(t, ctx, m, b, 10)
+	const key = "shared-key"
+	// The same key on another SKU is another call.
+	_, err := m.Reduce(ctx, a, 1, inventory.WithKey(key))
+	require.NoError(t, err)
+	rem, err := m.Reduce(ctx, b, 2, inventory.WithKey(key))
+	require.NoError(t, err, "same key, other SKU")
+	require.EqualValues(t, 8, rem)
+	// The same key in the other direction is another call.
+	rem, err = m.Return(ctx, a, 5, inventory.WithKey(key))
+	require.NoError(t, err, "same key, other direction")
+	require.EqualValues(t, 14, rem)
+	// Keys are byte-exact too.
+	rem, err = m.Reduce(ctx, a, 1, inventory.WithKey(key+" "))
+	require.NoError(t, err, "key with a trailing space is another key")
+	require.EqualValues(t, 13, rem)
+	rem, err = m.Reduce(ctx, a, 1, inventory.WithKey(strings.ToUpper(key)))
+	require.NoError(t, err, "upper-case key is another key")
+	require.EqualValues(t, 12, rem)
+	// Hostile keys are data.
+	for _, k := range []string{"'; DELETE FROM ledger; --", "{x}", "鍵", "a:b"} {
+		_, err = m.Reduce(ctx, a, 1, inventory.WithKey(k))
+		require.NoError(t, err, "key %q", k)
+		_, err = m.Reduce(ctx, a, 1, inventory.WithKey(k))
+		require.ErrorIs(t, err, inventory.ErrDuplicate, "key %q", k)
+	}
+	requireStock(t, ctx, m, a, 8)
+	requireStock(t, ctx, m, b, 8)
+}
+
+func (s *suite) testFailedCallKeepsKey(t *testing.T, m inventory.StockManager) {
+	ctx := quick(t)
+	sku := s.sku(t, "a")
+	unknown := s.sku(t, "unknown")
+	mustInit(t, ctx, m, sku, 1)
+	_, err := m.Reduce(ctx, sku, 5, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	_, err = m.Reduce(ctx, unknown, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	mustInit(t, ctx, m, sku, inventory.MaxStock)
+	_, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+
+	mustInit(t, ctx, m, sku, 10)
+	rem, err := m.Reduce(ctx, sku, 5, inventory.WithKey("k"))
+	require.NoError(t, err, "the failed Reduce did not use up its key")
+	require.EqualValues(t, 5, rem)
+	rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
+	require.NoError(t, err, "the failed Return did not use up its key")
+	require.EqualValues(t, 6, rem)
+	mustInit(t, ctx, m, unknown, 3)
+	rem, err = m.Reduce(ctx, unknown, 1, inventory.WithKey("k"))
+	require.NoError(t, err, "the Reduce on an unknown SKU did not use up its key")
+	require.EqualValues(t, 2, rem)
+}
+
+// tally counts the outcomes of concurrent calls.
+type tally struct {
+	mu           sync.Mutex
+	ok           int64 // successful calls
+	units        int64 // units they moved
+	insufficient int64
+	duplicate    int64
+	contention   int64 // attempts that gave up and were retried
+	negative     []int64
+	remaining    []int64 // remaining values of successful calls
+	unexpected   []error
+	latencies    []time.Duration
+}
+
+func (tl *tally) report(t *testing.T) {
+	t.Helper()
+	assert.Empty(t, tl.negative, "calls returned negative remaining stock")
+	if len(tl.unexpected) > 0 {
+		t.Errorf("%d calls failed unexpectedly; first: %v", len(tl.unexpected), tl.unexpected[0])
+	}
+}
+
+// call runs op, retrying while it reports ErrContention, and records the
+// outcome. It returns op's final result.
+func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) (int64, error) {
+	start := time.Now()
+	var rem int64
+	var err error
+	for {
+		rem, err = op()
+		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
+			break
+		}
+		tl.mu.Lock()
+		tl.contention++
+		tl.mu.Unlock()
+	}
+	elapsed := time.Since(start)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.latencies = append(tl.latencies, elapsed)
+	switch {
+	case err == nil:
+		tl.ok++
+		tl.units += qty
+		tl.remaining = append(tl.remaining, rem)
+		if rem < 0 {
+			tl.negative = append(tl.negative, rem)
+		}
+	case errors.Is(err, inventory.ErrInsufficientStock):
+		tl.insufficient++
+	case errors.Is(err, inventory.ErrDuplicate):
+		tl.duplicate++
+	default:
+		tl.unexpected = append(tl.unexpected, err)
+	}
+	return rem, err
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+// start runs n goroutines of fn behind one starting gun and waits for them.
+func start(n int, fn func(i int)) time.Duration {
+	var ready, done sync.WaitGroup
+	gun := make(chan struct{})
+	ready.Add(n)
+	done.Add(n)
+	for i := range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gun
+			fn(i)
+		}()
+	}
+	ready.Wait()
+	t0 := time.Now()
+	close(gun)
+	done.Wait()
+	return time.Since(t0)
+}
+
+func (s *suite) testConcurrentSameKey(t *testing.T, m inventory.StockManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	sku := s.sku(t, "a")
+	mustInit(t, ctx, m, sku, 100)
+	var tl tally
+	var firstRem atomic.Int64
+	firstRem.Store(-1)
+	dupRems := make([]int64, 200)
+	start(200, func(i int) {
+		rem, err := tl.call(ctx, 1, func() (int64, error) {
+			return m.Reduce(ctx, sku, 1, inventory.WithKey("the-one-key"))
+		})
+		dupRems[i] = -1
+		if err == nil {
+			firstRem.Store(rem)
+		} else if errors.Is(err, inventory.ErrDuplicate) {
+			dupRems[i] = rem
+		}
+	})
+	tl.report(t)
+	require.EqualValues(t, 1, tl.ok, "exactly one of 200 calls with one key takes effect (duplicates %d)", tl.duplicate)
+	require.EqualValues(t, 199, tl.duplicate, "the other 199 report ErrDuplicate")
+	requireStock(t, ctx, m, sku, 99)
+	for i, r := range dupRems {
+		if r != -1 {
+			require.EqualValues(t, 99, r, "duplicate %d returns the first call's remaining", i)
+		}
+	}
+}
+
+func (s *suite) logSale(t *testing.T, what string, buyers int, elapsed time.Duration, tl *tally) {
+	t.Logf("%s: %d buyers, sold %d (%d units), refused %d insufficient, %d duplicate; %d contention retries; %v, %.0f calls/s, latency p50 %v p99 %v",
+		what, buyers, tl.ok, tl.units, tl.insufficient, tl.duplicate, tl.contention,
+		elapsed.Round(time.Millisecond), float64(buyers)/elapsed.Seconds(),
+		percentile(tl.latencies, 0.5).Round(time.Microsecond), percentile(tl.latencies, 0.99).Round(time.Microsecond))
+}
+
+func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	sku := s.sku(t, "hot-shoe")
+	stock := s.cfg.Stock
+	mustInit(t, ctx, m, sku, stock)
+	var tl tally
+	elapsed := start(s.cfg.Buyers, func(i int) {
+		_, _ = tl.call(ctx, 1, func() (int64, error) {
+			return m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%d", i)))
+		})
+	})
+	s.logSale(t, "flash sale", s.cfg.Buyers, elapsed, &tl)
+	tl.report(t)
+	require.Equal(t, stock, tl.ok, "exactly the stock is sold")
+	require.EqualValues(t, int64(s.cfg.Buyers)-stock, tl.insufficient, "every other buyer is told the stock ran out")
+	requireStock(t, ctx, m, sku, 0)
+	// Linearizable: the successful calls saw every remaining value once.
+	slices.Sort(tl.remaining)
+	for i, r := range tl.remaining {
+		require.EqualValues(t, i, r, "successful Reduces must return each of 0..stock-1 exactly once")
+	}
+}
+
+func (s *suite) testFlashSaleMultiUnit(t *testing.T, m inventory.StockManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	sku := s.sku(t, "bundle")
+	const stock = 97
+	mustInit(t, ctx, m, sku, stock)
+	buyers := min(s.cfg.Buyers, 500)
+	var tl tally
+	elapsed := start(buyers, func(i int) {
+		qty := int64(1 + i%3)
+		_, _ = tl.call(ctx, qty, func() (int64, error) { return m.Reduce(ctx, sku, qty) })
+	})
+	s.logSale(t, "multi-unit sale", buyers, elapsed, &tl)
+	tl.report(t)
+	got, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, got, int64(0))
+	require.Equal(t, int64(stock)-tl.units, got, "initial - final == units taken")
+	require.EqualValues(t, buyers, tl.ok+tl.insufficient, "every buyer either bought or was refused")
+}
+
+func (s *suite) testReduceReturnMix(t *testing.T, m inventory.StockManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	sku := s.sku(t, "churn")
+	const initial = 40
+	mustInit(t, ctx, m, sku, initial)
+	var taken, returned tally
+	const workers, ops = 50, 20
+	start(workers, func(w int) {
+		rng := mrand.New(mrand.NewPCG(uint64(w), 7))
+		for range ops {
+			qty := int64(1 + rng.IntN(4))
+			if rng.IntN(2) == 0 {
+				_, _ = taken.call(ctx, qty, func() (int64, error) { return m.Reduce(ctx, sku, qty) })
+			} else {
+				_, _ = returned.call(ctx, qty, func() (int64, error) { return m.Return(ctx, sku, qty) })
+			}
+		}
+	})
+	taken.report(t)
+	returned.report(t)
+	final, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	t.Logf("reduce/return mix: %d reduces took %d units, %d returns gave %d back, %d refused; final %d",
+		taken.ok, taken.units, returned.ok, returned.units, taken.insufficient, final)
+	require.GreaterOrEqual(t, final, int64(0))
+	require.Equal(t, initial-final, taken.units-returned.units, "initial - final == taken - returned")
+	require.EqualValues(t, workers*ops, taken.ok+taken.insufficient+returned.ok, "every call either took effect or was refused")
+}
+
+func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	const nSKU, stock = 8, 25
+	skus := make([]string, nSKU)
+	for i := range skus {
+		skus[i] = s.sku(t, fmt.Sprintf("sku-%d", i))
+		mustInit(t, ctx, m, skus[i], stock)
+	}
+	bystander := s.sku(t, "bystander")
+	mustInit(t, ctx, m, bystander, 1000)
+	buyers := min(s.cfg.Buyers, 800)
+	tallies := make([]tally, nSKU)
+	elapsed := start(buyers, func(i int) {
+		k := i % nSKU
+		_, _ = tallies[k].call(ctx, 1, func() (int64, error) { return m.Reduce(ctx, skus[k], 1) })
+	})
+	t.Logf("%d SKUs, %d buyers: %v", nSKU, buyers, elapsed.Round(time.Millisecond))
+	for k := range tallies {
+		tallies[k].report(t)
+		assert.EqualValues(t, stock, tallies[k].ok, "SKU %d sells exactly its stock", k)
+		requireStock(t, ctx, m, skus[k], 0)
+	}
+	requireStock(t, ctx, m, bystander, 1000)
+}
