@@ -20,11 +20,11 @@
 //
 // Errors from the backing server (connection refused, timeouts, a cancelled
 // context) are returned wrapped, never swallowed and never reported as
-// [ErrInsufficientStock]. A call that returns an error other than
-// [ErrDuplicate] did not take effect. Where the client cannot know whether the
-// server applied a call (a timeout after the server did its work), repeat
-// the call with the same idempotency key ([WithKey]): the repeat either
-// takes effect once or reports [ErrDuplicate].
+// [ErrInsufficientStock]. A call that returns an error did not take effect
+// ([ErrDuplicate] says that an earlier call with the same key did). Where the
+// client cannot know whether the server applied a call (a timeout after the
+// server did its work), repeat the call with the same idempotency key
+// ([WithKey]): the repeat either takes effect once or reports [ErrDuplicate].
 //
 // Test every error with [errors.Is]: an error may carry both a sentinel of
 // this package and the backend's own cause, reachable with [errors.As].
@@ -79,8 +79,8 @@ var (
 //
 // Implementations are safe for concurrent use by many goroutines and, where
 // the backend is shared, by many processes. Every method honours ctx: once
-// ctx is done a method returns an error wrapping ctx.Err() and, unless that
-// error is [ErrDuplicate], has changed nothing.
+// ctx is done a method returns an error wrapping ctx.Err() and has changed
+// nothing.
 type StockManager interface {
 	// Init sets the stock of sku to qty, creating the SKU if absent.
 	// qty must be in 0..MaxStock. Init does not forget idempotency keys.
