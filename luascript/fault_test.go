@@ -1,0 +1,98 @@
+package luascript_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/luascript"
+)
+
+func faultManager(t *testing.T, addr string) *luascript.Manager {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		ContextTimeoutEnabled: true}) // let each call's context bound its I/O
+	t.Cleanup(func() { c.Close() })
+	m, err := luascript.New(c)
+	require.NoError(t, err)
+	return m
+}
+
+// TestRedisRestartMidSale kills Redis (SIGKILL) in the middle of a sale and
+// starts it again from its append-only file.
+func TestRedisRestartMidSale(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	m := faulttest.Sale{Manager: faultManager(t, srv.Addr()), SKU: "shoe", Stock: 300, Buyers: 1500, Refund: 7}
+	res := m.Run(t, func() {
+		srv.Kill()
+		time.Sleep(300 * time.Millisecond)
+		srv.Start()
+	}, func() {})
+	require.Positive(t, res.Failed, "the restart should have failed some calls")
+}
+
+// TestNetworkFaults runs a sale through toxiproxy under each fault.
+func TestNetworkFaults(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	for _, tc := range []struct {
+		name  string
+		fault func(p *faulttest.Proxy)
+		// unknown: some calls must fail after the server applied them,
+		// the case only the idempotency key makes safe to retry.
+		unknown bool
+	}{
+		{"latency past the timeout", func(p *faulttest.Proxy) { p.Latency(300 * time.Millisecond) }, true},
+		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }, true},
+		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
+		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := faulttest.NewProxy(t, srv.Addr())
+			sale := faulttest.Sale{Manager: faultManager(t, p.Addr()), SKU: t.Name(), Stock: 200, Buyers: 800, Refund: 5,
+				CallTimeout: 200 * time.Millisecond}
+			res := sale.Run(t, func() {
+				tc.fault(p)
+				time.Sleep(400 * time.Millisecond)
+			}, func() {
+				p.Clear()
+				p.Reconnect()
+			})
+			require.Positive(t, res.Failed, "the fault should have failed some calls")
+			if tc.unknown {
+				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
+			}
+		})
+	}
+}
+
+// TestErrorsUnderFaultAreWrapped checks what a caller sees while the network
+// is down: the context's error or the network's, never a sentinel that
+// claims to know the stock.
+func TestErrorsUnderFaultAreWrapped(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	p := faulttest.NewProxy(t, srv.Addr())
+	m := faultManager(t, p.Addr())
+	ctx := context.Background()
+	require.NoError(t, m.Init(ctx, "shoe", 5))
+	p.Blackhole()
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := m.Reduce(cctx, "shoe", 1, inventory.WithKey("k"))
+	require.Error(t, err)
+	require.True(t, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), "got %v", err)
+	for _, s := range []error{inventory.ErrInsufficientStock, inventory.ErrNotFound, inventory.ErrDuplicate} {
+		require.NotErrorIs(t, err, s)
+	}
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
