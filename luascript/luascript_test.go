@@ -18,7 +18,7 @@ import (
 )
 
 // cleanup deletes every key under prefix when t ends.
-func cleanup(t *testing.T, c redis.UniversalClient, prefix string) {
+func cleanup(t testing.TB, c redis.UniversalClient, prefix string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		del := func(ctx context.Context, c redis.UniversalClient) error {
