@@ -127,6 +127,10 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
+// maxConns bounds each test pool: go test runs two packages at once, and
+// PostgreSQL allows 100 connections.
+const maxConns = 24
+
 func openSQL(t testing.TB, driver, dsn, what string) *sqlx.DB {
 	t.Helper()
 	db, err := sqlx.Open(driver, dsn)
@@ -139,8 +143,8 @@ func openSQL(t testing.TB, driver, dsn, what string) *sqlx.DB {
 	if err := db.PingContext(ctx); err != nil {
 		Missing(t, what, err)
 	}
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(64)
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
 	return db
 }
 

@@ -1,0 +1,578 @@
+// Package sqldialect is the SQL layer that sqlstore, optimistic and rowlock
+// share: what differs between MariaDB/MySQL, PostgreSQL and SQLite
+// (placeholders, identifier quoting, upserts, how an UPDATE reports the new
+// value, which errors mean "lock contention"), and the statements over the
+// stock table and the idempotency ledger, built once from a validated schema.
+//
+// Every statement takes its values as bind parameters; the only text spliced
+// into SQL is identifiers that passed [Schema.validate] and are then quoted.
+package sqldialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory"
+)
+
+// Engine is a SQL engine family.
+type Engine int
+
+// The engines, chosen from the sqlx driver name.
+const (
+	MySQL    Engine = iota + 1 // "mysql": MariaDB and MySQL
+	Postgres                   // "pgx", "postgres"
+	SQLite                     // "sqlite" (modernc.org/sqlite), "sqlite3"
+)
+
+func (e Engine) String() string {
+	return [...]string{"unknown", "mysql", "postgres", "sqlite"}[e]
+}
+
+// EngineOf maps a database/sql driver name to its engine.
+func EngineOf(driverName string) (Engine, error) {
+	switch driverName {
+	case "mysql":
+		return MySQL, nil
+	case "pgx", "postgres":
+		return Postgres, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	}
+	return 0, fmt.Errorf("%w: unsupported sql driver %q (want mysql, pgx, postgres, sqlite or sqlite3)",
+		inventory.ErrInvalidArgument, driverName)
+}
+
+// Schema names the stock table, its columns and the idempotency ledger.
+// Zero fields take the defaults below.
+type Schema struct {
+	Table, SKU, Stock, Version, Ledger string
+}
+
+// Default names.
+const (
+	DefaultTable   = "stock"
+	DefaultSKU     = "sku"
+	DefaultStock   = "stock"
+	DefaultVersion = "version"
+	DefaultLedger  = "stock_ledger"
+)
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// WithDefaults fills the zero fields of s.
+func (s Schema) WithDefaults() Schema {
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&s.Table, DefaultTable)
+	def(&s.SKU, DefaultSKU)
+	def(&s.Stock, DefaultStock)
+	def(&s.Version, DefaultVersion)
+	def(&s.Ledger, DefaultLedger)
+	return s
+}
+
+// validate refuses any name that is not a plain identifier: a letter or
+// underscore, then letters, digits and underscores, at most 63 bytes.
+func (s Schema) validate() error {
+	for _, f := range []struct{ what, v string }{
+		{"table", s.Table}, {"sku column", s.SKU}, {"stock column", s.Stock},
+		{"version column", s.Version}, {"ledger table", s.Ledger},
+	} {
+		if !identRE.MatchString(f.v) {
+			return fmt.Errorf("%w: %s name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)",
+				inventory.ErrInvalidArgument, f.what, f.v)
+		}
+	}
+	if s.Table == s.Ledger {
+		return fmt.Errorf("%w: table and ledger are both %q", inventory.ErrInvalidArgument, s.Table)
+	}
+	if s.SKU == s.Stock || s.SKU == s.Version || s.Stock == s.Version {
+		return fmt.Errorf("%w: sku, stock and version columns must differ", inventory.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Config configures [New].
+type Config struct {
+	Pkg    string        // error prefix: the public package's name
+	Schema Schema        // validated and defaulted by New
+	KeyTTL time.Duration // how long the ledger keeps a key; must be > 0
+	// LockWait bounds the lock wait of [Tables.Lock] on the server where the
+	// engine can (PostgreSQL lock_timeout, MariaDB FOR UPDATE WAIT n);
+	// zero leaves the server's setting.
+	LockWait time.Duration
+}
+
+// Tables runs the shared statements over one schema on one database.
+type Tables struct {
+	DB     *sqlx.DB
+	Engine Engine
+	cfg    Config
+	q      queries
+	writes atomic.Uint32 // keys recorded, to prune now and then
+}
+
+type queries struct {
+	get, read, lock, lockTimeout, init, set, move string
+	seen, peek, record, renew, prune              string
+	keys, insert, insertSuffix                    string // batch forms, placeholders appended per call
+	create                                        []string
+}
+
+// New validates cfg and builds the statements for db's engine. It does no I/O.
+func New(db *sqlx.DB, cfg Config) (*Tables, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%s: %w: nil *sqlx.DB", cfg.Pkg, inventory.ErrInvalidArgument)
+	}
+	eng, err := EngineOf(db.DriverName())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
+	}
+	cfg.Schema = cfg.Schema.WithDefaults()
+	if err := cfg.Schema.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
+	}
+	if cfg.KeyTTL < time.Millisecond {
+		return nil, fmt.Errorf("%s: %w: key TTL %v is less than 1ms", cfg.Pkg, inventory.ErrInvalidArgument, cfg.KeyTTL)
+	}
+	if cfg.LockWait < 0 {
+		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
+	}
+	return &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}, nil
+}
+
+// build writes every statement with ? placeholders, then rebinds them.
+func build(eng Engine, cfg Config) queries {
+	s := cfg.Schema
+	quote := func(id string) string { return `"` + id + `"` }
+	if eng == MySQL {
+		quote = func(id string) string { return "`" + id + "`" }
+	}
+	T, S, K, V, L := quote(s.Table), quote(s.SKU), quote(s.Stock), quote(s.Version), quote(s.Ledger)
+	// The ledger's own columns.
+	lsku, ldir, lkey, lrem, lexp := quote("sku"), quote("dir"), quote("idem_key"), quote("remaining"), quote("expires_at")
+	lkeyMatch := lsku + " = ? AND " + ldir + " = ? AND " + lkey + " = ?"
+	lcols := "(" + strings.Join([]string{lsku, ldir, lkey, lrem, lexp}, ", ") + ")"
+
+	q := queries{
+		get:   "SELECT " + K + " FROM " + T + " WHERE " + S + " = ?",
+		read:  "SELECT " + K + ", " + V + " FROM " + T + " WHERE " + S + " = ?",
+		lock:  "SELECT " + K + ", " + V + " FROM " + T + " WHERE " + S + " = ? FOR UPDATE",
+		set:   "UPDATE " + T + " SET " + K + " = ?, " + V + " = " + V + " + 1 WHERE " + S + " = ? AND " + V + " = ?",
+		move:  "UPDATE " + T + " SET " + K + " = " + K + " + ?, " + V + " = " + V + " + 1 WHERE " + S + " = ? AND " + K + " BETWEEN ? AND ?",
+		seen:  "SELECT " + lrem + " FROM " + L + " WHERE " + lkeyMatch + " AND " + lexp + " > ?",
+		renew: "UPDATE " + L + " SET " + lrem + " = ?, " + lexp + " = ? WHERE " + lkeyMatch + " AND " + lexp + " <= ?",
+		peek: "SELECT t." + K + ", l." + lrem + " FROM " + T + " t LEFT JOIN " + L + " l ON l." + lsku + " = t." + S +
+			" AND l." + ldir + " = ? AND l." + lkey + " = ? AND l." + lexp + " > ? WHERE t." + S + " = ?",
+		keys: "SELECT " + ldir + ", " + lkey + ", " + lrem + ", " + lexp + " FROM " + L + " WHERE " + lsku + " = ? AND " + lkey + " IN ",
+	}
+	idx := quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at") // within 63 bytes
+	check := "CHECK (" + K + " >= 0)"
+	switch eng {
+	case MySQL:
+		q.init = "INSERT INTO " + T + " (" + S + ", " + K + ", " + V + ") VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE " +
+			K + " = VALUES(" + K + "), " + V + " = " + V + " + 1"
+		// MySQL has no UPDATE ... RETURNING: LAST_INSERT_ID(expr) hands the
+		// new value back in the same statement's OK packet.
+		q.move = strings.Replace(q.move, "SET "+K+" = "+K+" + ?", "SET "+K+" = LAST_INSERT_ID("+K+" + ?)", 1)
+		if cfg.LockWait > 0 {
+			// A MariaDB-only executable comment: MySQL reads a plain comment
+			// and keeps its innodb_lock_wait_timeout.
+			secs := (cfg.LockWait + time.Second - 1) / time.Second
+			q.lock += fmt.Sprintf(" /*M!100300 WAIT %d */", secs)
+		}
+		q.insert = "INSERT IGNORE INTO " + L + " " + lcols + " VALUES "
+		q.prune = "DELETE FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000"
+		q.create = []string{
+			"CREATE TABLE IF NOT EXISTS " + T + " (" + S + " VARBINARY(255) NOT NULL PRIMARY KEY, " +
+				K + " BIGINT NOT NULL " + check + ", " + V + " BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+			"CREATE TABLE IF NOT EXISTS " + L + " (" + lsku + " VARBINARY(255) NOT NULL, " + ldir + " VARBINARY(8) NOT NULL, " +
+				lkey + " VARBINARY(255) NOT NULL, " + lrem + " BIGINT NOT NULL, " + lexp + " BIGINT NOT NULL, " +
+				"PRIMARY KEY (" + lsku + ", " + ldir + ", " + lkey + "), KEY " + idx + " (" + lexp + ")) ENGINE=InnoDB",
+		}
+	case Postgres, SQLite:
+		q.init = "INSERT INTO " + T + " (" + S + ", " + K + ", " + V + ") VALUES (?, ?, 1) ON CONFLICT (" + S + ") DO UPDATE SET " +
+			K + " = excluded." + K + ", " + V + " = " + T + "." + V + " + 1"
+		q.move += " RETURNING " + K
+		q.insert = "INSERT INTO " + L + " " + lcols + " VALUES "
+		q.insertSuffix = " ON CONFLICT DO NOTHING"
+		text, integer := `TEXT COLLATE "C"`, "BIGINT"
+		if eng == SQLite {
+			// TEXT compares with the BINARY collation: bytes.
+			text, integer = "TEXT", "INTEGER"
+			// An UPDATE takes SQLite's write lock before anything is read,
+			// whatever the DSN's _txlock, so it is SQLite's FOR UPDATE.
+			q.lock = "UPDATE " + T + " SET " + V + " = " + V + " WHERE " + S + " = ? RETURNING " + K + ", " + V
+			q.prune = "DELETE FROM " + L + " WHERE rowid IN (SELECT rowid FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000)"
+		} else {
+			if cfg.LockWait > 0 {
+				q.lockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, cfg.LockWait.Milliseconds()))
+			}
+			q.prune = "DELETE FROM " + L + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000))"
+		}
+		q.create = []string{
+			"CREATE TABLE IF NOT EXISTS " + T + " (" + S + " " + text + " NOT NULL PRIMARY KEY, " +
+				K + " " + integer + " NOT NULL " + check + ", " + V + " " + integer + " NOT NULL DEFAULT 0)",
+			"CREATE TABLE IF NOT EXISTS " + L + " (" + lsku + " " + text + " NOT NULL, " + ldir + " " + text + " NOT NULL, " +
+				lkey + " " + text + " NOT NULL, " + lrem + " " + integer + " NOT NULL, " + lexp + " " + integer + " NOT NULL, " +
+				"PRIMARY KEY (" + lsku + ", " + ldir + ", " + lkey + "))",
+			"CREATE INDEX IF NOT EXISTS " + idx + " ON " + L + " (" + lexp + ")",
+		}
+	}
+	q.record = q.insert + "(?, ?, ?, ?, ?)" + q.insertSuffix
+	if eng == Postgres {
+		for _, p := range []*string{&q.get, &q.read, &q.lock, &q.init, &q.set, &q.move, &q.seen, &q.peek, &q.record, &q.renew, &q.prune} {
+			*p = sqlx.Rebind(sqlx.DOLLAR, *p)
+		}
+	}
+	return q
+}
+
+// Err wraps err from operation op: with ErrContention when the engine
+// reports a deadlock, a lock wait timeout or a busy database, and with
+// ctx.Err() when ctx is done, so errors.Is finds the sentinel, the context
+// error and, with errors.As, the driver's own error.
+func (t *Tables) Err(ctx context.Context, op string, err error) error {
+	if t.contention(err) {
+		return fmt.Errorf("%s: %s: %w: %w", t.cfg.Pkg, op, inventory.ErrContention, err)
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %s: %w: %w", t.cfg.Pkg, op, err, cerr)
+	}
+	return fmt.Errorf("%s: %s: %w", t.cfg.Pkg, op, err)
+}
+
+func (t *Tables) contention(err error) bool {
+	switch t.Engine {
+	case MySQL:
+		var e *mysql.MySQLError
+		// 1205 lock wait timeout, 1213 deadlock, 3572 NOWAIT (MySQL).
+		return errors.As(err, &e) && (e.Number == 1205 || e.Number == 1213 || e.Number == 3572)
+	case Postgres:
+		var e interface{ SQLState() string } // pgconn.PgError, pq.Error
+		if errors.As(err, &e) {
+			switch e.SQLState() {
+			case "40001", "40P01", "55P03": // serialization failure, deadlock, lock_timeout
+				return true
+			}
+		}
+	case SQLite:
+		var e interface{ Code() int } // modernc.org/sqlite.Error
+		if errors.As(err, &e) {
+			c := e.Code() & 0xff
+			return c == 5 || c == 6 // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+		}
+		return strings.Contains(err.Error(), "database is locked")
+	}
+	return false
+}
+
+// NotFound is the error for an unknown SKU.
+func (t *Tables) NotFound(sku string) error {
+	return fmt.Errorf("%s: %w: %q", t.cfg.Pkg, inventory.ErrNotFound, sku)
+}
+
+// CreateTables creates the stock table and the ledger if they are absent.
+func (t *Tables) CreateTables(ctx context.Context) error {
+	for _, stmt := range t.q.create {
+		if _, err := t.DB.ExecContext(ctx, stmt); err != nil {
+			return t.Err(ctx, "create tables", err)
+		}
+	}
+	return nil
+}
+
+// Init sets the stock of sku to qty, creating the row if absent, and moves
+// its version on so that a compare-and-set that read before it fails.
+func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
+	if _, err := t.DB.ExecContext(ctx, t.q.init, sku, qty); err != nil {
+		return t.Err(ctx, "init", err)
+	}
+	return nil
+}
+
+// Get returns the stock of sku.
+func (t *Tables) Get(ctx context.Context, sku string) (int64, error) {
+	var n int64
+	err := t.DB.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, t.NotFound(sku)
+	}
+	if err != nil {
+		return 0, t.Err(ctx, "get", err)
+	}
+	return n, nil
+}
+
+// Read returns the stock and version of sku as of one statement through q.
+// Through the *sqlx.DB (autocommit) that is the latest committed row.
+func (t *Tables) Read(ctx context.Context, q sqlx.QueryerContext, sku string) (stock, version int64, err error) {
+	err = q.QueryRowxContext(ctx, t.q.read, sku).Scan(&stock, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, t.NotFound(sku)
+	}
+	if err != nil {
+		return 0, 0, t.Err(ctx, "read", err)
+	}
+	return stock, version, nil
+}
+
+// Lock reads the row of sku and locks it until tx ends: SELECT ... FOR
+// UPDATE, or on SQLite an UPDATE that takes the database's write lock. Lock
+// must be the first statement of tx, so that on MySQL's REPEATABLE READ the
+// reads after it see every transaction that committed before it.
+func (t *Tables) Lock(ctx context.Context, tx *sqlx.Tx, sku string) (stock, version int64, err error) {
+	if t.q.lockTimeout != "" {
+		if _, err := tx.ExecContext(ctx, t.q.lockTimeout); err != nil {
+			return 0, 0, t.Err(ctx, "set lock timeout", err)
+		}
+	}
+	err = tx.QueryRowxContext(ctx, t.q.lock, sku).Scan(&stock, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, t.NotFound(sku)
+	}
+	if err != nil {
+		return 0, 0, t.Err(ctx, "lock", err)
+	}
+	return stock, version, nil
+}
+
+// Set is the version compare-and-set: if sku's version is still version it
+// sets the stock to stock and moves the version on. ok reports whether it did.
+func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (ok bool, err error) {
+	res, err := e.ExecContext(ctx, t.q.set, stock, sku, version)
+	if err != nil {
+		return false, t.Err(ctx, "compare-and-set", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, t.Err(ctx, "compare-and-set", err)
+	}
+	return n == 1, nil
+}
+
+// Move adds delta to sku's stock in one conditional UPDATE, if the stock is
+// within lo..hi, and returns the new stock. ok=false means no row matched:
+// sku is unknown or its stock is outside lo..hi; nothing changed.
+func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
+	if t.Engine != MySQL {
+		err = e.QueryRowxContext(ctx, t.q.move, delta, sku, lo, hi).Scan(&remaining)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, t.Err(ctx, "update", err)
+		}
+		return remaining, true, nil
+	}
+	res, err := e.ExecContext(ctx, t.q.move, delta, sku, lo, hi)
+	if err != nil {
+		return 0, false, t.Err(ctx, "update", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, false, t.errIf(ctx, "update", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, false, t.Err(ctx, "update", err)
+	}
+	return id, true, nil
+}
+
+// Seen returns the remaining value recorded for an unexpired key.
+func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+	err = q.QueryRowxContext(ctx, t.q.seen, sku, string(dir), key, time.Now().UnixMilli()).Scan(&remaining)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, t.Err(ctx, "read key", err)
+	}
+	return remaining, true, nil
+}
+
+// Peek reads in one statement the stock of sku and, when key is not
+// empty, the remaining value recorded for an unexpired (sku, dir, key).
+func (t *Tables) Peek(ctx context.Context, sku string, dir inventory.Direction, key string) (stock, remaining int64, found bool, err error) {
+	var rem sql.NullInt64
+	err = t.DB.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, t.NotFound(sku)
+	}
+	if err != nil {
+		return 0, 0, false, t.Err(ctx, "read", err)
+	}
+	return stock, rem.Int64, rem.Valid, nil
+}
+
+// Record writes (sku, dir, key) -> remaining into the ledger through e,
+// normally the transaction that moved the stock. An expired entry is
+// replaced; dup=true means an unexpired one exists and nothing was written.
+func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir inventory.Direction, key string, remaining int64) (dup bool, err error) {
+	now := time.Now().UnixMilli()
+	exp := now + t.cfg.KeyTTL.Milliseconds()
+	n, err := rows(e.ExecContext(ctx, t.q.record, sku, string(dir), key, remaining, exp))
+	if err == nil && n == 0 {
+		n, err = rows(e.ExecContext(ctx, t.q.renew, remaining, exp, sku, string(dir), key, now))
+	}
+	if err != nil {
+		return false, t.Err(ctx, "record key", err)
+	}
+	return n == 0, nil
+}
+
+// Duplicate is the error for a key that already took effect.
+func (t *Tables) Duplicate(sku string, dir inventory.Direction, key string) error {
+	return fmt.Errorf("%s: %w: %s %q key %q", t.cfg.Pkg, inventory.ErrDuplicate, dir, sku, key)
+}
+
+func rows(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Tx runs fn in a transaction and commits it; on any error, fn's included,
+// it rolls back and returns the error.
+func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := t.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		return t.Err(ctx, "begin", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // the transaction failed; its own error says why
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return t.Err(ctx, "commit", err)
+	}
+	return nil
+}
+
+// pruneEvery is how many recorded keys pass between two prunes of up to
+// 1000 expired ones, so pruning keeps pace with recording.
+const pruneEvery = 512
+
+// Tidy is called after a commit that recorded n keys. Now and then it
+// deletes a bounded batch of expired ledger entries; expired entries already
+// count as absent, so a failure here only postpones the cleanup and is
+// ignored.
+func (t *Tables) Tidy(ctx context.Context, n int) {
+	after := t.writes.Add(uint32(n))
+	if after/pruneEvery == (after-uint32(n))/pruneEvery {
+		return
+	}
+	_, _ = t.Prune(ctx)
+}
+
+// Prune deletes up to 1000 expired ledger entries and reports how many.
+func (t *Tables) Prune(ctx context.Context) (int64, error) {
+	n, err := rows(t.DB.ExecContext(ctx, t.q.prune, time.Now().UnixMilli()))
+	if err != nil {
+		return 0, t.Err(ctx, "prune keys", err)
+	}
+	return n, nil
+}
+
+// Entry is one idempotency key of a SKU in the ledger.
+type Entry struct {
+	Dir       inventory.Direction
+	Key       string
+	Remaining int64
+	// Expired, from [Tables.Entries]: the row exists but has expired. To
+	// [Tables.RecordAll]: replace that expired row.
+	Expired bool
+}
+
+// Entries returns the ledger rows of sku for any of keys, in either
+// direction, expired ones included and marked.
+func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string, keys []string) ([]Entry, error) {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, sku)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	rows, err := q.QueryxContext(ctx, t.bind(t.q.keys+"("+marks(len(keys), "?")+")"), args...)
+	if err != nil {
+		return nil, t.Err(ctx, "read keys", err)
+	}
+	defer rows.Close()
+	now := time.Now().UnixMilli()
+	var es []Entry
+	for rows.Next() {
+		var e Entry
+		var dir string
+		var exp int64
+		if err := rows.Scan(&dir, &e.Key, &e.Remaining, &exp); err != nil {
+			return nil, t.Err(ctx, "read keys", err)
+		}
+		e.Dir, e.Expired = inventory.Direction(dir), exp <= now
+		es = append(es, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.Err(ctx, "read keys", err)
+	}
+	return es, nil
+}
+
+// RecordAll writes entries for sku into the ledger through e, in as few
+// statements as it can: one multi-row INSERT for the new keys, one UPDATE
+// per expired row being replaced. ok=false means some row was not written
+// because another writer got there first; the caller rolls back.
+func (t *Tables) RecordAll(ctx context.Context, e sqlx.ExecerContext, sku string, entries []Entry) (ok bool, err error) {
+	now := time.Now().UnixMilli()
+	exp := now + t.cfg.KeyTTL.Milliseconds()
+	var args []any
+	for _, en := range entries {
+		if en.Expired {
+			n, err := rows(e.ExecContext(ctx, t.q.renew, en.Remaining, exp, sku, string(en.Dir), en.Key, now))
+			if err != nil || n != 1 {
+				return false, t.errIf(ctx, "record keys", err)
+			}
+			continue
+		}
+		args = append(args, sku, string(en.Dir), en.Key, en.Remaining, exp)
+	}
+	if len(args) == 0 {
+		return true, nil
+	}
+	n, err := rows(e.ExecContext(ctx, t.bind(t.q.insert+marks(len(args)/5, "(?, ?, ?, ?, ?)")+t.q.insertSuffix), args...))
+	if err != nil {
+		return false, t.Err(ctx, "record keys", err)
+	}
+	return n == int64(len(args)/5), nil
+}
+
+func (t *Tables) errIf(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return t.Err(ctx, op, err)
+}
+
+// marks returns n copies of m joined by commas.
+func marks(n int, m string) string {
+	return strings.TrimSuffix(strings.Repeat(m+", ", n), ", ")
+}
+
+func (t *Tables) bind(q string) string {
+	if t.Engine == Postgres {
+		return sqlx.Rebind(sqlx.DOLLAR, q)
+	}
+	return q
+}

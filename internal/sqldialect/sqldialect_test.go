@@ -1,0 +1,125 @@
+package sqldialect_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+)
+
+func tables(t *testing.T, db *sqlx.DB, ttl time.Duration) *sqldialect.Tables {
+	t.Helper()
+	tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, db)), KeyTTL: ttl})
+	require.NoError(t, err)
+	return tb
+}
+
+// TestDeadlock makes two transactions lock two rows in opposite orders; the
+// one the server picks as victim must report ErrContention.
+func TestDeadlock(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		if db.DriverName() == "sqlite" {
+			t.Skip("SQLite has one write lock, no row locks: no deadlock to make (see TestBusy)")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tb := tables(t, db, time.Hour)
+		a, b := testenv.Prefix(), testenv.Prefix()
+		require.NoError(t, tb.Init(ctx, a, 1))
+		require.NoError(t, tb.Init(ctx, b, 1))
+		tx1, err := db.BeginTxx(ctx, nil)
+		require.NoError(t, err)
+		defer tx1.Rollback()
+		tx2, err := db.BeginTxx(ctx, nil)
+		require.NoError(t, err)
+		defer tx2.Rollback()
+		_, _, err = tb.Lock(ctx, tx1, a)
+		require.NoError(t, err)
+		_, _, err = tb.Lock(ctx, tx2, b)
+		require.NoError(t, err)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _, errs[0] = tb.Lock(ctx, tx1, b)
+			if errs[0] != nil {
+				tx1.Rollback() // let the other one through
+			}
+		})
+		_, _, errs[1] = tb.Lock(ctx, tx2, a)
+		if errs[1] != nil {
+			tx2.Rollback()
+		}
+		wg.Wait()
+		t.Logf("errors: %v", errs)
+		victim := errs[0]
+		if victim == nil {
+			victim = errs[1]
+		}
+		require.Error(t, victim, "the server broke the deadlock")
+		require.ErrorIs(t, victim, inventory.ErrContention)
+	})
+}
+
+// TestBusy: SQLite's SQLITE_BUSY is contention.
+func TestBusy(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.SQLite(t)
+	tb := tables(t, db, time.Hour)
+	holder, err := db.BeginTxx(ctx, nil) // _txlock=immediate: holds the write lock
+	require.NoError(t, err)
+	defer holder.Rollback()
+	conn, err := db.Connx(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "PRAGMA busy_timeout = 50")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.Error(t, err)
+	require.ErrorIs(t, tb.Err(ctx, "begin", err), inventory.ErrContention, "%v", err)
+}
+
+func TestPrune(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		tb := tables(t, db, time.Millisecond)
+		sku := testenv.Prefix()
+		var entries []sqldialect.Entry
+		for _, k := range []string{"a", "b", "c"} {
+			entries = append(entries, sqldialect.Entry{Dir: inventory.DirReduce, Key: k, Remaining: 1})
+		}
+		ok, err := tb.RecordAll(ctx, db, sku, entries)
+		require.NoError(t, err)
+		require.True(t, ok)
+		time.Sleep(10 * time.Millisecond)
+		es, err := tb.Entries(ctx, db, sku, []string{"a", "b", "c", "d"})
+		require.NoError(t, err)
+		require.Len(t, es, 3)
+		for _, e := range es {
+			require.True(t, e.Expired, "%+v", e)
+		}
+		tb.Tidy(ctx, 1) // not yet time to prune
+		es, err = tb.Entries(ctx, db, sku, []string{"a", "b", "c"})
+		require.NoError(t, err)
+		require.Len(t, es, 3)
+		tb.Tidy(ctx, 1000) // past the pruning interval
+		es, err = tb.Entries(ctx, db, sku, []string{"a", "b", "c"})
+		require.NoError(t, err)
+		require.Empty(t, es, "pruned")
+
+		ok, err = tb.RecordAll(ctx, db, sku, entries[:1])
+		require.NoError(t, err)
+		require.True(t, ok)
+		time.Sleep(10 * time.Millisecond)
+		n, err := tb.Prune(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	})
+}

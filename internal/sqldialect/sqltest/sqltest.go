@@ -1,0 +1,72 @@
+// Package sqltest runs a test once per SQL engine, on the servers that
+// internal/testenv reaches, with tables unique to the test.
+package sqltest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// Engine opens a pool on one engine's test database.
+type Engine struct {
+	Name string
+	Open func(testing.TB) *sqlx.DB
+}
+
+// Conns is the pool size for the server engines: several test packages run
+// at once against MariaDB (max_connections 151) and PostgreSQL (100).
+const Conns = 16
+
+// Engines are the engines every SQL strategy runs on.
+var Engines = []Engine{
+	{"mariadb", func(t testing.TB) *sqlx.DB { return sized(testenv.MySQL(t)) }},
+	{"postgres", func(t testing.TB) *sqlx.DB { return sized(testenv.Postgres(t)) }},
+	{"sqlite", testenv.SQLite},
+}
+
+func sized(db *sqlx.DB) *sqlx.DB {
+	db.SetMaxOpenConns(Conns)
+	db.SetMaxIdleConns(Conns)
+	return db
+}
+
+// Run runs fn as one subtest per engine, in the manner of sqlx's
+// RunWithSchema.
+func Run(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
+	t.Helper()
+	for _, e := range Engines {
+		t.Run(e.Name, func(t *testing.T) { fn(t, e.Open(t)) })
+	}
+}
+
+// Schema returns a schema whose table and ledger are unique to this test,
+// created with sqlstore and dropped at the end of t.
+func Schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
+	t.Helper()
+	p := testenv.Prefix()
+	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
+	st, err := sqlstore.New(db, sqlstore.WithSchema(s))
+	require.NoError(t, err)
+	require.NoError(t, st.CreateTables(context.Background()))
+	Drop(t, db, s.Table, s.Ledger)
+	return s
+}
+
+// Drop drops the tables at the end of t.
+func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
+	q := `"`
+	if db.DriverName() == "mysql" {
+		q = "`"
+	}
+	t.Cleanup(func() {
+		for _, tb := range tables {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + tb + q)
+		}
+	})
+}

@@ -1,0 +1,258 @@
+package optimistic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
+)
+
+// call is one Reduce or Return waiting for its SKU's queue. The leader that
+// takes it writes rem and err, then closes done.
+type call struct {
+	ctx  context.Context
+	qty  int64
+	dir  inventory.Direction
+	key  string
+	done chan struct{}
+	rem  int64
+	err  error
+
+	taken bool // by a leader; guarded by queue.mu
+}
+
+// queue holds the calls of one SKU. Whoever holds lead applies them.
+type queue struct {
+	lead    chan struct{} // capacity 1
+	mu      sync.Mutex
+	pending []*call
+	refs    int // calls using this queue; guarded by Manager.mu
+}
+
+// combine queues c and waits until a leader applied it, becoming the
+// leader itself when the SKU is free.
+func (m *Manager) combine(ctx context.Context, sku string, c *call) (int64, error) {
+	q := m.queue(sku)
+	defer m.unqueue(sku, q)
+	q.mu.Lock()
+	q.pending = append(q.pending, c)
+	q.mu.Unlock()
+
+	select {
+	case <-c.done:
+	case q.lead <- struct{}{}:
+		// A leader closes the done of every call it took before it lets go
+		// of lead, so c is still pending here unless it is done.
+		for !isDone(c) {
+			batch := m.take(q)
+			if len(batch) == 0 {
+				break // unreachable: c is pending
+			}
+			m.apply(sku, batch)
+		}
+		<-q.lead
+	case <-ctx.Done():
+		q.mu.Lock()
+		taken := c.taken
+		if !taken {
+			q.pending = slices.DeleteFunc(q.pending, func(x *call) bool { return x == c })
+		}
+		q.mu.Unlock()
+		if !taken {
+			return 0, m.t.Err(ctx, string(c.dir), ctx.Err())
+		}
+		<-c.done // it is being written: wait for the outcome
+	}
+	return c.rem, c.err
+}
+
+func isDone(c *call) bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// take removes up to maxBatch calls from the front of q.
+func (m *Manager) take(q *queue) []*call {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.pending), m.cfg.maxBatch)
+	batch := slices.Clone(q.pending[:n])
+	q.pending = slices.Delete(q.pending, 0, n)
+	for _, c := range batch {
+		c.taken = true
+	}
+	return batch
+}
+
+func (m *Manager) queue(sku string) *queue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.hot[sku]
+	if q == nil {
+		q = &queue{lead: make(chan struct{}, 1)}
+		m.hot[sku] = q
+	}
+	q.refs++
+	return q
+}
+
+func (m *Manager) unqueue(sku string, q *queue) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q.refs--; q.refs == 0 {
+		delete(m.hot, sku)
+	}
+}
+
+// apply runs batch to completion: read, compute every call's result in
+// order, compare-and-set, retrying on conflict. Then it closes every done.
+func (m *Manager) apply(sku string, batch []*call) {
+	// The batch's statements stop only once every caller in it gave up.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	defer cancel()
+	var live atomic.Int32
+	live.Store(int32(len(batch)))
+	for _, c := range batch {
+		stop := context.AfterFunc(c.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+
+	pause := m.cfg.base
+	for attempt := 1; ; attempt++ {
+		// A caller whose ctx ended before this attempt leaves unwritten.
+		batch = slices.DeleteFunc(batch, func(c *call) bool {
+			if err := c.ctx.Err(); err != nil {
+				c.rem, c.err = 0, m.t.Err(c.ctx, string(c.dir), err)
+				close(c.done)
+				return true
+			}
+			return false
+		})
+		if len(batch) == 0 {
+			return
+		}
+		conflict, err := m.attempt(ctx, sku, batch)
+		if err == nil && conflict && attempt >= m.cfg.attempts {
+			err = fmt.Errorf("optimistic: %q: %w after %d compare-and-set attempts", sku, inventory.ErrContention, attempt)
+		}
+		if err != nil || !conflict {
+			for _, c := range batch {
+				if err != nil {
+					c.rem, c.err = 0, err
+					if cerr := c.ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+						c.err = fmt.Errorf("%w: %w", err, cerr)
+					}
+				}
+				close(c.done)
+			}
+			return
+		}
+		pause = m.backoff(pause)
+		sleep(ctx, pause)
+	}
+}
+
+type ledgerKey struct {
+	dir inventory.Direction
+	key string
+}
+
+// errConflict rolls back a transaction whose compare-and-set lost.
+var errConflict = errors.New("optimistic: conflict")
+
+// attempt reads the row (and the keys of the batch), computes each call's
+// result into it, and writes the outcome with one compare-and-set.
+// conflict=true: another writer got there first; nothing was written.
+func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (conflict bool, err error) {
+	stock, version, err := m.t.Read(ctx, m.t.DB, sku)
+	if err != nil {
+		return false, err
+	}
+	seen := map[ledgerKey]sqldialect.Entry{}
+	var keys []string
+	for _, c := range batch {
+		if c.key != "" && !slices.Contains(keys, c.key) {
+			keys = append(keys, c.key)
+		}
+	}
+	if len(keys) > 0 {
+		// Read after the row: if a write lands in between, the CAS fails.
+		es, err := m.t.Entries(ctx, m.t.DB, sku, keys)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range es {
+			seen[ledgerKey{e.Dir, e.Key}] = e
+		}
+	}
+
+	cur, wrote := stock, false
+	var records []sqldialect.Entry
+	for _, c := range batch {
+		k := ledgerKey{c.dir, c.key}
+		if e, ok := seen[k]; c.key != "" && ok && !e.Expired {
+			c.rem, c.err = e.Remaining, m.t.Duplicate(sku, c.dir, c.key)
+			continue
+		}
+		if err := check(sku, c.dir, cur, c.qty); err != nil {
+			c.rem, c.err = cur, err
+			continue
+		}
+		if c.dir == inventory.DirReduce {
+			cur -= c.qty
+		} else {
+			cur += c.qty
+		}
+		c.rem, c.err, wrote = cur, nil, true
+		if c.key != "" {
+			// Later calls with this key in the batch are its duplicates.
+			expired := seen[k].Expired // an expired row to replace
+			seen[k] = sqldialect.Entry{Dir: c.dir, Key: c.key, Remaining: cur}
+			records = append(records, sqldialect.Entry{Dir: c.dir, Key: c.key, Remaining: cur, Expired: expired})
+		}
+	}
+	if !wrote {
+		return false, nil
+	}
+	m.writes.Add(1)
+	if len(records) == 0 {
+		ok, err := m.t.Set(ctx, m.t.DB, sku, version, cur)
+		if err == nil && !ok {
+			m.conflicts.Add(1)
+		}
+		return !ok, err
+	}
+	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		ok, err := m.t.Set(ctx, tx, sku, version, cur)
+		if err == nil && ok {
+			ok, err = m.t.RecordAll(ctx, tx, sku, records)
+		}
+		if err == nil && !ok {
+			err = errConflict
+		}
+		return err
+	})
+	if errors.Is(err, errConflict) {
+		m.conflicts.Add(1)
+		return true, nil
+	}
+	if err == nil {
+		m.t.Tidy(ctx, len(records))
+	}
+	return false, err
+}

@@ -1,0 +1,80 @@
+package optimistic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // registers "sqlite"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// A shop on an embedded SQLite database: create the tables once, then sell.
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sqlx.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+
+		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	store, err := sqlstore.New(db) // default names: tables stock and stock_ledger
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateTables(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	var m inventory.StockManager
+	m, err = optimistic.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := m.Init(ctx, "sneaker-42", 3); err != nil {
+		log.Fatal(err)
+	}
+	left, err := m.Reduce(ctx, "sneaker-42", 2, inventory.WithKey("order-1001"))
+	fmt.Println(left, err)
+	// The client timed out and sends the order again: nothing is taken twice.
+	left, err = m.Reduce(ctx, "sneaker-42", 2, inventory.WithKey("order-1001"))
+	fmt.Println(left, errors.Is(err, inventory.ErrDuplicate))
+	left, err = m.Reduce(ctx, "sneaker-42", 2)
+	fmt.Println(left, errors.Is(err, inventory.ErrInsufficientStock))
+	// Output:
+	// 1 <nil>
+	// 1 true
+	// 1 true
+}
+
+// On PostgreSQL, through pgx, in single-statement mode, on an existing
+// products(id, stock, version) table.
+func ExampleWithSingleStatement() {
+	ctx := context.Background()
+	db, err := sqlx.Open("pgx", "postgres://shop@db.internal/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	schema := sqlstore.Schema{Table: "products", SKU: "id", Ledger: "stock_keys"}
+	m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithSingleStatement())
+	if err != nil {
+		log.Fatal(err)
+	}
+	left, err := m.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("order-1002"))
+	fmt.Println(left, err)
+}

@@ -1,0 +1,12 @@
+package optimistic
+
+// Hooks for the benchmarks.
+
+// WithMaxBatch caps how many queued calls of one SKU a compare-and-set
+// applies at once; 1 leaves only the per-SKU gate.
+func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
+
+// Counts returns the compare-and-set writes tried and the ones that lost.
+func (m *Manager) Counts() (attempts, conflicts int64) {
+	return m.writes.Load(), m.conflicts.Load()
+}

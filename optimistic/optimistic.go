@@ -1,0 +1,299 @@
+// Package optimistic is an [inventory.StockManager] over a SQL row (sku,
+// stock, version), made safe by optimistic concurrency control instead of
+// locks held across round trips. It runs on MariaDB/MySQL, PostgreSQL and
+// SQLite through [github.com/jmoiron/sqlx], on the tables of
+// [github.com/stockkit/inventory/sqlstore], which the rowlock strategy and
+// the lock strategies' SQL store share.
+//
+// # Version compare-and-set (the default)
+//
+// A call reads (stock, version), checks, and writes back with
+//
+//	UPDATE stock SET stock = ?, version = version + 1 WHERE sku = ? AND version = ?
+//
+// If another writer moved the version first, nothing is written; the call
+// reads again, each read a fresh autocommit statement (never a stale
+// REPEATABLE READ snapshot), after a decorrelated-jitter backoff, and gives
+// up with [inventory.ErrContention] after [WithMaxAttempts] attempts or when
+// ctx is done.
+//
+// Naive version CAS collapses on a hot row: with 64 goroutines on one SKU
+// almost every write loses the race. So calls of one Manager on one SKU
+// combine: while one goroutine holds the SKU, the calls that arrive queue
+// up, and the holder applies the whole queue, in order, in a single
+// read-and-CAS (one transaction with the ledger rows when keys are used).
+// Each call still gets its own result (its own remaining value, or
+// ErrInsufficientStock, ErrDuplicate...), and the CAS still protects against
+// other processes. Between processes the strategy stays optimistic: on one
+// hot SKU each process has at most one write in flight, so conflicts grow
+// with the number of processes, not goroutines, and a batch that loses
+// every attempt returns ErrContention to all its calls, to be retried.
+// Where many processes hammer one SKU, consider [WithSingleStatement].
+//
+// # Single statement
+//
+// [WithSingleStatement] replaces the read and CAS by one conditional UPDATE,
+//
+//	UPDATE stock SET stock = stock - ?, version = version + 1 WHERE sku = ? AND stock >= ?
+//
+// returning the new stock in the same statement (RETURNING; on MySQL,
+// LAST_INSERT_ID(expr)). When it matches no row a fresh read tells an unknown
+// SKU from insufficient stock; if that read shows the stock has meanwhile
+// become sufficient, the UPDATE is tried again, so the reported cause is
+// always one the row really had.
+//
+// # Idempotency
+//
+// With [inventory.WithKey], the key is written to the ledger table in the
+// same transaction as the stock, so a call that did not take effect never
+// uses up its key. Keys expire after [WithKeyTTL].
+package optimistic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// Manager implements [inventory.StockManager] with optimistic concurrency
+// over SQL. It is safe for concurrent use. Create it with [New].
+type Manager struct {
+	t   *sqldialect.Tables
+	cfg config
+
+	mu  sync.Mutex
+	hot map[string]*queue // SKUs with calls in flight
+
+	// compare-and-set writes tried, and those that lost; for benchmarks
+	writes, conflicts atomic.Int64
+}
+
+var _ inventory.StockManager = (*Manager)(nil)
+
+type config struct {
+	schema    sqlstore.Schema
+	ttl       time.Duration
+	attempts  int
+	single    bool
+	base, cap time.Duration
+	maxBatch  int
+}
+
+// Option configures [New].
+type Option func(*config)
+
+// WithSchema names the tables and columns; see [sqlstore.Schema]. The
+// default is the zero Schema: sqlstore's default names.
+func WithSchema(s sqlstore.Schema) Option { return func(c *config) { c.schema = s } }
+
+// WithKeyTTL sets how long an idempotency key is remembered; at least a
+// millisecond. The default is [inventory.DefaultKeyTTL].
+func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithMaxAttempts sets how many times a call tries its write before giving
+// up with [inventory.ErrContention]; at least 1. In single-statement mode it
+// bounds the retries of an UPDATE that found the row changed under it. The
+// default is 10.
+func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
+
+// WithBackoff sets the bounds of the decorrelated-jitter backoff between
+// compare-and-set attempts: each pause is drawn from base up to three times
+// the previous one, capped at max. base must be positive and max at least
+// base. The default is 1ms to 100ms.
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *config) { c.base, c.cap = base, max }
+}
+
+// WithSingleStatement makes each call one conditional UPDATE (a transaction
+// with the ledger row when keyed) instead of a read and a version
+// compare-and-set. The default is the version compare-and-set.
+func WithSingleStatement() Option { return func(c *config) { c.single = true } }
+
+// New returns a Manager over db. The tables must exist: see
+// [sqlstore.Store.CreateTables]. New validates the options and names and
+// chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
+// [inventory.ErrInvalidArgument].
+func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
+	c := config{ttl: inventory.DefaultKeyTTL, attempts: 10, base: time.Millisecond, cap: 100 * time.Millisecond, maxBatch: 128}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.attempts < 1 {
+		return nil, fmt.Errorf("optimistic: %w: max attempts %d < 1", inventory.ErrInvalidArgument, c.attempts)
+	}
+	if c.base <= 0 || c.cap < c.base {
+		return nil, fmt.Errorf("optimistic: %w: backoff %v..%v", inventory.ErrInvalidArgument, c.base, c.cap)
+	}
+	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{t: t, cfg: c, hot: map[string]*queue{}}, nil
+}
+
+// Init implements [inventory.StockManager].
+func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
+	if err := inventory.ValidateInit(sku, qty); err != nil {
+		return err
+	}
+	return m.t.Init(ctx, sku, qty)
+}
+
+// Get implements [inventory.StockManager].
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return 0, err
+	}
+	return m.t.Get(ctx, sku)
+}
+
+// Reduce implements [inventory.StockManager].
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
+}
+
+// Return implements [inventory.StockManager].
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+}
+
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
+	o, err := inventory.ValidateMove(sku, qty, opts)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, m.t.Err(ctx, string(dir), err)
+	}
+	if m.cfg.single {
+		return m.single(ctx, sku, qty, dir, o.Key)
+	}
+	return m.combine(ctx, sku, &call{ctx: ctx, qty: qty, dir: dir, key: o.Key, done: make(chan struct{})})
+}
+
+// single is the single-statement mode.
+func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	delta, lo, hi := -qty, qty, inventory.MaxStock
+	if dir == inventory.DirReturn {
+		delta, lo, hi = qty, 0, inventory.MaxStock-qty
+	}
+	seen := func() (int64, bool, error) {
+		if key == "" {
+			return 0, false, nil
+		}
+		rem, found, err := m.t.Seen(ctx, m.t.DB, sku, dir, key)
+		if err == nil && found {
+			err = m.t.Duplicate(sku, dir, key)
+		}
+		return rem, found, err
+	}
+	if key != "" {
+		// One read first, so that a duplicate or a refusal opens no
+		// transaction: after a sell-out that is almost every call.
+		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
+		switch {
+		case err != nil:
+			return 0, err
+		case found:
+			return rem, m.t.Duplicate(sku, dir, key)
+		}
+		if err := check(sku, dir, cur, qty); err != nil {
+			return cur, err
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		rem, ok, err := m.update(ctx, sku, delta, lo, hi, dir, key)
+		if errors.Is(err, inventory.ErrDuplicate) {
+			if rem, found, err := seen(); found || err != nil {
+				return rem, err // with the first call's remaining
+			}
+			return 0, err
+		}
+		if err != nil || ok {
+			return rem, err
+		}
+		// A call with the same key may have just taken the stock.
+		if rem, found, err := seen(); err != nil || found {
+			return rem, err
+		}
+		// No row matched: find out why from a fresh read.
+		cur, err := m.t.Get(ctx, sku)
+		if err != nil {
+			return 0, err
+		}
+		if err := check(sku, dir, cur, qty); err != nil {
+			return cur, err
+		}
+		if attempt >= m.cfg.attempts {
+			return 0, fmt.Errorf("optimistic: %s %q: %w after %d attempts", dir, sku, inventory.ErrContention, attempt)
+		}
+		// The stock changed back between the UPDATE and the read: again.
+	}
+}
+
+// update runs the conditional UPDATE, with the ledger row in the same
+// transaction when keyed. ok=false: no row matched, nothing changed.
+func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir inventory.Direction, key string) (rem int64, ok bool, err error) {
+	if key == "" {
+		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
+	}
+	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
+			return err
+		}
+		dup, err := m.t.Record(ctx, tx, sku, dir, key, rem)
+		if err == nil && dup {
+			err = m.t.Duplicate(sku, dir, key)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if ok {
+		m.t.Tidy(ctx, 1)
+	}
+	return rem, ok, nil
+}
+
+// check reports why moving qty units of sku in direction dir from a stock
+// of cur is refused, or nil.
+func check(sku string, dir inventory.Direction, cur, qty int64) error {
+	if dir == inventory.DirReturn {
+		return inventory.CheckReturn(cur, qty)
+	}
+	if cur < qty {
+		return fmt.Errorf("optimistic: %w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
+	}
+	return nil
+}
+
+// backoff returns the next decorrelated-jitter pause after prev.
+func (m *Manager) backoff(prev time.Duration) time.Duration {
+	hi := max(3*prev, m.cfg.base+1)
+	return min(m.cfg.cap, m.cfg.base+rand.N(hi-m.cfg.base))
+}
+
+// sleep pauses for d or until ctx is done; it reports whether it slept.
+func sleep(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

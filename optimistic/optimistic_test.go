@@ -1,0 +1,226 @@
+package optimistic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+func newManager(t testing.TB, db *sqlx.DB, schema sqlstore.Schema, opts ...optimistic.Option) *optimistic.Manager {
+	t.Helper()
+	m, err := optimistic.New(db, append([]optimistic.Option{optimistic.WithSchema(schema)}, opts...)...)
+	require.NoError(t, err)
+	return m
+}
+
+func TestConformance(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []optimistic.Option
+	}{
+		{"cas", nil},
+		{"single", []optimistic.Option{optimistic.WithSingleStatement()}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+				schema := sqltest.Schema(t, db)
+				inventorytest.Run(t, inventorytest.Config{
+					NewManager: func(t *testing.T) inventory.StockManager {
+						return newManager(t, db, schema, mode.opts...)
+					},
+				})
+			})
+		})
+	}
+}
+
+// TestProcesses runs several Managers, as separate processes would, on one
+// hot SKU: their calls combine within a Manager and race by version between
+// Managers, and must neither oversell nor lose an update.
+func TestProcesses(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		schema := sqltest.Schema(t, db)
+		ms := []*optimistic.Manager{
+			newManager(t, db, schema), newManager(t, db, schema),
+			newManager(t, db, schema, optimistic.WithSingleStatement()),
+		}
+		sku := testenv.Prefix()
+		const stock, buyers = 150, 300
+		require.NoError(t, ms[0].Init(ctx, sku, stock))
+		var mu sync.Mutex
+		var sold, refused, contention int
+		var wg sync.WaitGroup
+		for i := range buyers {
+			wg.Go(func() {
+				for {
+					_, err := ms[i%len(ms)].Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprint("buyer-", i)))
+					mu.Lock()
+					switch {
+					case err == nil:
+						sold++
+					case errors.Is(err, inventory.ErrInsufficientStock):
+						refused++
+					case errors.Is(err, inventory.ErrContention):
+						contention++
+						mu.Unlock()
+						continue
+					default:
+						assert.NoError(t, err)
+					}
+					mu.Unlock()
+					return
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("sold %d, refused %d, %d contention retries", sold, refused, contention)
+		require.Equal(t, stock, sold)
+		require.Equal(t, buyers-stock, refused)
+		n, err := ms[1].Get(ctx, sku)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+}
+
+// TestGivesUp: with one attempt and a rival that always moves the version
+// first, a call ends in ErrContention and changes nothing.
+func TestGivesUp(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		schema := sqltest.Schema(t, db)
+		m := newManager(t, db, schema, optimistic.WithMaxAttempts(1))
+		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+		require.NoError(t, err)
+		sku := testenv.Prefix()
+		require.NoError(t, m.Init(ctx, sku, 1_000_000))
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { // the rival: a tight loop of version bumps
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				stock, v, err := store.Read(ctx, sku)
+				if assert.NoError(t, err) {
+					_, err = store.CompareAndSet(ctx, sku, v, stock, inventory.DirReduce, "")
+					if !errors.Is(err, inventory.ErrContention) {
+						assert.NoError(t, err)
+					}
+				}
+			}
+		})
+		var gaveUp, ok int
+		for range 200 {
+			_, err := m.Reduce(ctx, sku, 1)
+			if errors.Is(err, inventory.ErrContention) {
+				gaveUp++
+			} else if assert.NoError(t, err) {
+				ok++
+			}
+		}
+		close(stop)
+		wg.Wait()
+		t.Logf("%d calls gave up, %d took effect", gaveUp, ok)
+		n, err := m.Get(ctx, sku)
+		require.NoError(t, err)
+		require.EqualValues(t, 1_000_000-ok, n, "a call that gave up changed nothing")
+		if db.DriverName() != "sqlite" { // SQLite writers take turns; the rival may never win
+			require.Positive(t, gaveUp, "some calls lost every race")
+		}
+	})
+}
+
+func TestCustomSchema(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		p := testenv.Prefix()
+		products, ledger := "products_"+p, "keys_"+p
+		q, idType := `"`, map[string]string{"mysql": "VARBINARY(64)", "pgx": `VARCHAR(64) COLLATE "C"`, "sqlite": "TEXT"}[db.DriverName()]
+		if db.DriverName() == "mysql" {
+			q = "`"
+		}
+		_, err := db.ExecContext(ctx, "CREATE TABLE "+q+products+q+" (id "+idType+" PRIMARY KEY, stock BIGINT NOT NULL, version BIGINT NOT NULL)")
+		require.NoError(t, err)
+		sqltest.Drop(t, db, products, ledger)
+		schema := sqlstore.Schema{Table: products, SKU: "id", Ledger: ledger}
+		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+		require.NoError(t, err)
+		require.NoError(t, store.CreateTables(ctx))
+		for _, m := range []*optimistic.Manager{newManager(t, db, schema), newManager(t, db, schema, optimistic.WithSingleStatement())} {
+			require.NoError(t, m.Init(ctx, p, 5))
+			rem, err := m.Reduce(ctx, p, 2, inventory.WithKey("k"))
+			require.NoError(t, err)
+			require.EqualValues(t, 3, rem)
+			rem, err = m.Reduce(ctx, p, 2, inventory.WithKey("k"))
+			require.ErrorIs(t, err, inventory.ErrDuplicate)
+			require.EqualValues(t, 3, rem)
+			rem, err = m.Return(ctx, p, 1)
+			require.NoError(t, err)
+			require.EqualValues(t, 4, rem)
+			_, err = db.ExecContext(ctx, "DELETE FROM "+q+ledger+q)
+			require.NoError(t, err)
+		}
+	})
+}
+
+func TestNew(t *testing.T) {
+	db := sqlx.NewDb(nil, "mysql") // no I/O: every refusal comes first
+	for name, opts := range map[string][]optimistic.Option{
+		"injected table":  {optimistic.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
+		"injected column": {optimistic.WithSchema(sqlstore.Schema{Stock: "stock = 0 --"})},
+		"zero attempts":   {optimistic.WithMaxAttempts(0)},
+		"zero TTL":        {optimistic.WithKeyTTL(0)},
+		"bad backoff":     {optimistic.WithBackoff(time.Second, time.Millisecond)},
+	} {
+		_, err := optimistic.New(db, opts...)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
+	}
+	_, err := optimistic.New(sqlx.NewDb(nil, "oracle"))
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+}
+
+// TestKeyExpiry: an expired key counts as absent and can be used again.
+func TestKeyExpiry(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		schema := sqltest.Schema(t, db)
+		for _, m := range []*optimistic.Manager{
+			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)),
+			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()),
+		} {
+			sku := testenv.Prefix()
+			require.NoError(t, m.Init(ctx, sku, 10))
+			_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+			require.NoError(t, err)
+			rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+			require.ErrorIs(t, err, inventory.ErrDuplicate)
+			require.EqualValues(t, 9, rem)
+			time.Sleep(300 * time.Millisecond)
+			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+			require.NoError(t, err, "the key expired")
+			require.EqualValues(t, 8, rem)
+			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+			require.ErrorIs(t, err, inventory.ErrDuplicate)
+			require.EqualValues(t, 8, rem, "the renewed key holds the new result")
+		}
+	})
+}

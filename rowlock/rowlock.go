@@ -1,0 +1,224 @@
+// Package rowlock is an [inventory.StockManager] that locks the SKU's SQL
+// row for the length of one transaction: SELECT ... FOR UPDATE, check,
+// UPDATE, commit. It runs on MariaDB/MySQL, PostgreSQL and SQLite through
+// [github.com/jmoiron/sqlx], on the tables of
+// [github.com/stockkit/inventory/sqlstore], shared with the optimistic
+// strategy and the lock strategies' SQL store.
+//
+// SQLite has no row locks: there the transaction starts with a write (an
+// UPDATE that changes nothing) and so holds the database's write lock from
+// its first statement, as an immediate transaction does, whatever the DSN's
+// _txlock. Its writers take turns; with modernc.org/sqlite, a pool of one
+// connection avoids their busy polling.
+//
+// # Lock waits
+//
+// A call waits for the row lock at most until ctx is done or the lock
+// timeout ([WithLockTimeout]) passes, then returns an error wrapping
+// [inventory.ErrContention], as it does when the engine reports a deadlock,
+// a serialization failure or a busy database. Any error rolls the whole
+// transaction back: nothing is left half-done.
+//
+// The lock timeout is enforced by the server where it can be: PostgreSQL's
+// lock_timeout (SET LOCAL, so it ends with the transaction), MariaDB's
+// SELECT ... FOR UPDATE WAIT n (whole seconds, rounded up). MySQL, which has
+// no per-statement form, keeps its innodb_lock_wait_timeout; bound the wait
+// with ctx there. On SQLite the lock timeout bounds the whole transaction,
+// lock wait included (also bounded by the DSN's busy_timeout).
+//
+// # Idempotency
+//
+// With [inventory.WithKey], the key is written to the ledger table in the
+// same transaction, so a call that did not take effect never uses up its
+// key. A keyed call first reads the stock and the key together without
+// locking, so duplicates and refusals (after a sell-out, nearly every call)
+// take no lock.
+package rowlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// DefaultLockTimeout is how long a call waits for a row lock unless
+// configured otherwise.
+const DefaultLockTimeout = 5 * time.Second
+
+// Manager implements [inventory.StockManager] with a row lock per call. It
+// is safe for concurrent use. Create it with [New].
+type Manager struct {
+	t    *sqldialect.Tables
+	wait time.Duration
+}
+
+var _ inventory.StockManager = (*Manager)(nil)
+
+type config struct {
+	schema sqlstore.Schema
+	ttl    time.Duration
+	wait   time.Duration
+}
+
+// Option configures [New].
+type Option func(*config)
+
+// WithSchema names the tables and columns; see [sqlstore.Schema]. The
+// default is the zero Schema: sqlstore's default names.
+func WithSchema(s sqlstore.Schema) Option { return func(c *config) { c.schema = s } }
+
+// WithKeyTTL sets how long an idempotency key is remembered; at least a
+// millisecond. The default is [inventory.DefaultKeyTTL].
+func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithLockTimeout bounds the wait for a row lock, after which a call
+// returns [inventory.ErrContention]; it must be positive. See the package
+// documentation for how each engine applies it. The default is
+// [DefaultLockTimeout].
+func WithLockTimeout(d time.Duration) Option { return func(c *config) { c.wait = d } }
+
+// New returns a Manager over db. The tables must exist: see
+// [sqlstore.Store.CreateTables]. New validates the options and names and
+// chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
+// [inventory.ErrInvalidArgument].
+func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
+	c := config{ttl: inventory.DefaultKeyTTL, wait: DefaultLockTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.wait <= 0 {
+		return nil, fmt.Errorf("rowlock: %w: lock timeout %v is not positive", inventory.ErrInvalidArgument, c.wait)
+	}
+	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait})
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{t: t, wait: c.wait}, nil
+}
+
+// Init implements [inventory.StockManager].
+func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
+	if err := inventory.ValidateInit(sku, qty); err != nil {
+		return err
+	}
+	return m.t.Init(ctx, sku, qty)
+}
+
+// Get implements [inventory.StockManager].
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return 0, err
+	}
+	return m.t.Get(ctx, sku)
+}
+
+// Reduce implements [inventory.StockManager].
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
+}
+
+// Return implements [inventory.StockManager].
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+}
+
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
+	o, err := inventory.ValidateMove(sku, qty, opts)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, m.t.Err(ctx, string(dir), err)
+	}
+	key := o.Key
+	if key != "" {
+		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
+		switch {
+		case err != nil:
+			return 0, err
+		case found:
+			return rem, m.t.Duplicate(sku, dir, key)
+		}
+		if err := check(sku, dir, cur, qty); err != nil {
+			return cur, err
+		}
+	}
+
+	rem, err := m.locked(ctx, sku, qty, dir, key)
+	if key != "" && (errors.Is(err, inventory.ErrDuplicate) || errors.Is(err, inventory.ErrInsufficientStock)) {
+		// A call with the same key committed while this one waited for the
+		// lock: report it as the duplicate it is, with its remaining.
+		if first, found, serr := m.t.Seen(ctx, m.t.DB, sku, dir, key); serr == nil && found {
+			return first, m.t.Duplicate(sku, dir, key)
+		}
+	}
+	return rem, err
+}
+
+// locked runs the locking transaction. On a refusal rem is the stock seen.
+func (m *Manager) locked(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, err error) {
+	txCtx := ctx
+	if m.t.Engine == sqldialect.SQLite {
+		var cancel context.CancelFunc
+		txCtx, cancel = context.WithTimeout(ctx, m.wait)
+		defer cancel()
+	}
+	err = m.t.Tx(txCtx, func(tx *sqlx.Tx) error {
+		cur, version, err := m.t.Lock(txCtx, tx, sku)
+		if err != nil {
+			return err
+		}
+		if err := check(sku, dir, cur, qty); err != nil {
+			rem = cur
+			return err
+		}
+		rem = cur - qty
+		if dir == inventory.DirReturn {
+			rem = cur + qty
+		}
+		ok, err := m.t.Set(txCtx, tx, sku, version, rem)
+		if err == nil && !ok { // cannot happen under the lock; never write blind
+			err = fmt.Errorf("rowlock: %q: %w: row changed under its lock", sku, inventory.ErrContention)
+		}
+		if err == nil && key != "" {
+			var dup bool
+			if dup, err = m.t.Record(txCtx, tx, sku, dir, key, rem); err == nil && dup {
+				err = m.t.Duplicate(sku, dir, key)
+			}
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+		if key != "" {
+			m.t.Tidy(ctx, 1)
+		}
+		return rem, nil
+	case ctx.Err() == nil && txCtx.Err() != nil && !errors.Is(err, inventory.ErrContention):
+		return 0, fmt.Errorf("rowlock: %s %q: %w: no lock within %v: %w", dir, sku, inventory.ErrContention, m.wait, err)
+	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrInvalidArgument):
+		return rem, err
+	}
+	return 0, err
+}
+
+// check reports why moving qty units of sku in direction dir from a stock
+// of cur is refused, or nil.
+func check(sku string, dir inventory.Direction, cur, qty int64) error {
+	if dir == inventory.DirReturn {
+		return inventory.CheckReturn(cur, qty)
+	}
+	if cur < qty {
+		return fmt.Errorf("rowlock: %w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package rowlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+func newManager(t testing.TB, db *sqlx.DB, schema sqlstore.Schema, opts ...rowlock.Option) *rowlock.Manager {
+	t.Helper()
+	m, err := rowlock.New(db, append([]rowlock.Option{rowlock.WithSchema(schema)}, opts...)...)
+	require.NoError(t, err)
+	return m
+}
+
+func TestConformance(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		schema := sqltest.Schema(t, db)
+		inventorytest.Run(t, inventorytest.Config{
+			NewManager: func(t *testing.T) inventory.StockManager { return newManager(t, db, schema) },
+		})
+	})
+}
+
+func quote(db *sqlx.DB, id string) string {
+	if db.DriverName() == "mysql" {
+		return "`" + id + "`"
+	}
+	return `"` + id + `"`
+}
+
+// holdLock locks the row of sku from another transaction until the end of t
+// or until the returned func is called.
+func holdLock(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, sku string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	q := "SELECT stock FROM " + quote(db, schema.Table) + " WHERE sku = ? FOR UPDATE"
+	if db.DriverName() == "sqlite" {
+		q = "UPDATE " + quote(db, schema.Table) + " SET version = version WHERE sku = ? RETURNING stock"
+	}
+	var n int64
+	require.NoError(t, tx.QueryRowxContext(ctx, tx.Rebind(q), sku).Scan(&n))
+	release = func() { _ = tx.Rollback() }
+	t.Cleanup(release)
+	return release
+}
+
+// TestLockTimeout holds the row lock in another transaction: the call gives
+// up with ErrContention after the lock timeout, or with ctx's error when ctx
+// ends first, and changes nothing.
+func TestLockTimeout(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		schema := sqltest.Schema(t, db)
+		wait := 200 * time.Millisecond
+		if db.DriverName() == "mysql" {
+			wait = time.Second // MariaDB's FOR UPDATE WAIT n counts whole seconds
+		}
+		m := newManager(t, db, schema, rowlock.WithLockTimeout(wait))
+		sku := testenv.Prefix()
+		require.NoError(t, m.Init(ctx, sku, 10))
+
+		release := holdLock(t, db, schema, sku)
+		for _, key := range []string{"", "k"} {
+			start := time.Now()
+			_, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key+"x"))
+			require.ErrorIs(t, err, inventory.ErrContention)
+			t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+
+		patient := newManager(t, db, schema, rowlock.WithLockTimeout(time.Hour))
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := patient.Reduce(short, sku, 1)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "ctx bounds the wait")
+		release()
+
+		n, err := m.Get(ctx, sku)
+		require.NoError(t, err)
+		require.EqualValues(t, 10, n, "nothing changed")
+		rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("kx"))
+		require.NoError(t, err, "the key of the call that gave up is unused")
+		require.EqualValues(t, 9, rem)
+	})
+}
+
+func TestCustomSchema(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		p := testenv.Prefix()
+		products, ledger := "products_"+p, "keys_"+p
+		idType := map[string]string{"mysql": "VARBINARY(64)", "pgx": `VARCHAR(64) COLLATE "C"`, "sqlite": "TEXT"}[db.DriverName()]
+		_, err := db.ExecContext(ctx, "CREATE TABLE "+quote(db, products)+" (id "+idType+" PRIMARY KEY, qty BIGINT NOT NULL, rev BIGINT NOT NULL)")
+		require.NoError(t, err)
+		sqltest.Drop(t, db, products, ledger)
+		schema := sqlstore.Schema{Table: products, SKU: "id", Stock: "qty", Version: "rev", Ledger: ledger}
+		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+		require.NoError(t, err)
+		require.NoError(t, store.CreateTables(ctx))
+
+		m := newManager(t, db, schema)
+		require.NoError(t, m.Init(ctx, p, 5))
+		rem, err := m.Reduce(ctx, p, 2, inventory.WithKey("k"))
+		require.NoError(t, err)
+		require.EqualValues(t, 3, rem)
+		rem, err = m.Reduce(ctx, p, 2, inventory.WithKey("k"))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.EqualValues(t, 3, rem)
+		rem, err = m.Return(ctx, p, 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, rem)
+		_, v, err := store.Read(ctx, p)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, v, "Init and two writes each moved the version")
+	})
+}
+
+func TestNew(t *testing.T) {
+	db := sqlx.NewDb(nil, "pgx") // no I/O: every refusal comes first
+	for name, opts := range map[string][]rowlock.Option{
+		"injected table":   {rowlock.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
+		"injected ledger":  {rowlock.WithSchema(sqlstore.Schema{Ledger: `l" (x) --`})},
+		"zero TTL":         {rowlock.WithKeyTTL(0)},
+		"zero lock wait":   {rowlock.WithLockTimeout(0)},
+		"negative timeout": {rowlock.WithLockTimeout(-time.Second)},
+	} {
+		_, err := rowlock.New(db, opts...)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
+	}
+	_, err := rowlock.New(nil)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+}
+
+// TestKeyExpiry: an expired key counts as absent and can be used again.
+func TestKeyExpiry(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		m := newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond))
+		sku := testenv.Prefix()
+		require.NoError(t, m.Init(ctx, sku, 10))
+		_, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
+		require.NoError(t, err)
+		rem, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.EqualValues(t, 11, rem)
+		time.Sleep(300 * time.Millisecond)
+		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
+		require.NoError(t, err, "the key expired")
+		require.EqualValues(t, 12, rem)
+		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.EqualValues(t, 12, rem, "the renewed key holds the new result")
+	})
+}
