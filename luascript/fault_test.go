@@ -1,8 +1,13 @@
 package luascript_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,4 +100,75 @@ func TestErrorsUnderFaultAreWrapped(t *testing.T) {
 func isTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
+}
+
+// TestClientResendAppliesOnce loses the replies to the script, so go-redis
+// (default MaxRetries: 3) sends it again on a new connection. The call's own
+// marker makes the server apply it once however often it arrives.
+func TestClientResendAppliesOnce(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	var cuts atomic.Int32 // replies to the script still to lose
+	retrying := redis.NewClient(&redis.Options{Addr: srv.Addr(), MinRetryBackoff: time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return &replyCutter{Conn: c, cuts: &cuts}, err
+		}})
+	t.Cleanup(func() { retrying.Close() })
+	ctx := context.Background()
+	m, err := luascript.New(retrying)
+	require.NoError(t, err)
+
+	for i, tc := range []struct {
+		cuts  int32
+		keyed bool
+	}{{1, false}, {1, true}, {4, false}, {4, true}} {
+		require.NoError(t, m.Init(ctx, "shoe", 10))
+		var opts []inventory.Option
+		if tc.keyed {
+			opts = append(opts, inventory.WithKey(fmt.Sprint("buyer-", i)))
+		}
+		cuts.Store(tc.cuts)
+		left, err := m.Reduce(ctx, "shoe", 1, opts...)
+		require.Zero(t, cuts.Load(), "every planned cut happened")
+		if tc.cuts == 1 { // the resend got through
+			require.NoError(t, err, "%+v: the resent call is not a duplicate of itself", tc)
+			require.EqualValues(t, 9, left)
+		} else { // every reply was lost: the outcome is unknown to the caller
+			require.Error(t, err)
+		}
+		got, err := m.Get(ctx, "shoe")
+		require.NoError(t, err)
+		require.EqualValues(t, 9, got, "%+v: the script ran once however often the client sent it", tc)
+		if tc.keyed {
+			_, err = m.Reduce(ctx, "shoe", 1, opts...)
+			require.ErrorIs(t, err, inventory.ErrDuplicate, "the keyed retry after an unknown outcome is safe")
+		}
+	}
+}
+
+// replyCutter closes the connection instead of reading the reply to a
+// script, while cuts is positive: the command reached the server, its reply
+// is lost.
+type replyCutter struct {
+	net.Conn
+	cuts    *atomic.Int32
+	cutNext atomic.Bool
+}
+
+func (c *replyCutter) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("eval")) && c.cuts.Add(-1) >= 0 {
+		c.cutNext.Store(true)
+	} else if c.cuts.Load() < 0 {
+		c.cuts.Store(0)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *replyCutter) Read(b []byte) (int, error) {
+	if c.cutNext.Load() {
+		time.Sleep(20 * time.Millisecond) // let the server run it
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(b)
 }

@@ -10,6 +10,12 @@
 // (Sentinel) client or a Redis Cluster client. Every key of one SKU carries
 // the same hash tag, so the script's keys always share a cluster slot.
 //
+// go-redis sends a command again when a connection breaks before the reply
+// arrives (unless the client's MaxRetries is -1). The script then finds the
+// call's own marker, a short-lived key named by a random token, and answers
+// again instead of moving stock twice. With retries off there is no marker;
+// the caller sees the broken connection and retries with WithKey.
+//
 // Durability is Redis's: with appendfsync everysec a crash can lose the last
 // second of sales; use AOF with appendfsync always, or a SQL strategy, where
 // that matters.
@@ -17,6 +23,7 @@ package luascript
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -37,10 +44,15 @@ var moveScript = redis.NewScript(moveLua)
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
 type Manager struct {
-	client redis.UniversalClient
-	prefix string
-	keyTTL time.Duration
+	client  redis.UniversalClient
+	prefix  string
+	keyTTL  time.Duration
+	resends bool // the client may send a command again after losing its reply
 }
+
+// callKeyTTL is how long a call's own marker is kept: long enough to outlast
+// the client's retries of one command.
+const callKeyTTL = time.Minute
 
 var _ inventory.StockManager = (*Manager)(nil)
 
@@ -69,6 +81,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if err := rediskeys.ValidatePrefix(m.prefix); err != nil {
 		return nil, fmt.Errorf("luascript: %w", err)
 	}
+	m.resends = resends(client)
 	if m.keyTTL < time.Millisecond {
 		return nil, fmt.Errorf("%w: luascript: key TTL %v is under 1ms", inventory.ErrInvalidArgument, m.keyTTL)
 	}
@@ -117,11 +130,17 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		return 0, err
 	}
 	keys := []string{rediskeys.Stock(m.prefix, sku)}
+	hasCall, hasKey := "0", "0"
+	if m.resends {
+		keys = append(keys, rediskeys.Call(m.prefix, sku, rand.Text()))
+		hasCall = "1"
+	}
 	if o.Key != "" {
 		keys = append(keys, rediskeys.Key(m.prefix, sku, dir, o.Key))
+		hasKey = "1"
 	}
-	res, err := moveScript.Run(ctx, m.client, keys,
-		string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds()).Slice()
+	res, err := moveScript.Run(ctx, m.client, keys, string(dir), qty, inventory.MaxStock,
+		m.keyTTL.Milliseconds(), callKeyTTL.Milliseconds(), hasCall, hasKey).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("luascript: %s %q: %w", dir, sku, err)
 	}
@@ -142,6 +161,18 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		return n, inventory.CheckReturn(n, qty)
 	}
 	return 0, fmt.Errorf("luascript: %s %q: unknown script status %q", dir, sku, status)
+}
+
+// resends reports whether client may send a command again after losing its
+// reply: a *redis.Client retries on a broken connection unless its
+// MaxRetries is -1 (0 once the client is made); cluster and other clients
+// retry through redirects too, so they are taken to resend. Then every call
+// carries a random token, so the script never applies one call twice.
+func resends(client redis.UniversalClient) bool {
+	if c, ok := client.(*redis.Client); ok {
+		return c.Options().MaxRetries > 0
+	}
+	return true
 }
 
 func parseReply(res []any) (string, int64, error) {

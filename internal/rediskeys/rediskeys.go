@@ -48,3 +48,11 @@ func Stock(prefix, sku string) string {
 func Key(prefix, sku string, dir inventory.Direction, key string) string {
 	return prefix + tag(sku) + ":k:" + string(dir) + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + key
 }
+
+// Call is the key marking that the call with this random token took effect
+// on sku; its value is the remaining stock the call returned:
+// PREFIX{tag}:t:TOKEN. A client library that re-sends a command whose reply
+// was lost finds it and does not apply the call twice.
+func Call(prefix, sku, token string) string {
+	return prefix + tag(sku) + ":t:" + token
+}
