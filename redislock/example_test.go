@@ -1,0 +1,82 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// Stock and locks both in Redis.
+func Example() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+
+	store, err := redisstore.New(client, redisstore.WithPrefix("shop"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var stock inventory.StockManager
+	stock, err = redislock.New(client, store, redislock.WithPrefix("shop"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := stock.Init(ctx, "sneaker-42", 10); err != nil {
+		log.Fatal(err)
+	}
+	left, err := stock.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("buyer-7"))
+	switch {
+	case errors.Is(err, inventory.ErrInsufficientStock):
+		fmt.Println("sold out")
+	case errors.Is(err, inventory.ErrDuplicate):
+		fmt.Println("buyer-7 already has one; left:", left)
+	case errors.Is(err, inventory.ErrContention):
+		fmt.Println("busy; nothing was taken, try again")
+	case err != nil:
+		log.Fatal(err) // a server failed: nothing was taken
+	default:
+		fmt.Println("sold one; left:", left)
+	}
+}
+
+// Stock in SQL, locks in Redis.
+func Example_sql() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	db, err := sqlx.Open("sqlite", "file:stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	ctx := context.Background()
+	store, err := sqlstore.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateTables(ctx); err != nil {
+		log.Fatal(err)
+	}
+	stock, err := redislock.New(client, store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := stock.Init(ctx, "sneaker-42", 10); err != nil {
+		log.Fatal(err)
+	}
+	left, err := stock.Reduce(ctx, "sneaker-42", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("left:", left)
+}

@@ -1,0 +1,282 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redisstore"
+)
+
+// faultClient is a client for the fault tests: no retries of its own (the
+// sale retries with keys), and each call's context bounds its I/O.
+func faultClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// faultManager locks and keeps stock in the Redis at c, with a 1s lock TTL
+// so that a lock whose holder lost its connection frees up soon.
+func faultManager(t *testing.T, c redis.UniversalClient, wrap func(redislock.Store) redislock.Store) *redislock.Manager {
+	t.Helper()
+	s, err := redisstore.New(c)
+	require.NoError(t, err)
+	var store redislock.Store = s
+	if wrap != nil {
+		store = wrap(s)
+	}
+	m, err := redislock.New(c, store, redislock.WithTTL(time.Second))
+	require.NoError(t, err)
+	return m
+}
+
+// audit records every call's outcome, per direction and key, to check what
+// the contract promises of errors under faults.
+type audit struct {
+	inventory.StockManager
+	mu      sync.Mutex
+	calls   map[string][]error
+	overrun time.Duration // the longest a call ran past its deadline
+}
+
+func newAudit(m inventory.StockManager) *audit {
+	return &audit{StockManager: m, calls: map[string][]error{}}
+}
+
+func (a *audit) record(ctx context.Context, dir inventory.Direction, opts []inventory.Option, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		a.overrun = max(a.overrun, time.Since(dl))
+	}
+	k := string(dir) + "/" + inventory.Apply(opts).Key
+	a.calls[k] = append(a.calls[k], err)
+}
+
+func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
+	a.record(ctx, inventory.DirReduce, opts, err)
+	return rem, err
+}
+
+func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
+	a.record(ctx, inventory.DirReturn, opts, err)
+	return rem, err
+}
+
+// check fails t unless every error carries its cause (a context, network or
+// Redis error, or ErrContention) and never claims a lost SKU, and unless
+// every call later found to have taken effect (a retry said ErrDuplicate)
+// had failed with an unknown outcome, not with an error that says nothing
+// was taken.
+func (a *audit) check(t *testing.T, insufficientAllowed bool) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t.Logf("the longest a call ran past its deadline: %v", a.overrun)
+	for k, errs := range a.calls {
+		unknown := false
+		for i, err := range errs {
+			switch {
+			case err == nil:
+			case errors.Is(err, inventory.ErrDuplicate):
+				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
+				require.True(t, unknown, "%s: took effect, yet every failed attempt said nothing was taken: %v", k, errs)
+			case errors.Is(err, inventory.ErrInsufficientStock):
+				require.True(t, insufficientAllowed, "%s: %v, though the stock never ran out", k, err)
+			case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrInvalidArgument):
+				t.Fatalf("%s: %v", k, err)
+			case errors.Is(err, inventory.ErrContention):
+			default:
+				require.True(t, hasCause(err), "%s: error without a backend cause: %v", k, err)
+				unknown = true
+			}
+		}
+	}
+}
+
+// hasCause reports whether err wraps a context, network or Redis error.
+func hasCause(err error) bool {
+	var ne net.Error
+	var re redis.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.As(err, &ne) || errors.As(err, &re)
+}
+
+// TestRedisRestartMidSale kills Redis (SIGKILL) in the middle of a sale and
+// starts it again from its append-only file. Locks and stock live in the
+// same Redis: locks held at the kill come back with their TTL.
+func TestRedisRestartMidSale(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	m := newAudit(faultManager(t, faultClient(t, srv.Addr()), nil))
+	sale := faulttest.Sale{Manager: m, SKU: "shoe", Stock: 300, Buyers: 1200, Refund: 7, Workers: 32,
+		CallTimeout: 500 * time.Millisecond}
+	res := sale.Run(t, func() {
+		srv.Kill()
+		time.Sleep(time.Second)
+		srv.Start()
+	}, func() {})
+	require.Positive(t, res.Failed, "the restart should have failed some calls")
+	m.check(t, true)
+}
+
+// strikeStore runs a fault, once armed, just before the next write is sent:
+// the moment at which only the idempotency key can tell whether the write
+// took effect. A lock serialises the writes of one SKU, so a fault striking
+// at a random moment rarely catches one in flight.
+type strikeStore struct {
+	redislock.Store
+	strike atomic.Pointer[func()]
+}
+
+func (s *strikeStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+	if f := s.strike.Swap(nil); f != nil {
+		(*f)()
+	}
+	return s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
+}
+
+// TestNetworkFaults runs a sale through toxiproxy under each fault, between
+// the Manager's client (locks and stock) and its Redis. The fault strikes
+// as a write is sent and lasts until every buyer has tried once; then every
+// failed call is retried with its key. The stock never runs out, so no call
+// may say ErrInsufficientStock.
+func TestNetworkFaults(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	for _, tc := range []struct {
+		name  string
+		fault func(p *faulttest.Proxy)
+		// unknown: the struck write reached Redis and its answer was lost,
+		// the case only the idempotency key makes safe to retry.
+		unknown bool
+	}{
+		{"latency past the timeout", func(p *faulttest.Proxy) { p.Latency(400 * time.Millisecond) }, true},
+		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }, true},
+		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
+		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := faulttest.NewProxy(t, srv.Addr())
+			var ss *strikeStore
+			m := newAudit(faultManager(t, faultClient(t, p.Addr()), func(s redislock.Store) redislock.Store {
+				ss = &strikeStore{Store: s}
+				return ss
+			}))
+			sale := faulttest.Sale{Manager: m, SKU: t.Name(), Stock: 500, Buyers: 400, Refund: 5,
+				CallTimeout: 250 * time.Millisecond, Workers: 32}
+			res := sale.Run(t, func() {
+				struck := make(chan struct{})
+				f := func() { tc.fault(p); close(struck) }
+				ss.strike.Store(&f)
+				select {
+				case <-struck:
+				case <-time.After(10 * time.Second):
+					t.Error("no write to strike")
+				}
+				time.Sleep(300 * time.Millisecond)
+			}, func() {
+				p.Clear()
+				p.Reconnect()
+			})
+			require.Positive(t, res.Failed, "the fault should have failed some calls")
+			require.Zero(t, res.Insufficient, "a fault never reads as sold out")
+			if tc.unknown {
+				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
+			}
+			m.check(t, false)
+		})
+	}
+}
+
+// TestErrorsUnderFaultAreWrapped checks what a caller sees while the
+// network is down, with the lock free and with the lock held elsewhere: the
+// context's error, the network's, or ErrContention, never a sentinel that
+// claims to know the stock.
+func TestErrorsUnderFaultAreWrapped(t *testing.T) {
+	ctx := context.Background()
+	srv := faulttest.StartRedis(t)
+	for _, tc := range []struct {
+		name  string
+		fault func(p *faulttest.Proxy)
+	}{
+		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }},
+		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(0) }},
+		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := faulttest.NewProxy(t, srv.Addr())
+			m := faultManager(t, faultClient(t, p.Addr()), nil)
+			sku := t.Name()
+			require.NoError(t, m.Init(ctx, sku, 5))
+			tc.fault(p)
+			for _, call := range []func(context.Context) error{
+				func(ctx context.Context) error { _, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k")); return err },
+				func(ctx context.Context) error { _, err := m.Return(ctx, sku, 1); return err },
+				func(ctx context.Context) error { _, err := m.Get(ctx, sku); return err },
+			} {
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				err := call(cctx)
+				cancel()
+				require.Error(t, err)
+				require.True(t, hasCause(err), "got %v", err)
+				for _, s := range []error{inventory.ErrInsufficientStock, inventory.ErrNotFound, inventory.ErrDuplicate, inventory.ErrInvalidArgument} {
+					require.NotErrorIs(t, err, s)
+				}
+			}
+			p.Clear()
+			p.Reconnect()
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			require.EqualValues(t, 5, n, "nothing taken")
+		})
+	}
+}
+
+// TestDeadlineHonouredUnderBlackhole: a call returns at its deadline though
+// the network stalls its clean-up. The client would wait 10s for a reply,
+// and freeing the lock may take 5s, so a call that waited for either would
+// run seconds late.
+func TestDeadlineHonouredUnderBlackhole(t *testing.T) {
+	ctx := context.Background()
+	srv := faulttest.StartRedis(t)
+	p := faulttest.NewProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	var ss *strikeStore
+	m := faultManager(t, c, func(s redislock.Store) redislock.Store {
+		ss = &strikeStore{Store: s}
+		return ss
+	})
+	require.NoError(t, m.Init(ctx, "shoe", 5))
+	f := p.Blackhole
+	ss.strike.Store(&f)
+	for _, stage := range []string{"write", "lock"} { // the write, then the next call's lock
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		_, err := m.Reduce(cctx, "shoe", 1, inventory.WithKey(stage))
+		cancel()
+		took := time.Since(start)
+		t.Logf("%s blackholed: returned after %v: %v", stage, took, err)
+		require.True(t, hasCause(err), "got %v", err)
+		require.Less(t, took, 3*time.Second, "the call waited on the stalled network past its deadline")
+	}
+	p.Clear()
+	p.Reconnect()
+}

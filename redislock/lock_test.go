@@ -1,0 +1,222 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/redislock"
+)
+
+// newLocker returns a Locker under a prefix unique to t.
+func newLocker(t *testing.T, c redis.UniversalClient, prefix string, opts ...redislock.Option) lockmgr.Locker {
+	t.Helper()
+	l, err := redislock.NewLocker(c, append([]redislock.Option{redislock.WithPrefix(prefix)}, opts...)...)
+	require.NoError(t, err)
+	return l
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acquireAsync starts an Acquire and returns where its outcome arrives.
+func acquireAsync(ctx context.Context, l lockmgr.Locker, name string) <-chan lockmgr.Lease {
+	got := make(chan lockmgr.Lease, 1)
+	go func() {
+		le, err := l.Acquire(ctx, name)
+		if err != nil {
+			le = nil
+		}
+		got <- le
+	}()
+	return got
+}
+
+// TestReleaseWakesWaiter has a second process wait for a held lock with a
+// TTL and a safety-net wait of a minute: only the release message can wake
+// it within the test's deadline.
+func TestReleaseWakesWaiter(t *testing.T) {
+	servers := map[string]func(testing.TB) redis.UniversalClient{
+		"redis":   func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) },
+		"cluster": func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) },
+	}
+	for name, open := range servers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxFor(t, 20*time.Second)
+			c := open(t)
+			prefix := lockPrefix(t, c)
+			opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute)}
+			p1, p2 := newLocker(t, c, prefix, opts...), newLocker(t, c, prefix, opts...)
+			const sku = "{hot} shoe"
+			held, err := p1.Acquire(ctx, sku)
+			require.NoError(t, err)
+			got := acquireAsync(ctx, p2, sku)
+			// Wait until p2 listens for the release.
+			require.Eventually(t, func() bool {
+				n, err := c.PubSubNumSub(ctx, redislock.LockKey(prefix, sku)).Result()
+				return err == nil && n[redislock.LockKey(prefix, sku)] > 0
+			}, 10*time.Second, 5*time.Millisecond)
+			select {
+			case <-got:
+				t.Fatal("acquired a held lock")
+			default:
+			}
+			require.NoError(t, held.Release(ctx))
+			le := <-got
+			require.NotNil(t, le, "the waiter took the lock once it was released")
+			require.NoError(t, le.Release(ctx))
+		})
+	}
+}
+
+func TestAcquireGivesUp(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	held, err := newLocker(t, c, prefix).Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	defer held.Release(ctx)
+
+	// Another process waits in Redis.
+	_, err = newLocker(t, c, prefix, redislock.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx, "shoe")
+	require.ErrorIs(t, err, inventory.ErrContention, "the acquire timeout")
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+
+	l := newLocker(t, c, prefix, redislock.WithAcquireTimeout(time.Hour))
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Acquire(short, "shoe")
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's deadline")
+	require.NotErrorIs(t, err, inventory.ErrContention)
+
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	_, err = l.Acquire(cctx, "shoe")
+	require.ErrorIs(t, err, context.Canceled, "the caller's cancel")
+}
+
+// TestInProcessQueue: a second goroutine of the same process waits behind
+// the holder, and gives up with its ctx.
+func TestInProcessQueue(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := ctxFor(t, 20*time.Second)
+	l := newLocker(t, c, lockPrefix(t, c), redislock.WithAcquireTimeout(50*time.Millisecond))
+	held, err := l.Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	_, err = l.Acquire(ctx, "shoe")
+	require.ErrorIs(t, err, inventory.ErrContention)
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	_, err = l.Acquire(cctx, "shoe")
+	require.ErrorIs(t, err, context.Canceled)
+	other, err := l.Acquire(ctx, "boot")
+	require.NoError(t, err, "other names are not queued")
+	require.NoError(t, other.Release(ctx))
+	require.NoError(t, held.Release(ctx))
+	again, err := l.Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	require.NoError(t, again.Release(ctx))
+}
+
+// TestRenewal holds a 60ms lock for much longer than that: renewal keeps
+// it, and nobody else gets it meanwhile.
+func TestRenewal(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	held, err := newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)).Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(300*time.Millisecond))
+	_, err = other.Acquire(ctx, "shoe")
+	require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
+	select {
+	case <-held.Lost():
+		t.Fatal("lost a renewed lock")
+	default:
+	}
+	require.NoError(t, held.Release(ctx))
+	le, err := other.Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	require.NoError(t, le.Release(ctx))
+}
+
+// TestLost: when the lock is taken from its holder, renewal notices, Lost
+// closes, and Release leaves the new holder's lock alone.
+func TestLost(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	held, err := newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)).Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	key := redislock.LockKey(prefix, "shoe")
+	require.NoError(t, c.Set(ctx, key, "thief", time.Minute).Err())
+	select {
+	case <-held.Lost():
+	case <-ctx.Done():
+		t.Fatal("Lost never closed")
+	}
+	require.Error(t, held.Release(ctx), "the lock had lapsed")
+	v, err := c.Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, "thief", v, "the thief's lock is untouched")
+}
+
+// TestDeadHolder: a lock whose holder died (no release message) is taken
+// once it expires.
+func TestDeadHolder(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	require.NoError(t, c.Set(ctx, redislock.LockKey(prefix, "shoe"), "dead", 100*time.Millisecond).Err())
+	le, err := newLocker(t, c, prefix, redislock.WithMaxWait(time.Minute)).Acquire(ctx, "shoe")
+	require.NoError(t, err, "taken once the dead holder's TTL ran out")
+	require.NoError(t, le.Release(ctx))
+	n, err := c.Exists(ctx, redislock.LockKey(prefix, "shoe")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "released")
+}
+
+// TestOtherProcessesGetTurns: a process whose goroutines queue for a lock
+// without pause still lets another process's waiter in.
+func TestOtherProcessesGetTurns(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	busy := newLocker(t, c, prefix)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				le, err := busy.Acquire(ctx, "shoe")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = le.Release(ctx)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	other := newLocker(t, c, prefix, redislock.WithMaxWait(time.Minute))
+	for range 3 {
+		le, err := other.Acquire(ctx, "shoe")
+		require.NoError(t, err, "the other process got a turn")
+		require.NoError(t, le.Release(ctx))
+	}
+}

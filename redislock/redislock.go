@@ -1,0 +1,155 @@
+// Package redislock is an [inventory.StockManager] that moves stock under a
+// Redis lock: SET key token NX PX ttl, with a random token per holder.
+//
+// A call locks the SKU, reads its stock, checks it and writes it back with a
+// compare-and-set on what it read, then unlocks. The lock is renewed while
+// held, and the holder learns when renewal fails; if the lock lapses anyway
+// (a GC pause, a network stall), the compare-and-set turns the late write
+// into a retry or [inventory.ErrContention], never an oversell. Release is a
+// token-checked script, so a holder never frees a lock that is no longer
+// its own.
+//
+// Where the stock lives is the [Store] given to [New]: a
+// [github.com/stockkit/inventory/redisstore.Store] (the same keys as
+// luascript) or a [github.com/stockkit/inventory/sqlstore.Store]. The lock
+// always lives in Redis.
+//
+// # Waiting
+//
+// Within one process, callers of the same SKU queue in arrival order, and
+// only the head of the queue contends for the Redis lock. A caller done with
+// the lock hands it, still held, to the next caller of its process, saving
+// the round trips of a release and an acquire; after 16 such hand-overs in
+// a row it releases the lock so that other processes get their turn.
+//
+// Across processes, a waiter subscribes to the lock's release channel and
+// tries again when a holder releases (the release script publishes), when
+// its subscription is confirmed, or, as a safety net for a holder that
+// died, when the holder's TTL would run out (at most every 250ms or so).
+// Waiting is bounded by the caller's ctx and by the acquire timeout
+// ([WithAcquireTimeout]), after which the call fails with
+// [inventory.ErrContention].
+//
+// The client is any [redis.UniversalClient]. Each lock key carries the hash
+// tag of its SKU's stock key (see [LockKey]), and plain PUBLISH reaches
+// subscribers on any node, so a Redis Cluster works too.
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/internal/rediskeys"
+)
+
+// Store is where a Manager keeps the stock and the idempotency ledger: a
+// [github.com/stockkit/inventory/redisstore.Store] or a
+// [github.com/stockkit/inventory/sqlstore.Store]. Its methods are Init, Get,
+// Read (stock and version), Seen (a ledger entry) and CompareAndSet (write
+// if the version is unchanged, recording the idempotency key).
+type Store = lockmgr.Store
+
+// Defaults for the options.
+const (
+	DefaultTTL            = 5 * time.Second
+	DefaultAcquireTimeout = 10 * time.Second
+)
+
+// Manager is an [inventory.StockManager] that locks each SKU in Redis while
+// it reads and writes the stock in its Store. It is safe for concurrent use.
+type Manager struct {
+	m *lockmgr.Manager
+}
+
+var _ inventory.StockManager = (*Manager)(nil)
+
+type config struct {
+	prefix         string
+	ttl            time.Duration
+	acquireTimeout time.Duration
+	maxWait        time.Duration
+	mgrOpts        []lockmgr.Option
+}
+
+// Option configures a Manager.
+type Option func(*config)
+
+// WithPrefix sets the prefix of the lock keys. It must be 1 to 64 bytes of
+// UTF-8 without braces or control characters. The default is "inv", giving
+// lock keys such as inv{3f2a...}:l:SKU, apart from the store's keys.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithTTL sets how long a lock lives unless renewed; a held lock is renewed
+// every third of it. It must be at least 30ms. The default is [DefaultTTL],
+// 5s: the longest a crashed holder can block its SKU.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithAcquireTimeout bounds how long a call waits for a lock before it
+// fails with [inventory.ErrContention]; ctx may end the wait sooner. It must
+// be positive. The default is [DefaultAcquireTimeout], 10s.
+func WithAcquireTimeout(d time.Duration) Option { return func(c *config) { c.acquireTimeout = d } }
+
+// WithMaxAttempts sets how many times one call locks, reads and writes when
+// its write finds the stock moved (its lock had lapsed) before it fails with
+// [inventory.ErrContention]. Values below 1 mean 1. The default is 3.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) { c.mgrOpts = append(c.mgrOpts, lockmgr.WithMaxAttempts(n)) }
+}
+
+// New returns a Manager that locks in client and keeps stock in store. The
+// caller owns both and closes them.
+func New(client redis.UniversalClient, store Store, opts ...Option) (*Manager, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: redislock: nil store", inventory.ErrInvalidArgument)
+	}
+	l, c, err := newLocker(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{m: lockmgr.New(l, store, c.mgrOpts...)}, nil
+}
+
+func newLocker(client redis.UniversalClient, opts []Option) (*locker, config, error) {
+	c := config{prefix: rediskeys.DefaultPrefix, ttl: DefaultTTL, acquireTimeout: DefaultAcquireTimeout, maxWait: maxWait}
+	for _, o := range opts {
+		o(&c)
+	}
+	switch err := rediskeys.ValidatePrefix(c.prefix); {
+	case client == nil:
+		return nil, c, fmt.Errorf("%w: redislock: nil Redis client", inventory.ErrInvalidArgument)
+	case err != nil:
+		return nil, c, fmt.Errorf("redislock: %w", err)
+	case c.ttl < 30*time.Millisecond:
+		return nil, c, fmt.Errorf("%w: redislock: lock TTL %v is under 30ms", inventory.ErrInvalidArgument, c.ttl)
+	case c.acquireTimeout <= 0:
+		return nil, c, fmt.Errorf("%w: redislock: acquire timeout %v is not positive", inventory.ErrInvalidArgument, c.acquireTimeout)
+	}
+	return &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait, queues: map[string]*queue{}}, c, nil
+}
+
+// Init implements [inventory.StockManager]. It writes to the store without
+// locking.
+func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
+	return m.m.Init(ctx, sku, qty)
+}
+
+// Get implements [inventory.StockManager]. It reads the store without
+// locking.
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	return m.m.Get(ctx, sku)
+}
+
+// Reduce implements [inventory.StockManager].
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.m.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return implements [inventory.StockManager].
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.m.Return(ctx, sku, qty, opts...)
+}

@@ -1,0 +1,46 @@
+package redislock_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/redislock"
+)
+
+// TestAcquireWhenTheClientRetries cuts the reply of a lock acquire that
+// Redis ran. go-redis, on its default settings, sends the script again on a
+// new connection (here the fault clears as it dials), which finds the lock
+// held by its own token: that is a lock taken, not one to wait for.
+func TestAcquireWhenTheClientRetries(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	srv := faulttest.StartRedis(t)
+	p := faulttest.NewProxy(t, srv.Addr())
+	var redials atomic.Int64
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			redials.Add(1)
+			p.Clear()
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { c.Close() })
+	l := newLocker(t, c, "inv", redislock.WithTTL(time.Minute), redislock.WithAcquireTimeout(2*time.Second))
+	// Load the scripts, so that the reply cut is the acquire's, not NOSCRIPT.
+	le, err := l.Acquire(ctx, "shoe")
+	require.NoError(t, err)
+	require.NoError(t, le.Release(ctx))
+
+	redials.Store(0)
+	p.CutAfterBytes(3) // of ":-1\r\n"
+	le, err = l.Acquire(ctx, "shoe")
+	require.Positive(t, redials.Load(), "the reply was cut and the client sent the script again")
+	require.NoError(t, err, "the retried acquire found its own lock")
+	require.NoError(t, le.Release(ctx))
+}

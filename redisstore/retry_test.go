@@ -1,0 +1,57 @@
+package redisstore_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/redisstore"
+)
+
+// TestCompareAndSetRunsOnceWhenTheClientRetries cuts the reply of a write
+// that Redis ran. go-redis, on its default settings, then sends the script
+// again on a new connection (here the fault clears as it dials): the write
+// must not run twice, and must report success, not a duplicate of itself.
+func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
+	ctx := context.Background()
+	srv := faulttest.StartRedis(t)
+	p := faulttest.NewProxy(t, srv.Addr())
+	var redials atomic.Int64
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			redials.Add(1)
+			p.Clear()
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c)
+	require.NoError(t, err)
+	require.NoError(t, s.Init(ctx, "shoe", 10))
+	// Load the script, so that the reply cut is the write's, not NOSCRIPT.
+	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	stock := int64(9)
+	for _, key := range []string{"", "buyer-1"} {
+		redials.Store(0)
+		p.CutAfterBytes(3) // of ":1\r\n"
+		ok, err := s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, key)
+		require.Positive(t, redials.Load(), "the reply was cut and the client sent the script again")
+		require.NoError(t, err, "key %q", key)
+		require.True(t, ok, "key %q: the write took effect", key)
+		stock--
+		requireStock(t, s, "shoe", stock)
+	}
+	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "buyer-1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, stock, rem)
+}
