@@ -1,0 +1,286 @@
+package redlock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/redlock"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// benchStore is a store under benchmark, with the bare read and write a
+// baseline does on the same data.
+type benchStore struct {
+	store redlock.Store
+	read  func(ctx context.Context, sku string) (int64, error)
+	write func(ctx context.Context, sku string, n int64) error
+}
+
+func redisBench(b *testing.B) benchStore {
+	c := testenv.Redis(b)
+	prefix := testenv.Prefix()
+	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchStore{
+		store: s,
+		read: func(ctx context.Context, sku string) (int64, error) {
+			return c.Get(ctx, rediskeys.Stock(prefix, sku)).Int64()
+		},
+		write: func(ctx context.Context, sku string, n int64) error {
+			return c.Set(ctx, rediskeys.Stock(prefix, sku), n, 0).Err()
+		},
+	}
+}
+
+func sqlBench(b *testing.B, db *sqlx.DB) benchStore {
+	schema := sqltest.Schema(b, db)
+	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sel := db.Rebind("SELECT stock FROM " + schema.Table + " WHERE sku = ?")
+	upd := db.Rebind("UPDATE " + schema.Table + " SET stock = ? WHERE sku = ?")
+	return benchStore{
+		store: s,
+		read: func(ctx context.Context, sku string) (n int64, err error) {
+			return n, db.GetContext(ctx, &n, sel, sku)
+		},
+		write: func(ctx context.Context, sku string, n int64) error {
+			_, err := db.ExecContext(ctx, upd, n, sku)
+			return err
+		},
+	}
+}
+
+// waits records lock waits.
+type waits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (w *waits) add(d time.Duration) {
+	w.mu.Lock()
+	w.d = append(w.d, d)
+	w.mu.Unlock()
+}
+
+func (w *waits) pct(p float64) float64 {
+	if len(w.d) == 0 {
+		return 0
+	}
+	slices.Sort(w.d)
+	return float64(w.d[int(float64(len(w.d)-1)*p)].Microseconds())
+}
+
+// timedLocker records how long each Acquire waits.
+type timedLocker struct {
+	lockmgr.Locker
+	w *waits
+}
+
+func (t timedLocker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
+	start := time.Now()
+	le, err := t.Locker.Acquire(ctx, name)
+	t.w.add(time.Since(start))
+	return le, err
+}
+
+// bareRedlock is the baseline lock: SET NX PX with a random token on every
+// node at once, held on a majority, else undone and retried after 1ms;
+// released by a token-checked DEL on every node.
+type bareRedlock struct {
+	nodes        []redis.UniversalClient
+	prefix       string
+	tries, fails atomic.Int64
+}
+
+var bareRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// all runs f on every node at once and counts the successes.
+func (l *bareRedlock) all(f func(c redis.UniversalClient) bool) int {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range l.nodes {
+		wg.Go(func() {
+			if f(c) {
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(n.Load())
+}
+
+func (l *bareRedlock) lock(ctx context.Context, sku string) (unlock func()) {
+	key, token := l.prefix+sku, rand.Text()
+	release := func() {
+		l.all(func(c redis.UniversalClient) bool {
+			return bareRelease.Run(context.WithoutCancel(ctx), c, []string{key}, token).Err() == nil
+		})
+	}
+	for {
+		l.tries.Add(1)
+		n := l.all(func(c redis.UniversalClient) bool {
+			ok, err := c.SetNX(ctx, key, token, redlock.DefaultExpiry).Result()
+			return ok && err == nil
+		})
+		if n > len(l.nodes)/2 {
+			return release
+		}
+		release()
+		l.fails.Add(1)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// run does n operations on g goroutines and returns how long they took.
+func run(b *testing.B, g, n int, op func(rng *mrand.Rand) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range g {
+		rng := mrand.New(mrand.NewPCG(uint64(w), 1))
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := op(rng); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// BenchmarkReduce measures protected decrements per second: one hot SKU or
+// 256 spread SKUs, on 1, 16 and 64 goroutines sharing one Manager, or
+// (hot-procs) each with its own Manager as separate processes would. Beside
+// it, in the same run, the baseline: a bare Redlock (SET NX PX on the three
+// nodes, 1ms retry), read, write and token-checked DEL on the same data.
+// Metrics: ops/s, ratio (library/baseline ops/s), lock-wait p50/p99 of both,
+// and the baseline's failed lock tries.
+func BenchmarkReduce(b *testing.B) {
+	stores := []struct {
+		name string
+		open func(b *testing.B) benchStore
+	}{
+		{"redis", redisBench},
+		{"mariadb", func(b *testing.B) benchStore { return sqlBench(b, sqltest.Engines[0].Open(b)) }},
+	}
+	for _, st := range stores {
+		b.Run(st.name, func(b *testing.B) {
+			ctx := context.Background()
+			bs := st.open(b)
+			skus := make([]string, 256)
+			for i := range skus {
+				skus[i] = "sku-" + strconv.Itoa(i)
+				if err := bs.store.Init(ctx, skus[i], inventory.MaxStock/2); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, mode := range []string{"hot", "spread", "hot-procs"} {
+				for _, g := range []int{1, 16, 64} {
+					b.Run(fmt.Sprintf("%s/g=%d", mode, g), func(b *testing.B) {
+						pick := func(*mrand.Rand) string { return skus[0] }
+						if mode == "spread" {
+							pick = func(r *mrand.Rand) string { return skus[r.IntN(len(skus))] }
+						}
+						benchReduce(b, bs, g, mode == "hot-procs", pick)
+					})
+				}
+			}
+		})
+	}
+}
+
+func benchReduce(b *testing.B, bs benchStore, g int, procs bool, pick func(*mrand.Rand) string) {
+	ctx := context.Background()
+	clients := nodes(b)
+	prefix := testenv.Prefix() + ":"
+	var lw waits
+	managers := make([]*lockmgr.Manager, 1)
+	if procs {
+		managers = make([]*lockmgr.Manager, g)
+	}
+	for i := range managers {
+		l, err := redlock.NewLocker(clients, redlock.WithPrefix(prefix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		managers[i] = lockmgr.New(timedLocker{l, &lw}, bs.store)
+	}
+	var m atomic.Int64
+	libOp := func(rng *mrand.Rand) error {
+		_, err := managers[m.Add(1)%int64(len(managers))].Reduce(ctx, pick(rng), 1)
+		return err
+	}
+	var bw waits
+	bl := &bareRedlock{nodes: clients, prefix: prefix + "bare:"}
+	baseOp := func(rng *mrand.Rand) error {
+		sku := pick(rng)
+		start := time.Now()
+		unlock := bl.lock(ctx, sku)
+		bw.add(time.Since(start))
+		defer unlock()
+		n, err := bs.read(ctx, sku)
+		if err != nil {
+			return err
+		}
+		if n < 1 {
+			return errors.New("baseline ran out of stock")
+		}
+		return bs.write(ctx, sku, n-1)
+	}
+
+	// Warm the connection pools up, then take turns, so that both see the
+	// same machine.
+	run(b, g, 2*g, libOp)
+	run(b, g, 2*g, baseOp)
+	lw.d, bw.d = nil, nil
+	bl.tries.Store(0)
+	bl.fails.Store(0)
+	b.ResetTimer()
+	var lib, base time.Duration
+	const turns = 4
+	for i := range turns {
+		n := b.N / turns
+		if i < b.N%turns {
+			n++
+		}
+		b.StartTimer()
+		lib += run(b, g, n, libOp)
+		b.StopTimer()
+		base += run(b, g, n, baseOp)
+	}
+
+	libOps, baseOps := float64(b.N)/lib.Seconds(), float64(b.N)/base.Seconds()
+	b.ReportMetric(libOps, "ops/s")
+	b.ReportMetric(baseOps, "base-ops/s")
+	b.ReportMetric(libOps/baseOps, "ratio")
+	b.ReportMetric(lw.pct(0.5), "wait-p50-µs")
+	b.ReportMetric(lw.pct(0.99), "wait-p99-µs")
+	b.ReportMetric(bw.pct(0.5), "base-wait-p50-µs")
+	b.ReportMetric(bw.pct(0.99), "base-wait-p99-µs")
+	b.ReportMetric(100*float64(bl.fails.Load())/float64(max(bl.tries.Load(), 1)), "base-fail-%")
+}

@@ -1,0 +1,446 @@
+// Package redlock moves stock under a Redlock: a lock held on a majority of
+// independent Redis servers, taken with [github.com/go-redsync/redsync/v4].
+//
+// The stock itself lives in a [Store] chosen at construction: a
+// *redisstore.Store (Redis) or a *sqlstore.Store (SQL). Each Reduce or
+// Return locks its SKU, reads, checks and writes conditionally on what it
+// read, then unlocks; so a lock that lapses while its holder is paused ends
+// in a retry or [inventory.ErrContention], never in an oversell.
+//
+// The lock is a key with a random token, set with SET NX PX on every node;
+// it is held when a majority (the quorum) said yes within the lock's
+// validity. Since only a majority is needed, the strategy keeps working with
+// one node of three down. While a call holds the lock, a goroutine extends
+// it every third of its expiry, setting it again on nodes that lost it (as
+// after a restart); when an extension fails to reach the quorum, the lease
+// is marked lost and the call gives up before writing.
+//
+// Callers of one Manager that want the same SKU queue up in the process,
+// in arrival order, and only the first of them contends for the Redlock: a
+// crowd of buyers in one process costs the nodes one contender, not
+// thousands of SET NX retries. Contenders of different processes retry with
+// a jittered, growing delay ([WithRetryDelay]).
+//
+// # Nodes
+//
+// Give at least three independent servers: not replicas of one another and
+// not a Redis Cluster, whose failover could hand a lock to a second holder.
+//
+// An attempt to lock waits for every node's answer, for up to redsync's
+// timeout factor of the expiry (5%, 400ms by default), so that it never
+// leaves a late SET NX behind on a node it has already given up on; only
+// the unlock returns as soon as a majority has answered. So give the node
+// clients no retries of their own (redis.Options.MaxRetries: -1; the lock
+// retries itself) and a short dial timeout: a node that is down then answers
+// at once with an error, instead of after go-redis's retries and backoff
+// (about 100ms a call).
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockmgr"
+)
+
+// Defaults of the options.
+const (
+	DefaultPrefix         = "inv:redlock:"
+	DefaultExpiry         = 8 * time.Second
+	DefaultAcquireTimeout = 10 * time.Second
+	DefaultMinRetryDelay  = 2 * time.Millisecond
+	DefaultMaxRetryDelay  = 64 * time.Millisecond
+)
+
+// MinNodes is the smallest number of Redis servers New accepts.
+const MinNodes = 3
+
+// Store keeps the stock rows and the idempotency ledger: a
+// *redisstore.Store or a *sqlstore.Store.
+type Store = lockmgr.Store
+
+// Manager is an [inventory.StockManager] that moves stock under a Redlock.
+// It is safe for concurrent use.
+type Manager struct {
+	m *lockmgr.Manager
+}
+
+var _ inventory.StockManager = (*Manager)(nil)
+
+// Option configures a Manager.
+type Option func(*config)
+
+type config struct {
+	prefix             string
+	expiry             time.Duration
+	acquireTimeout     time.Duration
+	minDelay, maxDelay time.Duration
+	redsyncOpts        []redsync.Option
+	mgrOpts            []lockmgr.Option
+	err                error
+}
+
+func (c *config) refuse(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: redlock: "+format, append([]any{inventory.ErrInvalidArgument}, args...)...)
+	}
+}
+
+// WithPrefix sets the prefix of the lock keys: the lock on a SKU is the key
+// prefix+SKU on every node. It must be 1..64 bytes of UTF-8 without control
+// characters. The default is [DefaultPrefix], "inv:redlock:".
+func WithPrefix(prefix string) Option {
+	return func(c *config) {
+		if inventory.ValidateSKU(prefix) != nil || len(prefix) > 64 {
+			c.refuse("key prefix %q must be 1..64 bytes of UTF-8 without control characters", prefix)
+		}
+		c.prefix = prefix
+	}
+}
+
+// WithExpiry sets how long a lock lives on the nodes unless extended. A
+// holder extends it every third of d, so d bounds how long a crashed
+// holder blocks its SKU. The default is [DefaultExpiry], 8s.
+func WithExpiry(d time.Duration) Option {
+	return func(c *config) {
+		if d < 10*time.Millisecond {
+			c.refuse("expiry %v is below 10ms", d)
+		}
+		c.expiry = d
+	}
+}
+
+// WithAcquireTimeout bounds how long one call waits for its lock before it
+// gives up with [inventory.ErrContention] (or, when no node could be
+// reached, the nodes' error). The ctx of the call bounds it too. The
+// default is [DefaultAcquireTimeout], 10s.
+func WithAcquireTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.refuse("acquire timeout %v is not positive", d)
+		}
+		c.acquireTimeout = d
+	}
+}
+
+// WithRetryDelay sets the pause between two attempts to take a lock held
+// by someone else: a random duration up to a ceiling that starts at lo and
+// doubles after each failed attempt up to hi (exponential backoff with full
+// jitter). The defaults are [DefaultMinRetryDelay] and
+// [DefaultMaxRetryDelay], 2ms and 64ms: short enough that a freed lock is
+// soon taken again, long enough that a crowd of waiters does not swamp
+// the nodes.
+func WithRetryDelay(lo, hi time.Duration) Option {
+	return func(c *config) {
+		if lo <= 0 || hi < lo {
+			c.refuse("retry delay %v..%v: want 0 < lo <= hi", lo, hi)
+		}
+		c.minDelay, c.maxDelay = lo, hi
+	}
+}
+
+// WithMaxAttempts sets how many times one call locks, reads and writes when
+// its conditional write finds that the stock moved (its lock had lapsed),
+// before it gives up with [inventory.ErrContention]. The default is
+// [lockmgr.DefaultMaxAttempts], 3.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.refuse("max attempts %d is below 1", n)
+		}
+		c.mgrOpts = append(c.mgrOpts, lockmgr.WithMaxAttempts(n))
+	}
+}
+
+// WithRedsyncOptions passes options to every redsync mutex, after this
+// package's own, so they can override them (redsync.WithExpiry, set by
+// [WithExpiry], and redsync.WithSetNXOnExtend; redsync.WithFailFast(true) for
+// unlocking only), or add others such as redsync.WithDriftFactor or
+// redsync.WithTimeoutFactor. Retries are this package's (see
+// [WithRetryDelay]); redsync.WithTries has no effect.
+func WithRedsyncOptions(opts ...redsync.Option) Option {
+	return func(c *config) { c.redsyncOpts = append(c.redsyncOpts, opts...) }
+}
+
+// New returns a Manager that locks SKUs on the given independent Redis
+// servers, at least [MinNodes] of them, and keeps stock in store. The
+// caller keeps ownership of the clients and closes them.
+//
+// New does no I/O. An invalid argument or option gives an error wrapping
+// [inventory.ErrInvalidArgument].
+func New(clients []redis.UniversalClient, store Store, opts ...Option) (*Manager, error) {
+	l, mgrOpts, err := newLocker(clients, opts)
+	if err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: redlock: nil store", inventory.ErrInvalidArgument)
+	}
+	return &Manager{m: lockmgr.New(l, store, mgrOpts...)}, nil
+}
+
+// Init sets the stock of sku to qty, creating it if absent. It goes straight
+// to the store, without a lock. See [inventory.StockManager].
+func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
+	return m.m.Init(ctx, sku, qty)
+}
+
+// Get returns the stock of sku, straight from the store. See
+// [inventory.StockManager].
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	return m.m.Get(ctx, sku)
+}
+
+// Reduce takes qty units of sku under the SKU's lock. See
+// [inventory.StockManager].
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.m.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return gives qty units of sku back under the SKU's lock. See
+// [inventory.StockManager].
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.m.Return(ctx, sku, qty, opts...)
+}
+
+// locker takes Redlocks; it is the [lockmgr.Locker] of a Manager.
+type locker struct {
+	rs      *redsync.Redsync
+	quorum  int
+	cfg     config
+	mutexes []redsync.Option // to lock and extend
+	unlocks []redsync.Option // to unlock, but for the token
+	queues  queues
+}
+
+var _ lockmgr.Locker = (*locker)(nil)
+
+func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, []lockmgr.Option, error) {
+	cfg := config{
+		prefix:         DefaultPrefix,
+		expiry:         DefaultExpiry,
+		acquireTimeout: DefaultAcquireTimeout,
+		minDelay:       DefaultMinRetryDelay,
+		maxDelay:       DefaultMaxRetryDelay,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, nil, cfg.err
+	}
+	if len(clients) < MinNodes {
+		return nil, nil, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)
+	}
+	pools := make([]redsyncredis.Pool, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, nil, fmt.Errorf("%w: redlock: Redis client %d is nil", inventory.ErrInvalidArgument, i)
+		}
+		pools[i] = goredis.NewPool(c)
+	}
+	// Locking and extending wait for every node: with fail-fast, a SET NX
+	// still on its way to a node could land after the release of a failed
+	// attempt, or after the unlock, and hold that node for a whole expiry;
+	// a few of those and nobody reaches a majority. An unlock that returns
+	// early leaves only token-checked DELs behind, which are harmless.
+	base := []redsync.Option{redsync.WithExpiry(cfg.expiry), redsync.WithSetNXOnExtend()}
+	l := &locker{
+		rs:      redsync.New(pools...),
+		quorum:  len(clients)/2 + 1,
+		cfg:     cfg,
+		mutexes: slices.Concat(base, cfg.redsyncOpts),
+		unlocks: slices.Concat(base, []redsync.Option{redsync.WithFailFast(true)}, cfg.redsyncOpts),
+	}
+	l.queues.m = map[string]*queue{}
+	return l, cfg.mgrOpts, nil
+}
+
+// Acquire takes the lock on name: it waits for its turn among this
+// process's callers, then tries to take the Redlock, again after a backoff
+// while others hold it, until it holds it, ctx is done or the acquire
+// timeout passes.
+func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: lock %q: %w", name, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
+	defer cancel()
+	leave, err := l.queues.enter(actx, name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
+		}
+		return nil, fmt.Errorf("redlock: lock %q: %w: still queued behind this process's other callers after %v", name, inventory.ErrContention, l.cfg.acquireTimeout)
+	}
+	le, err := l.lock(ctx, actx, name)
+	if err != nil {
+		leave()
+		return nil, err
+	}
+	le.leave = leave
+	return le, nil
+}
+
+// lock takes the Redlock on name, as Acquire.
+func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
+	mu := l.rs.NewMutex(l.cfg.prefix+name, l.mutexes...)
+	ceiling := l.cfg.minDelay
+	var timer *time.Timer
+	var last error
+	for {
+		// One attempt: SET NX PX on every node, each bounded by redsync's
+		// timeout factor of the expiry; on failure redsync frees the nodes it
+		// did get. The attempt ignores cancellation, so that this cleanup is
+		// never cut short and leaves no node locked until expiry.
+		err := mu.TryLockContext(context.WithoutCancel(ctx))
+		if err == nil {
+			unlock := l.rs.NewMutex(mu.Name(), slices.Concat(l.unlocks, []redsync.Option{redsync.WithValue(mu.Value())})...)
+			return newLease(mu, unlock, l.cfg.expiry), nil
+		}
+		last = err
+		if timer == nil {
+			timer = time.NewTimer(rand.N(ceiling))
+			defer timer.Stop()
+		} else {
+			timer.Reset(rand.N(ceiling))
+		}
+		ceiling = min(2*ceiling, l.cfg.maxDelay)
+		select {
+		case <-timer.C:
+			continue
+		case <-actx.Done():
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
+		case taken(last):
+			return nil, fmt.Errorf("redlock: lock %q: %w: still held by another after %v: %w", name, inventory.ErrContention, l.cfg.acquireTimeout, last)
+		default: // the nodes failed: report their errors
+			return nil, fmt.Errorf("redlock: lock %q: no quorum of %d nodes within %v: %w", name, l.quorum, l.cfg.acquireTimeout, last)
+		}
+	}
+}
+
+// taken reports whether err, from a failed attempt, says that at least one
+// node holds the lock for someone else.
+func taken(err error) bool {
+	var all *redsync.ErrTaken
+	var one *redsync.ErrNodeTaken
+	return errors.As(err, &all) || errors.As(err, &one) || errors.Is(err, redsync.ErrFailed)
+}
+
+// queues line up the callers of one process per name.
+type queues struct {
+	mu sync.Mutex
+	m  map[string]*queue
+}
+
+// queue is the line for one name: its token is taken by the caller whose
+// turn it is. Go serves blocked senders in arrival order.
+type queue struct {
+	token   chan struct{}
+	callers int // in line or holding the token, guarded by queues.mu
+}
+
+// enter waits for the caller's turn on name. It returns the function that
+// ends the turn, or ctx.Err().
+func (qs *queues) enter(ctx context.Context, name string) (leave func(), err error) {
+	qs.mu.Lock()
+	q := qs.m[name]
+	if q == nil {
+		q = &queue{token: make(chan struct{}, 1)}
+		qs.m[name] = q
+	}
+	q.callers++
+	qs.mu.Unlock()
+	select {
+	case q.token <- struct{}{}:
+		return func() { <-q.token; qs.exit(name, q) }, nil
+	case <-ctx.Done():
+		qs.exit(name, q)
+		return nil, ctx.Err()
+	}
+}
+
+func (qs *queues) exit(name string, q *queue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q.callers--; q.callers == 0 {
+		delete(qs.m, name)
+	}
+}
+
+// lease is a held Redlock, extended by a goroutine until released.
+type lease struct {
+	mu    *redsync.Mutex // holds and extends the lock
+	unmu  *redsync.Mutex // the same lock and token, unlocking in fail-fast mode
+	lost  chan struct{}  // closed when an extension failed
+	stop  chan struct{}  // closed by Release
+	done  chan struct{}  // closed when the extension goroutine has returned
+	leave func()         // ends the caller's turn in its process's queue
+}
+
+func newLease(mu, unmu *redsync.Mutex, expiry time.Duration) *lease {
+	l := &lease{mu: mu, unmu: unmu, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.extend(expiry / 3)
+	return l
+}
+
+// extend extends the lock every interval until Release, and marks the lease
+// lost and returns when an extension fails to reach the quorum before the
+// lock's validity ends.
+func (l *lease) extend(interval time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), l.mu.Until())
+		ok, _ := l.mu.ExtendContext(ctx)
+		cancel()
+		if !ok {
+			close(l.lost)
+			return
+		}
+	}
+}
+
+// Lost is closed once an extension of the lock failed.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// Release stops the extension, deletes the lock from the nodes that still
+// hold this lease's token, and lets the next caller of the process in line.
+// It returns once a majority of nodes answered; the DELs still on their way
+// to the others are not cancelled with ctx, and end within the node
+// clients' timeouts.
+func (l *lease) Release(ctx context.Context) error {
+	close(l.stop)
+	<-l.done
+	ok, err := l.unmu.UnlockContext(context.WithoutCancel(ctx))
+	l.leave()
+	if !ok {
+		if err == nil {
+			err = redsync.ErrLockAlreadyExpired
+		}
+		return fmt.Errorf("redlock: unlock %q: %w", l.mu.Name(), err)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/redlock"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the dead nodes of some tests are no news
+	// go-redis probes a node it cannot dial in the background, once a
+	// second, until the client is closed.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// nodes returns clients of the independent Redlock servers.
+func nodes(t testing.TB) []redis.UniversalClient {
+	var cs []redis.UniversalClient
+	for _, c := range testenv.RedlockClients(t) {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// deadNode returns a client of an address where nothing listens,
+// configured as the package documentation advises: no retries of its own.
+func deadNode(t testing.TB) redis.UniversalClient {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// stores are the stores the Manager runs over in the tests.
+var stores = []struct {
+	name string
+	open func(t *testing.T) redlock.Store
+}{
+	{"redis", func(t *testing.T) redlock.Store {
+		s, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(testenv.Prefix()))
+		require.NoError(t, err)
+		return s
+	}},
+	{"mysql", func(t *testing.T) redlock.Store { return sqlStore(t, testenv.MySQL(t)) }},
+}
+
+// sqlStore returns a Store over fresh tables in db, dropped at the end of t.
+func sqlStore(t *testing.T, db *sqlx.DB) redlock.Store {
+	s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
+	require.NoError(t, err)
+	return s
+}
+
+func prefix() redlock.Option { return redlock.WithPrefix(testenv.Prefix() + ":") }
+
+func TestConformance(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			store := st.open(t)
+			clients := nodes(t)
+			inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
+				m, err := redlock.New(clients, store, prefix())
+				require.NoError(t, err)
+				return m
+			}})
+		})
+	}
+}
+
+// TestOneNodeDown runs the suite with the third node's address dead: the
+// quorum of two is still there.
+func TestOneNodeDown(t *testing.T) {
+	store := stores[0].open(t)
+	clients := append(nodes(t)[:2], deadNode(t))
+	inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
+		m, err := redlock.New(clients, store, prefix())
+		require.NoError(t, err)
+		return m
+	}})
+}
+
+func TestNewRefuses(t *testing.T) {
+	store := stores[0].open(t)
+	clients := nodes(t)
+	for name, c := range map[string]struct {
+		clients []redis.UniversalClient
+		store   redlock.Store
+		opts    []redlock.Option
+	}{
+		"two nodes":      {clients: clients[:2], store: store},
+		"nil node":       {clients: []redis.UniversalClient{clients[0], nil, clients[2]}, store: store},
+		"nil store":      {clients: clients},
+		"empty prefix":   {clients: clients, store: store, opts: []redlock.Option{redlock.WithPrefix("")}},
+		"control prefix": {clients: clients, store: store, opts: []redlock.Option{redlock.WithPrefix("a\nb")}},
+		"tiny expiry":    {clients: clients, store: store, opts: []redlock.Option{redlock.WithExpiry(time.Millisecond)}},
+		"zero timeout":   {clients: clients, store: store, opts: []redlock.Option{redlock.WithAcquireTimeout(0)}},
+		"inverted delay": {clients: clients, store: store, opts: []redlock.Option{redlock.WithRetryDelay(time.Second, time.Millisecond)}},
+		"zero delay":     {clients: clients, store: store, opts: []redlock.Option{redlock.WithRetryDelay(0, time.Millisecond)}},
+		"zero attempts":  {clients: clients, store: store, opts: []redlock.Option{redlock.WithMaxAttempts(0)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := redlock.New(c.clients, c.store, c.opts...)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+			require.Nil(t, m)
+		})
+	}
+}
+
+func locker(t *testing.T, clients []redis.UniversalClient, opts ...redlock.Option) lockmgr.Locker {
+	l, err := redlock.NewLocker(clients, opts...)
+	require.NoError(t, err)
+	return l
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestExclusion has goroutines of two lockers, as of two processes with
+// their own connections, take turns on one lock: never two at once.
+func TestExclusion(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	p := prefix()
+	lockers := []lockmgr.Locker{locker(t, nodes(t), p), locker(t, nodes(t), p)}
+	const workers, turns = 16, 10
+	var inside, overlaps, held atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range turns {
+				lease, err := lockers[w%2].Acquire(ctx, "hot {sku}/1")
+				if !assert.NoError(t, err) {
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				held.Add(1)
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				assert.NoError(t, lease.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load(), "two holders at once")
+	require.EqualValues(t, workers*turns, held.Load())
+}
+
+func TestAcquireTimeout(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	p := prefix()
+	holder := locker(t, nodes(t), p)
+	lease, err := holder.Acquire(ctx, "sku")
+	require.NoError(t, err)
+	defer lease.Release(ctx)
+
+	waiter := locker(t, nodes(t), p, redlock.WithAcquireTimeout(200*time.Millisecond))
+	start := time.Now()
+	_, err = waiter.Acquire(ctx, "sku")
+	require.ErrorIs(t, err, inventory.ErrContention)
+	require.Less(t, time.Since(start), 5*time.Second)
+	// Another name is free.
+	other, err := waiter.Acquire(ctx, "sku2")
+	require.NoError(t, err)
+	require.NoError(t, other.Release(ctx))
+}
+
+func TestAcquireCancel(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	p := prefix()
+	holder := locker(t, nodes(t), p)
+	lease, err := holder.Acquire(ctx, "sku")
+	require.NoError(t, err)
+
+	waiter := locker(t, nodes(t), p)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Acquire(cctx, "sku")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, inventory.ErrContention)
+
+	// Once released, the waiter gets it at once.
+	require.NoError(t, lease.Release(ctx))
+	again, err := waiter.Acquire(ctx, "sku")
+	require.NoError(t, err)
+	require.NoError(t, again.Release(ctx))
+}
+
+// TestExtends holds a lock past several expiries.
+func TestExtends(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	p := prefix()
+	l := locker(t, nodes(t), p, redlock.WithExpiry(150*time.Millisecond))
+	lease, err := l.Acquire(ctx, "sku")
+	require.NoError(t, err)
+	time.Sleep(600 * time.Millisecond)
+	select {
+	case <-lease.Lost():
+		t.Fatal("lease lost although every extension could succeed")
+	default:
+	}
+	waiter := locker(t, nodes(t), p, redlock.WithAcquireTimeout(100*time.Millisecond))
+	_, err = waiter.Acquire(ctx, "sku")
+	require.ErrorIs(t, err, inventory.ErrContention, "the extended lock is still held")
+	require.NoError(t, lease.Release(ctx))
+}
+
+// TestLostWhenExtensionFails lets the lock be taken over on a majority of
+// nodes: the next extension fails and the lease reports itself lost.
+func TestLostWhenExtensionFails(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	pfx := testenv.Prefix() + ":"
+	clients := nodes(t)
+	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
+	lease, err := l.Acquire(ctx, "sku")
+	require.NoError(t, err)
+	for _, c := range clients[:2] {
+		require.NoError(t, c.Set(ctx, pfx+"sku", "someone else", time.Minute).Err())
+		t.Cleanup(func() { c.Del(context.Background(), pfx+"sku") })
+	}
+	select {
+	case <-lease.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost although a majority of nodes has another holder")
+	}
+	require.Error(t, lease.Release(ctx), "releasing a lost lock reports it")
+}
+
+// TestNodesDown: with no node reachable, Acquire reports the nodes' error,
+// not contention.
+func TestNodesDown(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	dead := []redis.UniversalClient{deadNode(t), deadNode(t), deadNode(t)}
+	l := locker(t, dead, redlock.WithAcquireTimeout(300*time.Millisecond))
+	_, err := l.Acquire(ctx, "sku")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, inventory.ErrContention)
+	var nodeErr *redsync.RedisError
+	require.True(t, errors.As(err, &nodeErr), "the nodes' errors are kept: %v", err)
+}
+
+// TestExtensionRestoresNode: a node that lost the lock (as after a restart
+// without persistence) gets it back with the next extension.
+func TestExtensionRestoresNode(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	pfx := testenv.Prefix() + ":"
+	clients := nodes(t)
+	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
+	lease, err := l.Acquire(ctx, "sku")
+	require.NoError(t, err)
+	token, err := clients[0].Get(ctx, pfx+"sku").Result()
+	require.NoError(t, err)
+	require.NoError(t, clients[2].Del(ctx, pfx+"sku").Err())
+	require.Eventually(t, func() bool {
+		got, _ := clients[2].Get(ctx, pfx+"sku").Result()
+		return got == token
+	}, 5*time.Second, 10*time.Millisecond, "the extension sets the lock again where it was missing")
+	require.NoError(t, lease.Release(ctx))
+	for _, c := range clients {
+		require.Zero(t, c.Exists(ctx, pfx+"sku").Val(), "released on every node")
+	}
+}
