@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-zookeeper/zk"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	_ "github.com/go-sql-driver/mysql" // registers "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/redlock"
+	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqlstore"
+	"github.com/stockkit/inventory/zklock"
+)
+
+// strategyNames lists what -strategies accepts, in the order of the report.
+const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, redislock, redlock, zklock"
+
+// prefix begins every Redis key and ZooKeeper path the sale writes, and
+// schema names its SQL tables, apart from a service's own.
+const prefix = "flashsale"
+
+var schema = sqlstore.Schema{Table: "flashsale_stock", Ledger: "flashsale_ledger"}
+
+// target is one row of the report: a strategy over a store.
+type target struct {
+	strategy, store string
+	open            func(ctx context.Context) (inventory.StockManager, error)
+	skip            string // not empty: why the target cannot run, and how to make it
+}
+
+// backends opens the servers the selected targets need, embedded ones where
+// no address was given, each at most once, and closes them all at the end.
+type backends struct {
+	cfg    *config
+	runID  string
+	closes []func()
+
+	redisClient redis.UniversalClient
+	redlocks    []redis.UniversalClient
+	zkConn      *zk.Conn
+	zkEvents    <-chan zk.Event
+	dbs         map[string]*sqlx.DB
+	stores      map[string]redislock.Store
+}
+
+func newBackends(cfg *config) *backends {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return &backends{cfg: cfg, runID: hex.EncodeToString(b), dbs: map[string]*sqlx.DB{}, stores: map[string]redislock.Store{}}
+}
+
+// close closes everything opened, last first.
+func (b *backends) close() {
+	for i := len(b.closes) - 1; i >= 0; i-- {
+		b.closes[i]()
+	}
+}
+
+// sqlNames are the SQL stores the flags make available.
+func (b *backends) sqlNames() []string {
+	names := []string{"sqlite"}
+	if b.cfg.mysql != "" {
+		names = append(names, "mysql")
+	}
+	if b.cfg.postgres != "" {
+		names = append(names, "postgres")
+	}
+	return names
+}
+
+// targets lists every strategy over every store the flags make available.
+func (b *backends) targets() []target {
+	cfg := b.cfg
+	ts := []target{
+		{strategy: "memory", store: "process", open: func(context.Context) (inventory.StockManager, error) {
+			return inventorytest.NewMemory(cfg.keyTTL), nil
+		}},
+		{strategy: "luascript", store: "redis", open: func(ctx context.Context) (inventory.StockManager, error) {
+			c, err := b.redis(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return luascript.New(c, luascript.WithPrefix(prefix), luascript.WithKeyTTL(cfg.keyTTL))
+		}},
+	}
+	for _, store := range b.sqlNames() {
+		sqlTarget := func(strategy string, open func(*sqlx.DB) (inventory.StockManager, error)) target {
+			return target{strategy: strategy, store: store, open: func(ctx context.Context) (inventory.StockManager, error) {
+				db, err := b.sql(ctx, store)
+				if err != nil {
+					return nil, err
+				}
+				return open(db)
+			}}
+		}
+		ts = append(ts,
+			sqlTarget("optimistic", func(db *sqlx.DB) (inventory.StockManager, error) {
+				return optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithKeyTTL(cfg.keyTTL))
+			}),
+			sqlTarget("optimistic-single", func(db *sqlx.DB) (inventory.StockManager, error) {
+				return optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithKeyTTL(cfg.keyTTL), optimistic.WithSingleStatement())
+			}),
+			sqlTarget("rowlock", func(db *sqlx.DB) (inventory.StockManager, error) {
+				return rowlock.New(db, rowlock.WithSchema(schema), rowlock.WithKeyTTL(cfg.keyTTL))
+			}),
+		)
+	}
+	for _, store := range cfg.lockStores {
+		// lockTarget is strategy over store, built by lock from the store.
+		lockTarget := func(strategy string, lock func(context.Context, redislock.Store) (inventory.StockManager, error)) target {
+			tg := target{strategy: strategy, store: store, open: func(ctx context.Context) (inventory.StockManager, error) {
+				s, err := b.store(ctx, store)
+				if err != nil {
+					return nil, err
+				}
+				return lock(ctx, s)
+			}}
+			switch {
+			case store != "redis" && !slices.Contains(b.sqlNames(), store):
+				tg.skip = fmt.Sprintf("-lock-stores names %s: give its DSN with -%s", store, store)
+			case strategy == "zklock" && len(cfg.zk) == 0:
+				tg.skip = "it needs ZooKeeper: give -zk 127.0.0.1:2181 (started by `make services`), or -services"
+			}
+			return tg
+		}
+		ts = append(ts,
+			lockTarget("redislock", func(ctx context.Context, s redislock.Store) (inventory.StockManager, error) {
+				c, err := b.redis(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return redislock.New(c, s, redislock.WithPrefix(prefix))
+			}),
+			lockTarget("redlock", func(ctx context.Context, s redislock.Store) (inventory.StockManager, error) {
+				nodes, err := b.redlock(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return redlock.New(nodes, s, redlock.WithPrefix(prefix+":redlock:"))
+			}),
+			lockTarget("zklock", func(ctx context.Context, s redislock.Store) (inventory.StockManager, error) {
+				conn, events, err := b.zk(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return zklock.New(conn, s, zklock.WithRoot("/"+prefix+"/locks"), zklock.WithSessionEvents(events))
+			}),
+		)
+	}
+	return ts
+}
+
+// sku is the SKU tg sells: unique to this run and target, so runs and
+// targets sharing a server never meet.
+func (b *backends) sku(tg target) string {
+	return fmt.Sprintf("flashsale-%s-%s-%s", b.runID, tg.strategy, tg.store)
+}
+
+// forget deletes what tg's sale left: the stock, and the idempotency keys
+// of the buyers who bought (any others expire after -key-ttl).
+func (b *backends) forget(tg target, sku string, buyers []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if db := b.dbs[tg.store]; db != nil {
+		for _, table := range []string{schema.Table, schema.Ledger} {
+			_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+table+" WHERE sku = ?"), sku)
+		}
+	} else if tg.store == "redis" && b.redisClient != nil {
+		// Every key of one SKU shares a hash tag: one DEL, even on a Cluster.
+		keys := []string{rediskeys.Stock(prefix, sku)}
+		for _, k := range buyers {
+			keys = append(keys, rediskeys.Key(prefix, sku, inventory.DirReduce, k))
+		}
+		b.redisClient.Del(ctx, keys...)
+	}
+}
+
+// describe says where each store and lock service lives, for the report's
+// header.
+func (b *backends) describe() []string {
+	c := b.cfg
+	or := func(addrs []string, embedded string) string {
+		if len(addrs) == 0 {
+			return embedded
+		}
+		return strings.Join(addrs, ",")
+	}
+	sqlite := c.sqlite
+	if sqlite == "" {
+		sqlite = "temporary file"
+	}
+	d := []string{
+		"redis: " + or(c.redis, "embedded miniredis"),
+		"redlock: " + or(c.redlock, "3 embedded miniredis"),
+		"sqlite: " + sqlite,
+	}
+	if c.mysql != "" {
+		d = append(d, "mysql: given")
+	}
+	if c.postgres != "" {
+		d = append(d, "postgres: given")
+	}
+	return append(d, "zookeeper: "+or(c.zk, "none"))
+}
+
+// store returns the lock strategies' store called name.
+func (b *backends) store(ctx context.Context, name string) (redislock.Store, error) {
+	if s := b.stores[name]; s != nil {
+		return s, nil
+	}
+	var s redislock.Store
+	if name == "redis" {
+		c, err := b.redis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if s, err = redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
+			return nil, err
+		}
+	} else {
+		db, err := b.sql(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if s, err = sqlstore.New(db, sqlstore.WithSchema(schema), sqlstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
+			return nil, err
+		}
+	}
+	b.stores[name] = s
+	return s, nil
+}
+
+// sql returns a pool on the SQL database called name, its tables created.
+func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
+	if db := b.dbs[name]; db != nil {
+		return db, nil
+	}
+	driver, dsn, conns := "", "", 64
+	switch name {
+	case "mysql":
+		driver, dsn = "mysql", b.cfg.mysql
+	case "postgres":
+		driver, dsn = "pgx", b.cfg.postgres
+	case "sqlite":
+		path := b.cfg.sqlite
+		if path == "" {
+			dir, err := os.MkdirTemp("", "flashsale-")
+			if err != nil {
+				return nil, err
+			}
+			b.closes = append(b.closes, func() { os.RemoveAll(dir) })
+			path = filepath.Join(dir, "stock.db")
+		}
+		// WAL lets readers run beside the one writer; writers wait for
+		// each other for up to the busy timeout.
+		driver, conns = "sqlite", 8
+		dsn = "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	}
+	db, err := sqlx.Open(driver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b.closes = append(b.closes, func() { db.Close() })
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	if err := db.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CreateTables(ctx); err != nil {
+		return nil, fmt.Errorf("%s: creating the tables: %w", name, err)
+	}
+	b.dbs[name] = db
+	return db, nil
+}
+
+// zk returns a ZooKeeper session and its event channel.
+func (b *backends) zk(ctx context.Context) (*zk.Conn, <-chan zk.Event, error) {
+	if b.zkConn != nil {
+		return b.zkConn, b.zkEvents, nil
+	}
+	conn, events, err := zk.Connect(b.cfg.zk, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		return nil, nil, fmt.Errorf("zookeeper %s: %w", strings.Join(b.cfg.zk, ","), err)
+	}
+	b.closes = append(b.closes, conn.Close)
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case e := <-events:
+			if e.State != zk.StateHasSession {
+				continue
+			}
+			b.zkConn, b.zkEvents = conn, events
+			return conn, events, nil
+		case <-wait.Done():
+			return nil, nil, fmt.Errorf("zookeeper %s: no session: %w", strings.Join(b.cfg.zk, ","), wait.Err())
+		}
+	}
+}
+
+// redlock returns a client for every Redlock node: -redlock, or three
+// embedded miniredis.
+func (b *backends) redlock(ctx context.Context) ([]redis.UniversalClient, error) {
+	if b.redlocks != nil {
+		return b.redlocks, nil
+	}
+	addrs := b.cfg.redlock
+	for len(addrs) < 3 {
+		addr, err := b.miniredis()
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, addr)
+	}
+	var cs []redis.UniversalClient
+	for _, addr := range addrs {
+		c, err := b.dialRedis(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	b.redlocks = cs
+	return cs, nil
+}
+
+// redis returns the client of -redis, a Redis Cluster client when it names
+// several nodes, or of an embedded miniredis.
+func (b *backends) redis(ctx context.Context) (redis.UniversalClient, error) {
+	if b.redisClient != nil {
+		return b.redisClient, nil
+	}
+	addrs := b.cfg.redis
+	if len(addrs) == 0 {
+		addr, err := b.miniredis()
+		if err != nil {
+			return nil, err
+		}
+		addrs = []string{addr}
+	}
+	c, err := b.dialRedis(ctx, addrs...)
+	if err != nil {
+		return nil, err
+	}
+	b.redisClient = c
+	return c, nil
+}
+
+// dialRedis connects to a Redis server, or to a Redis Cluster when given
+// several addresses, with a pool big enough for -concurrency.
+func (b *backends) dialRedis(ctx context.Context, addrs ...string) (redis.UniversalClient, error) {
+	c := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:       addrs,
+		PoolSize:    min(b.cfg.concurrency, 256),
+		PoolTimeout: b.cfg.timeout,
+	})
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis %s: %w", strings.Join(addrs, ","), err)
+	}
+	b.closes = append(b.closes, func() { c.Close() })
+	return c, nil
+}
+
+// miniredis starts an embedded Redis server and returns its address.
+func (b *backends) miniredis() (string, error) {
+	s, err := miniredis.Run()
+	if err != nil {
+		return "", fmt.Errorf("starting miniredis: %w", err)
+	}
+	b.closes = append(b.closes, s.Close)
+	return s.Addr(), nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// config is what the flags say.
+type config struct {
+	buyers      int
+	stock       int64
+	qty         int64
+	repeat      float64
+	concurrency int
+	retries     int
+	backoff     time.Duration
+	timeout     time.Duration
+	saleTimeout time.Duration
+	keyTTL      time.Duration
+
+	strategies string
+	lockStores []string
+
+	redis    []string // empty: an embedded miniredis
+	redlock  []string // empty: three embedded miniredis
+	sqlite   string   // empty: a temporary file
+	mysql    string   // empty: no MySQL rows
+	postgres string   // empty: no PostgreSQL rows
+	zk       []string // empty: zklock is skipped
+
+	format   string
+	chart    string
+	progress bool
+}
+
+// Addresses of the servers `make services` starts. The INVENTORY_* variables
+// that the tests read override them.
+var serviceDefaults = []struct{ flag, env, def string }{
+	{"redis", "INVENTORY_REDIS_ADDR", "127.0.0.1:6379"},
+	{"redlock", "INVENTORY_REDLOCK_ADDRS", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382"},
+	{"mysql", "INVENTORY_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"},
+	{"postgres", "INVENTORY_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
+	{"zk", "INVENTORY_ZK_ADDRS", "127.0.0.1:2181"},
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	var c config
+	var redisAddrs, redlockAddrs, zkAddrs, lockStores string
+	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: flashsale [flags]\n\n"+
+			"Races every stock strategy on one simulated flash sale and prints a table.\n"+
+			"With no flags everything runs in process (miniredis, SQLite); flags point it at real servers.\n\n")
+		fs.PrintDefaults()
+	}
+
+	fs.IntVar(&c.buyers, "buyers", 5000, "buyers in the sale, each a goroutine, all released together")
+	fs.Int64Var(&c.stock, "stock", 100, "units on sale")
+	fs.Int64Var(&c.qty, "qty", 1, "units each buyer asks for")
+	fs.Float64Var(&c.repeat, "repeat", 0.1, "share of buyers (0..1) who click buy twice with the same idempotency key")
+	fs.IntVar(&c.concurrency, "concurrency", 256, "most calls in flight at once")
+	fs.IntVar(&c.retries, "retries", 10, "retries of a call refused with ErrContention or failed without a verdict")
+	fs.DurationVar(&c.backoff, "backoff", 2*time.Millisecond, "first retry delay; it doubles on each retry, with full jitter, up to 100x")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline of each call, and of connecting to each server")
+	fs.DurationVar(&c.saleTimeout, "sale-timeout", 5*time.Minute, "deadline of each strategy's sale; a sale that does not finish in time fails")
+	fs.DurationVar(&c.keyTTL, "key-ttl", 10*time.Minute, "how long strategies keep idempotency keys")
+
+	fs.StringVar(&c.strategies, "strategies", "all", "comma-separated strategies to run, by name ("+strategyNames+") or strategy/store (e.g. rowlock/mysql)")
+	fs.StringVar(&lockStores, "lock-stores", "redis", "where the lock strategies (redislock, redlock, zklock) keep the stock: any of redis, sqlite, mysql, postgres")
+
+	fs.StringVar(&redisAddrs, "redis", "", "Redis address, or comma-separated Redis Cluster nodes (default: an embedded miniredis)")
+	fs.StringVar(&redlockAddrs, "redlock", "", "comma-separated independent Redis nodes for redlock, at least 3 (default: three embedded miniredis)")
+	fs.StringVar(&c.sqlite, "sqlite", "", "SQLite database file (default: a temporary file, removed at exit)")
+	fs.StringVar(&c.mysql, "mysql", "", "MariaDB/MySQL DSN, e.g. 'root@tcp(127.0.0.1:3306)/test' (default: no MySQL)")
+	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN, e.g. 'postgres://postgres@127.0.0.1:5432/test' (default: no PostgreSQL)")
+	fs.StringVar(&zkAddrs, "zk", "", "comma-separated ZooKeeper servers (default: zklock does not run)")
+	services := fs.Bool("services", false, "use the servers of `make services` for every flag above left unset (INVENTORY_* variables override their addresses)")
+
+	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
+	fs.StringVar(&c.chart, "chart", "", "also write an SVG chart of throughput and p99 latency to this file")
+	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
+
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "flashsale: unexpected arguments %q\n", fs.Args())
+		return nil, errUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["progress"] {
+		c.progress = isTerminal(stderr)
+	}
+	if *services {
+		for _, d := range serviceDefaults {
+			if set[d.flag] {
+				continue
+			}
+			v := os.Getenv(d.env)
+			if v == "" {
+				v = d.def
+			}
+			_ = fs.Set(d.flag, v)
+		}
+	}
+	c.redis, c.redlock, c.zk = list(redisAddrs), list(redlockAddrs), list(zkAddrs)
+	c.lockStores = list(lockStores)
+	return &c, c.validate(stderr)
+}
+
+func (c *config) validate(stderr io.Writer) error {
+	var problems []string
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	check(c.buyers < 1, "-buyers must be at least 1")
+	check(c.stock < 0, "-stock must not be negative")
+	check(c.qty < 1, "-qty must be at least 1")
+	check(c.repeat < 0 || c.repeat > 1, "-repeat must lie in 0..1")
+	check(c.concurrency < 1, "-concurrency must be at least 1")
+	check(c.retries < 0, "-retries must not be negative")
+	check(c.backoff < 0, "-backoff must not be negative")
+	check(c.timeout <= 0, "-timeout must be positive")
+	check(c.saleTimeout <= 0, "-sale-timeout must be positive")
+	check(c.keyTTL < time.Millisecond, "-key-ttl must be at least 1ms")
+	check(len(c.redlock) > 0 && len(c.redlock) < 3, "-redlock needs at least 3 nodes, got %d", len(c.redlock))
+	check(!slices.Contains([]string{"table", "csv", "json"}, c.format), "-format must be table, csv or json")
+	for _, s := range c.lockStores {
+		check(!slices.Contains([]string{"redis", "sqlite", "mysql", "postgres"}, s), "-lock-stores: unknown store %q", s)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	for _, p := range problems {
+		fmt.Fprintln(stderr, "flashsale:", p)
+	}
+	return errUsage
+}
+
+func (c *config) checkChart() error {
+	if c.chart != "" && !strings.EqualFold(filepath.Ext(c.chart), ".svg") {
+		return fmt.Errorf("-chart %q: only SVG charts are written; name the file *.svg", c.chart)
+	}
+	return nil
+}
+
+// selected reports whether -strategies asks for strategy over store.
+func (c *config) selected(strategy, store string) bool {
+	for _, s := range list(c.strategies) {
+		if s == "all" || s == strategy || s == strategy+"/"+store {
+			return true
+		}
+	}
+	return false
+}
+
+// repeaters is how many buyers click twice.
+func (c *config) repeaters() int { return int(c.repeat*float64(c.buyers) + 0.5) }
+
+// list splits a comma-separated flag, dropping empty items.
+func list(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,316 @@
+// The tests are in package main because a command cannot be imported: they
+// call run, the whole program, in process.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+)
+
+// Under the race detector the buyers stay well inside its goroutine limit.
+const buyers, stock = 1000, 100
+
+func runJSON(t *testing.T, args ...string) []result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, append(args, "-format", "json"), &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	assert.Empty(t, stderr.String(), "no progress on stderr unless asked for")
+	var results []result
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &results), "stdout:\n%s", stdout.String())
+	return results
+}
+
+// checkSale checks every row that ran: nothing oversold or lost, the whole
+// stock sold, every request answered, and returns the rows by name.
+func checkSale(t *testing.T, results []result, buyers int, stock int64) map[string]result {
+	t.Helper()
+	rows := map[string]result{}
+	for _, r := range results {
+		name := r.Strategy + "/" + r.Store
+		rows[name] = r
+		if r.Skipped != "" {
+			continue
+		}
+		t.Logf("%-28s sold %d, %d sold out, %d contention, %d duplicate, %d errors, %d retries; %.0f req/s, p99 %.1fms",
+			name, r.Sold, r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries, r.Throughput, r.P99MS)
+		assert.Empty(t, r.Failure, name)
+		assert.Zero(t, r.Oversold, "%s oversold", name)
+		assert.Zero(t, r.Lost, "%s lost units", name)
+		assert.Equal(t, stock, r.Sold, "%s sells the whole stock", name)
+		assert.Zero(t, r.Final, "%s has stock left", name)
+		assert.Equal(t, r.Initial-r.Final, r.Sold, "%s: initial - final == sold", name)
+		assert.Zero(t, r.Errors, "%s: first error %s", name, r.FirstError)
+		assert.EqualValues(t, buyers, r.Buyers, name)
+		repeaters := (buyers + 5) / 10
+		assert.EqualValues(t, buyers+repeaters, r.Requests, "%s answers every click", name)
+		assert.Equal(t, r.Requests, r.Sold+r.Insufficient+r.Contention+r.Duplicate+r.Errors,
+			"%s: every click either bought or was refused", name)
+		assert.LessOrEqual(t, r.Duplicate, int64(repeaters), "%s: only repeat clicks can be duplicates", name)
+		assert.Positive(t, r.Throughput, name)
+		assert.GreaterOrEqual(t, r.P99MS, r.P50MS, name)
+	}
+	return rows
+}
+
+func TestEmbedded(t *testing.T) {
+	t.Parallel()
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock))
+	rows := checkSale(t, results, buyers, stock)
+	for name, r := range rows {
+		if r.Skipped == "" {
+			// 100 of 1000 buyers click twice and each buys with odds of
+			// 1 in 10, so all of them missing has odds of about 1 in 40,000.
+			assert.Positive(t, r.Duplicate, "%s: repeat buyers who had bought are told so", name)
+		}
+	}
+	for _, name := range []string{
+		"memory/process", "luascript/redis",
+		"optimistic/sqlite", "optimistic-single/sqlite", "rowlock/sqlite",
+		"redislock/redis", "redlock/redis",
+	} {
+		r, ok := rows[name]
+		if assert.True(t, ok, "%s is in the report", name) {
+			assert.Empty(t, r.Skipped, "%s runs with no server", name)
+		}
+	}
+	assert.Contains(t, rows["zklock/redis"].Skipped, "-zk", "the report says how to run zklock")
+	assert.Len(t, rows, 8)
+}
+
+func TestRealServers(t *testing.T) {
+	t.Parallel()
+	// Each call skips the test, or fails it with CI=true, when its server
+	// does not answer.
+	testenv.Redis(t)
+	testenv.RedlockClients(t)
+	testenv.MySQL(t)
+	testenv.Postgres(t)
+	testenv.ZooKeeper(t)
+
+	const buyers, stock = 500, 50
+	results := runJSON(t,
+		"-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock),
+		"-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis),
+		"-redlock", testenv.Get(testenv.EnvRedlock, testenv.DefaultRedlock),
+		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
+		"-postgres", testenv.Get(testenv.EnvPostgres, testenv.DefaultPostgres),
+		"-zk", testenv.Get(testenv.EnvZooKeeper, testenv.DefaultZooKeeper),
+		"-lock-stores", "redis,postgres",
+	)
+	rows := checkSale(t, results, buyers, stock)
+	for _, s := range []string{"optimistic", "optimistic-single", "rowlock"} {
+		for _, store := range []string{"sqlite", "mysql", "postgres"} {
+			assert.Contains(t, rows, s+"/"+store)
+		}
+	}
+	for _, s := range []string{"redislock", "redlock", "zklock"} {
+		for _, store := range []string{"redis", "postgres"} {
+			assert.Contains(t, rows, s+"/"+store)
+		}
+	}
+	for name, r := range rows {
+		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
+	}
+	assert.Len(t, rows, 2+9+6)
+}
+
+func TestRealRedisCluster(t *testing.T) {
+	t.Parallel()
+	testenv.RedisCluster(t)
+	const buyers, stock = 300, 30
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock),
+		"-redis", testenv.Get(testenv.EnvRedisCluster, testenv.DefaultRedisCluster),
+		"-strategies", "luascript,redislock/redis")
+	rows := checkSale(t, results, buyers, stock)
+	assert.Len(t, rows, 2)
+}
+
+func TestFormats(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "sale.svg")
+	args := []string{"-buyers", "300", "-stock", "20", "-qty", "3", "-strategies", "memory,luascript,zklock"}
+	ctx := context.Background()
+
+	var table, stderr bytes.Buffer
+	require.NoError(t, run(ctx, append(args, "-chart", chart, "-progress"), &table, &stderr))
+	out := table.String()
+	t.Logf("table:\n%s", out)
+	for _, want := range []string{"300 buyers (30 click twice) for 20 units, 3 per buyer", "strategy", "oversold", "p99", "memory", "luascript", "zklock/redis did not run"} {
+		assert.Contains(t, out, want)
+	}
+	assert.Contains(t, stderr.String(), "luascript/redis", "-progress writes to stderr")
+	assert.Contains(t, stderr.String(), "330/330 requests")
+
+	svg, err := os.ReadFile(chart)
+	require.NoError(t, err)
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "the chart is well-formed XML:\n%s", svg)
+	}
+	assert.Contains(t, string(svg), "<svg")
+	assert.Contains(t, string(svg), "luascript/redis")
+	assert.Contains(t, string(svg), "p99 latency")
+
+	var csvOut bytes.Buffer
+	require.NoError(t, run(ctx, append(args, "-format", "csv"), &csvOut, io.Discard))
+	records, err := csv.NewReader(&csvOut).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, records, 4, "a header and three rows")
+	col := map[string]int{}
+	for i, name := range records[0] {
+		col[name] = i
+	}
+	for _, rec := range records[1:] {
+		name := rec[col["strategy"]] + "/" + rec[col["store"]]
+		if rec[col["skipped"]] != "" {
+			assert.Equal(t, "zklock/redis", name)
+			continue
+		}
+		// 20 units, 3 per buyer: 6 buyers get 18 units, 2 are left.
+		assert.Equal(t, "18", rec[col["sold"]], name)
+		assert.Equal(t, "2", rec[col["left"]], name)
+		assert.Equal(t, "0", rec[col["oversold"]], name)
+		assert.Equal(t, "0", rec[col["lost"]], name)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"-buyers", "0"}, {"-qty", "0"}, {"-repeat", "1.5"}, {"-format", "xml"},
+		{"-redlock", "127.0.0.1:1,127.0.0.1:2"}, {"-lock-stores", "oracle"}, {"-nope"}, {"stray"},
+	} {
+		var stderr bytes.Buffer
+		err := run(ctx, args, io.Discard, &stderr)
+		require.ErrorIs(t, err, errUsage, "%q", args)
+		assert.NotEmpty(t, stderr.String(), "%q says what is wrong", args)
+	}
+	err := run(ctx, []string{"-strategies", "nothing"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "selects nothing")
+	err = run(ctx, []string{"-strategies", "memory", "-chart", "x.png"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "SVG")
+	require.ErrorIs(t, run(ctx, []string{"-h"}, io.Discard, io.Discard), flag.ErrHelp)
+}
+
+func TestUnreachableServerFails(t *testing.T) {
+	ctx := context.Background()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"-strategies", "memory,luascript", "-redis", "127.0.0.1:1", "-timeout", "1s"}, &stdout, io.Discard)
+	require.Error(t, err, "a strategy that cannot run is a failure")
+	assert.Contains(t, err.Error(), "luascript/redis")
+	assert.Contains(t, stdout.String(), "luascript/redis FAILED", "the table still shows what ran")
+	assert.Contains(t, stdout.String(), "memory")
+}
+
+// The checks catch a strategy that oversells or loses units.
+func TestDetectsOversellAndLoss(t *testing.T) {
+	cfg, err := parseFlags([]string{"-buyers", "400", "-stock", "10", "-concurrency", "64"}, io.Discard)
+	require.NoError(t, err)
+	env := newBackends(cfg)
+	defer env.close()
+	ctx := context.Background()
+
+	racy := &racyManager{Memory: inventorytest.NewMemory(0)}
+	r := runSale(ctx, cfg, env, target{strategy: "racy", store: "test", open: opener(racy)}, io.Discard)
+	assert.Positive(t, r.Oversold, "a read-check-write race oversells")
+	assert.Contains(t, r.Failure, "OVERSOLD")
+
+	leaky := &leakyManager{Memory: inventorytest.NewMemory(0)}
+	r = runSale(ctx, cfg, env, target{strategy: "leaky", store: "test", open: opener(leaky)}, io.Discard)
+	// 10 units: sales 2, 4 and 6 take two each, so 7 sales empty the stock.
+	assert.Zero(t, r.Oversold)
+	assert.EqualValues(t, 7, r.Sold)
+	assert.EqualValues(t, 3, r.Lost, "three units vanished without a sale")
+	assert.Contains(t, r.Failure, "LOST")
+}
+
+// A sale that outlives -sale-timeout is stopped and reported as a failure.
+func TestSaleTimeout(t *testing.T) {
+	cfg, err := parseFlags([]string{"-buyers", "50", "-sale-timeout", "200ms"}, io.Discard)
+	require.NoError(t, err)
+	env := newBackends(cfg)
+	defer env.close()
+	stuck := stuckManager{inventorytest.NewMemory(0)}
+	r := runSale(context.Background(), cfg, env, target{strategy: "stuck", store: "test", open: opener(stuck)}, io.Discard)
+	assert.Contains(t, r.Failure, "did not finish within -sale-timeout 200ms")
+	assert.Zero(t, r.Sold)
+}
+
+// stuckManager's Reduce waits for its ctx to end.
+type stuckManager struct{ *inventorytest.Memory }
+
+func (stuckManager) Reduce(ctx context.Context, _ string, _ int64, _ ...inventory.Option) (int64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func opener(m inventory.StockManager) func(context.Context) (inventory.StockManager, error) {
+	return func(context.Context) (inventory.StockManager, error) { return m, nil }
+}
+
+// racyManager reads, pauses, then writes: the classic oversell.
+type racyManager struct{ *inventorytest.Memory }
+
+func (m *racyManager) Reduce(ctx context.Context, sku string, qty int64, _ ...inventory.Option) (int64, error) {
+	cur, err := m.Get(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	if cur < qty {
+		return cur, fmt.Errorf("%w: racy", inventory.ErrInsufficientStock)
+	}
+	time.Sleep(time.Millisecond)
+	return cur - qty, m.Init(ctx, sku, cur-qty)
+}
+
+// leakyManager takes an extra unit on every second sale, while stock lasts.
+type leakyManager struct {
+	*inventorytest.Memory
+	mu    sync.Mutex
+	calls int
+}
+
+func (m *leakyManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rem, err := m.Memory.Reduce(ctx, sku, qty, opts...)
+	if err != nil {
+		return rem, err
+	}
+	if m.calls++; m.calls%2 == 0 && rem > 0 {
+		return m.Memory.Reduce(ctx, sku, 1)
+	}
+	return rem, nil
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stockkit/inventory"
+)
+
+// result is one row of the report.
+type result struct {
+	Strategy string `json:"strategy"`
+	Store    string `json:"store"`
+	// Skipped says why the strategy did not run and how to make it run.
+	Skipped string `json:"skipped,omitempty"`
+	// Failure says why the row is a failure: the strategy could not be set
+	// up, its stock could not be read back, it oversold or it lost units.
+	Failure string `json:"failure,omitempty"`
+
+	Buyers   int   `json:"buyers"`
+	Requests int64 `json:"requests"` // calls answered, repeat clicks included
+	Initial  int64 `json:"initial"`
+	Final    int64 `json:"final"` // the stock read back after the sale
+	Sold     int64 `json:"sold"`  // units sold: qty times the buyers who bought
+	Oversold int64 `json:"oversold"`
+	Lost     int64 `json:"lost"`
+
+	Insufficient int64  `json:"insufficient"` // requests refused: sold out
+	Contention   int64  `json:"contention"`   // requests refused: gave up after -retries
+	Duplicate    int64  `json:"duplicate"`    // requests refused: the buyer had bought already
+	Errors       int64  `json:"errors"`       // requests failed otherwise
+	FirstError   string `json:"first_error,omitempty"`
+	Retries      int64  `json:"retries"` // calls repeated after ErrContention or an error
+
+	ElapsedMS  float64 `json:"elapsed_ms"`
+	Throughput float64 `json:"throughput_rps"` // requests per second
+	P50MS      float64 `json:"p50_ms"`         // request latency, retries included
+	P99MS      float64 `json:"p99_ms"`
+}
+
+// buyer is what one buyer saw.
+type buyer struct {
+	bought    bool
+	ambiguous bool            // a call failed without saying whether it took effect
+	latencies []time.Duration // one per click
+}
+
+// counts are the refusals and retries, shared by all buyers.
+type counts struct {
+	requests, insufficient, contention, duplicate, errors, retries atomic.Int64
+
+	mu         sync.Mutex
+	firstError error
+}
+
+func (c *counts) fail(err error) {
+	c.errors.Add(1)
+	c.mu.Lock()
+	if c.firstError == nil {
+		c.firstError = err
+	}
+	c.mu.Unlock()
+}
+
+// runSale opens tg, puts cfg.stock units of a fresh SKU on sale and lets
+// cfg.buyers buyers race for them.
+func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr io.Writer) result {
+	r := result{Strategy: tg.strategy, Store: tg.store, Buyers: cfg.buyers, Initial: cfg.stock}
+	openCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	m, err := tg.open(openCtx)
+	cancel()
+	if err != nil {
+		r.Failure = "setup: " + err.Error()
+		return r
+	}
+	sku := env.sku(tg)
+	if err := m.Init(ctx, sku, cfg.stock); err != nil {
+		r.Failure = "init: " + err.Error()
+		return r
+	}
+	var c counts
+	buyers := make([]buyer, cfg.buyers)
+	defer func() {
+		var keys []string
+		for i, b := range buyers {
+			if b.bought {
+				keys = append(keys, buyerKey(i))
+			}
+		}
+		env.forget(tg, sku, keys)
+	}()
+	stopProgress := startProgress(cfg, stderr, tg, &c)
+	saleCtx, cancel := context.WithTimeout(ctx, cfg.saleTimeout)
+	elapsed := sale(saleCtx, cfg, m, sku, buyers, &c)
+	timedOut := saleCtx.Err() != nil && ctx.Err() == nil
+	cancel()
+	stopProgress()
+
+	final, err := m.Get(ctx, sku)
+	if err != nil {
+		r.Failure = "reading the stock back: " + err.Error()
+		return r
+	}
+	var lat []time.Duration
+	for _, b := range buyers {
+		if b.bought {
+			r.Sold += cfg.qty
+		}
+		lat = append(lat, b.latencies...)
+	}
+	r.Final = final
+	taken := r.Initial - final
+	r.Oversold = max(0, max(r.Sold, taken)-r.Initial)
+	r.Lost = max(taken-r.Sold, r.Sold-taken)
+	r.Requests = c.requests.Load()
+	r.Insufficient, r.Contention = c.insufficient.Load(), c.contention.Load()
+	r.Duplicate, r.Errors, r.Retries = c.duplicate.Load(), c.errors.Load(), c.retries.Load()
+	if c.firstError != nil {
+		r.FirstError = c.firstError.Error()
+	}
+	r.ElapsedMS = ms(elapsed)
+	r.Throughput = float64(r.Requests) / elapsed.Seconds()
+	slices.Sort(lat)
+	r.P50MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 99))
+	switch {
+	case r.Oversold > 0:
+		r.Failure = fmt.Sprintf("OVERSOLD %d units", r.Oversold)
+	case timedOut:
+		r.Failure = fmt.Sprintf("the sale did not finish within -sale-timeout %v", cfg.saleTimeout)
+	case r.Lost > 0:
+		r.Failure = fmt.Sprintf("LOST %d units: initial %d - final %d != %d sold", r.Lost, r.Initial, final, r.Sold)
+	}
+	return r
+}
+
+// sale runs the buyers, all released together, at most cfg.concurrency calls
+// in flight, and returns how long they took.
+func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string, buyers []buyer, c *counts) time.Duration {
+	var ready, done sync.WaitGroup
+	gun := make(chan struct{})
+	slots := make(chan struct{}, cfg.concurrency)
+	repeaters := cfg.repeaters()
+	ready.Add(len(buyers))
+	done.Add(len(buyers))
+	for i := range buyers {
+		// Spread the repeat buyers evenly: i is one when the count of
+		// repeaters among the first i+1 buyers goes up.
+		clicks := 1
+		if (i+1)*repeaters/len(buyers) != i*repeaters/len(buyers) {
+			clicks = 2
+		}
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gun
+			b := &buyers[i]
+			key := inventory.WithKey(buyerKey(i))
+			for range clicks {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				t0 := time.Now()
+				b.click(ctx, cfg, m, sku, key, c)
+				b.latencies = append(b.latencies, time.Since(t0))
+				<-slots
+			}
+		}()
+	}
+	ready.Wait()
+	t0 := time.Now()
+	close(gun)
+	done.Wait()
+	return time.Since(t0)
+}
+
+// buyerKey is buyer i's id, its idempotency key.
+func buyerKey(i int) string { return fmt.Sprintf("buyer-%d", i) }
+
+// click is one press of "buy": a Reduce with the buyer's key, repeated after
+// ErrContention or an error without a verdict, with jittered exponential
+// backoff.
+func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager, sku string, key inventory.Option, c *counts) {
+	defer c.requests.Add(1)
+	for attempt := 0; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
+		_, err := m.Reduce(callCtx, sku, cfg.qty, key)
+		cancel()
+		switch {
+		case err == nil:
+			b.bought = true
+			return
+		case errors.Is(err, inventory.ErrDuplicate):
+			if !b.bought && b.ambiguous {
+				// A failed call did take effect: the key says so.
+				b.bought = true
+				return
+			}
+			c.duplicate.Add(1)
+			return
+		case errors.Is(err, inventory.ErrInsufficientStock):
+			c.insufficient.Add(1)
+			return
+		case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrInvalidArgument):
+			c.fail(err)
+			return
+		}
+		contention := errors.Is(err, inventory.ErrContention)
+		b.ambiguous = b.ambiguous || !contention
+		if attempt == cfg.retries || ctx.Err() != nil {
+			if contention {
+				c.contention.Add(1)
+			} else {
+				c.fail(err)
+			}
+			return
+		}
+		c.retries.Add(1)
+		if !sleep(ctx, backoff(cfg.backoff, attempt)) {
+			c.fail(ctx.Err())
+			return
+		}
+	}
+}
+
+// backoff is a full-jitter delay for retry attempt (0-based): uniform in
+// [0, base*2^attempt), capped at 100*base.
+func backoff(base time.Duration, attempt int) time.Duration {
+	d := min(base<<min(attempt, 16), 100*base)
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p+99)/100 - 1
+	return sorted[max(i, 0)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// startProgress shows, when cfg.progress is set, how far the sale of tg has
+// got on stderr until the returned function is called.
+func startProgress(cfg *config, stderr io.Writer, tg target, c *counts) (stop func()) {
+	if !cfg.progress {
+		return func() {}
+	}
+	total := int64(cfg.buyers + cfg.repeaters())
+	// On a terminal the line is redrawn in place; elsewhere a line a second.
+	every, end := time.Second, "\n"
+	if isTerminal(stderr) {
+		every, end = 100*time.Millisecond, "\r"
+	}
+	show := func() {
+		fmt.Fprintf(stderr, "%-28s %6d/%d requests, %d refused sold out, %d retries%s",
+			tg.strategy+"/"+tg.store, c.requests.Load(), total, c.insufficient.Load(), c.retries.Load(), end)
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				show()
+			case <-quit:
+				show()
+				if end == "\r" {
+					fmt.Fprintln(stderr)
+				}
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}

@@ -1,0 +1,301 @@
+// Command httpservice is the seed of a flash-sale service: an HTTP endpoint
+// that sells stock through any strategy of github.com/stockkit/inventory,
+// chosen by a flag.
+//
+//	go run ./examples/httpservice -strategy rowlock -init sneaker-42=100
+//	go run ./examples/httpservice -strategy luascript -redis 127.0.0.1:6379
+//	go run ./examples/httpservice -strategy zklock -zk 127.0.0.1:2181 -store sql \
+//	    -sql-driver pgx -dsn 'postgres://postgres@127.0.0.1:5432/test'
+//
+// # API
+//
+// POST /buy with {"sku": "sneaker-42", "buyer": "b-17", "qty": 1} (qty
+// defaults to 1) sells qty units to the buyer. The buyer id is the
+// idempotency key, so each buyer buys a SKU at most once, and a client may
+// retry a request that timed out without fear of buying twice. Answers, each
+// a JSON object with a status:
+//
+//	200 bought          {"status":"bought","sku":...,"remaining":41}
+//	200 already_bought  the buyer had bought already; remaining is as the first time;
+//	                    nothing more was taken. A retry after a timeout lands here
+//	                    when the first request went through: the buyer did buy.
+//	409 sold_out        fewer than qty units are left; remaining says how many
+//	404 not_found       unknown SKU
+//	400 invalid         bad JSON, SKU, buyer id or quantity
+//	503 busy            the strategy gave up under contention; Retry-After: 1
+//	504 timeout         the backend did not answer within -timeout; retry with the same buyer
+//	503 unavailable     the backend failed; Retry-After: 1; retry with the same buyer
+//
+// GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n}, or 404 and 400
+// as above.
+//
+// The server stops gracefully on SIGINT or SIGTERM: it stops accepting,
+// lets requests in flight finish (for up to -shutdown-timeout), then closes
+// the backend clients.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	_ "github.com/go-sql-driver/mysql" // registers "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/redlock"
+	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqlstore"
+	"github.com/stockkit/inventory/zklock"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "httpservice:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage reports bad flags; the flag package has already said why.
+var errUsage = errors.New("usage")
+
+type config struct {
+	addr            string
+	strategy        string
+	store           string
+	redis           string
+	redlock         string
+	zk              string
+	sqlDriver       string
+	dsn             string
+	timeout         time.Duration
+	shutdownTimeout time.Duration
+	init            map[string]int64
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := config{init: map[string]int64{}}
+	fs := flag.NewFlagSet("httpservice", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&c.strategy, "strategy", "rowlock", "luascript, optimistic, rowlock, redislock, redlock or zklock")
+	fs.StringVar(&c.store, "store", "redis", "where redislock, redlock and zklock keep the stock: redis (-redis) or sql (-sql-driver, -dsn)")
+	fs.StringVar(&c.redis, "redis", "127.0.0.1:6379", "Redis address, or comma-separated Redis Cluster nodes")
+	fs.StringVar(&c.redlock, "redlock", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "comma-separated independent Redis servers for redlock, at least 3")
+	fs.StringVar(&c.zk, "zk", "127.0.0.1:2181", "comma-separated ZooKeeper servers for zklock")
+	fs.StringVar(&c.sqlDriver, "sql-driver", "sqlite", "SQL driver: sqlite, mysql or pgx")
+	fs.StringVar(&c.dsn, "dsn", "file:stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)", "SQL data source name; the tables are created if absent")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "deadline of each request's stock call")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
+	fs.Func("init", "`sku=qty`: set the stock of sku at start, overwriting it (repeatable; for trying the service out)", func(s string) error {
+		i := strings.LastIndexByte(s, '=')
+		if i < 0 {
+			return errors.New("want sku=qty")
+		}
+		n, err := strconv.ParseInt(s[i+1:], 10, 64)
+		if err != nil {
+			return err
+		}
+		c.init[s[:i]] = n
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "httpservice: unexpected arguments %q\n", fs.Args())
+		return nil, errUsage
+	}
+	return &c, nil
+}
+
+// run serves until ctx is done, then shuts the server down gracefully. It
+// prints the address it listens on to stdout and logs to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	stock, closeStock, err := newManager(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStock()
+	for sku, n := range cfg.init {
+		if err := stock.Init(ctx, sku, n); err != nil {
+			return fmt.Errorf("-init %s=%d: %w", sku, n, err)
+		}
+	}
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           newHandler(stock, cfg.timeout, log),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      cfg.timeout + 10*time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "listening on http://%s, strategy %s\n", ln.Addr(), cfg.strategy)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "cause", context.Cause(ctx))
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newManager builds the strategy that cfg names: the one place that knows
+// which strategy the service runs. The returned function closes its clients.
+func newManager(ctx context.Context, cfg *config) (inventory.StockManager, func(), error) {
+	b := &backends{cfg: cfg}
+	m, err := b.manager(ctx)
+	if err != nil {
+		b.close()
+		return nil, nil, fmt.Errorf("%s: %w", cfg.strategy, err)
+	}
+	return m, b.close, nil
+}
+
+// backends opens the clients a strategy needs and closes them.
+type backends struct {
+	cfg     *config
+	closers []func()
+}
+
+func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) {
+	switch b.cfg.strategy {
+	case "luascript":
+		return luascript.New(b.redis(b.cfg.redis))
+	case "optimistic":
+		db, _, err := b.sql(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return optimistic.New(db)
+	case "rowlock":
+		db, _, err := b.sql(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return rowlock.New(db)
+	case "redislock":
+		s, err := b.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return redislock.New(b.redis(b.cfg.redis), s)
+	case "redlock":
+		var nodes []redis.UniversalClient
+		for _, addr := range strings.Split(b.cfg.redlock, ",") {
+			nodes = append(nodes, b.redis(addr))
+		}
+		s, err := b.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return redlock.New(nodes, s)
+	case "zklock":
+		conn, events, err := zk.Connect(strings.Split(b.cfg.zk, ","), 10*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, conn.Close)
+		s, err := b.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return zklock.New(conn, s, zklock.WithSessionEvents(events))
+	}
+	return nil, fmt.Errorf("unknown -strategy; want luascript, optimistic, rowlock, redislock, redlock or zklock")
+}
+
+// store is where the lock strategies keep the stock.
+func (b *backends) store(ctx context.Context) (redislock.Store, error) {
+	switch b.cfg.store {
+	case "redis":
+		return redisstore.New(b.redis(b.cfg.redis))
+	case "sql":
+		_, s, err := b.sql(ctx)
+		return s, err
+	}
+	return nil, fmt.Errorf("-store %q: want redis or sql", b.cfg.store)
+}
+
+// redis returns a client of one Redis server, or of a Redis Cluster when
+// addrs names several nodes.
+func (b *backends) redis(addrs string) redis.UniversalClient {
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addrs, ",")})
+	b.closers = append(b.closers, func() { c.Close() })
+	return c
+}
+
+// sql opens the database and creates the stock tables if they are absent.
+func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
+	db, err := sqlx.Open(b.cfg.sqlDriver, b.cfg.dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.closers = append(b.closers, func() { db.Close() })
+	s, err := sqlstore.New(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.CreateTables(ctx); err != nil {
+		return nil, nil, err
+	}
+	return db, s, nil
+}
+
+func (b *backends) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}

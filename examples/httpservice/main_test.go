@@ -1,0 +1,296 @@
+// The tests are in package main because a command cannot be imported.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// client talks to one test server.
+type client struct {
+	t   *testing.T
+	url string
+}
+
+func serve(t *testing.T, stock inventory.StockManager, timeout time.Duration) client {
+	srv := httptest.NewServer(newHandler(stock, timeout, quiet))
+	t.Cleanup(srv.Close)
+	return client{t, srv.URL}
+}
+
+// do sends a request and decodes the answer.
+func (c client) do(method, path, body string) (int, http.Header, response) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	require.NoError(c.t, err)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer res.Body.Close()
+	var r response
+	if res.Header.Get("Content-Type") == "application/json" {
+		require.NoError(c.t, json.NewDecoder(res.Body).Decode(&r))
+	}
+	return res.StatusCode, res.Header, r
+}
+
+func (c client) buy(sku, buyer string, qty int64) (int, response) {
+	c.t.Helper()
+	body, err := json.Marshal(map[string]any{"sku": sku, "buyer": buyer, "qty": qty})
+	require.NoError(c.t, err)
+	code, _, r := c.do("POST", "/buy", string(body))
+	return code, r
+}
+
+func remaining(r response) int64 {
+	if r.Remaining == nil {
+		return -1
+	}
+	return *r.Remaining
+}
+
+// testSale runs the same flash sale over the HTTP API of any strategy.
+func testSale(t *testing.T, stock inventory.StockManager) {
+	ctx := context.Background()
+	c := serve(t, stock, 5*time.Second)
+	sku := testenv.Prefix() + "/sneaker 42 {\"x\"}" // any valid SKU, slash and quotes too
+	require.NoError(t, stock.Init(ctx, sku, 3))
+
+	code, r := c.buy(sku, "ann", 1)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "bought", r.Status)
+	assert.EqualValues(t, 2, remaining(r))
+
+	code, r = c.buy(sku, "ann", 1)
+	assert.Equal(t, http.StatusOK, code, "a repeat is answered as the first time")
+	assert.Equal(t, "already_bought", r.Status)
+	assert.EqualValues(t, 2, remaining(r), "the repeat reports the first purchase's remaining")
+	assert.Contains(t, r.Message, "already bought")
+
+	code, r = c.buy(sku, "bob", 5)
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Equal(t, "sold_out", r.Status)
+	assert.EqualValues(t, 2, remaining(r))
+
+	code, r = c.buy(sku, "bob", 2)
+	assert.Equal(t, http.StatusOK, code, "bob's refused call did not use up his key")
+	assert.EqualValues(t, 0, remaining(r))
+
+	code, r = c.buy(sku, "cat", 1)
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Equal(t, "sold_out", r.Status)
+
+	code, _, r = c.do("GET", "/stock/"+url.PathEscape(sku), "")
+	assert.Equal(t, http.StatusOK, code)
+	require.NotNil(t, r.Stock)
+	assert.EqualValues(t, 0, *r.Stock)
+	assert.Equal(t, sku, r.SKU)
+
+	code, r = c.buy(testenv.Prefix()+"-unknown", "ann", 1)
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Equal(t, "not_found", r.Status)
+	code, _, r = c.do("GET", "/stock/"+testenv.Prefix()+"-unknown", "")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Equal(t, "not_found", r.Status)
+
+	// Concurrent buyers on fresh stock: exactly the stock is sold.
+	hot := testenv.Prefix() + "-hot"
+	const units, buyers = 20, 100
+	require.NoError(t, stock.Init(ctx, hot, units))
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Go(func() {
+			code, _ := c.buy(hot, fmt.Sprintf("buyer-%d", i), 1)
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, map[int]int{http.StatusOK: units, http.StatusConflict: buyers - units}, codes)
+	left, err := stock.Get(ctx, hot)
+	require.NoError(t, err)
+	assert.Zero(t, left)
+}
+
+func TestLuascriptOnRedis(t *testing.T) {
+	m, err := luascript.New(testenv.Redis(t), luascript.WithPrefix(testenv.Prefix()))
+	require.NoError(t, err)
+	testSale(t, m)
+}
+
+func TestSQLStrategiesOnSQLite(t *testing.T) {
+	db := testenv.SQLite(t)
+	s, err := sqlstore.New(db)
+	require.NoError(t, err)
+	require.NoError(t, s.CreateTables(context.Background()))
+	t.Run("rowlock", func(t *testing.T) {
+		m, err := rowlock.New(db)
+		require.NoError(t, err)
+		testSale(t, m)
+	})
+	t.Run("optimistic", func(t *testing.T) {
+		m, err := optimistic.New(db)
+		require.NoError(t, err)
+		testSale(t, m)
+	})
+}
+
+func TestBadRequests(t *testing.T) {
+	stock := inventorytest.NewMemory(0)
+	require.NoError(t, stock.Init(context.Background(), "sku", 10))
+	c := serve(t, stock, time.Second)
+	for name, body := range map[string]string{
+		"not JSON":      `sku=sku`,
+		"unknown field": `{"sku":"sku","buyer":"a","price":1}`,
+		"no buyer":      `{"sku":"sku"}`,
+		"no sku":        `{"buyer":"a"}`,
+		"zero qty":      `{"sku":"sku","buyer":"a","qty":0}`,
+		"negative qty":  `{"sku":"sku","buyer":"a","qty":-1}`,
+		"control char":  `{"sku":"s\u0000ku","buyer":"a"}`,
+		"huge body":     `{"sku":"sku","buyer":"` + strings.Repeat("a", maxBody) + `"}`,
+	} {
+		code, _, r := c.do("POST", "/buy", body)
+		assert.Equal(t, http.StatusBadRequest, code, name)
+		assert.Equal(t, "invalid", r.Status, name)
+		assert.NotEmpty(t, r.Message, name)
+	}
+	code, _, _ := c.do("GET", "/buy", "")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
+	code, _, _ = c.do("GET", "/stock/"+url.PathEscape("a\tb"), "")
+	assert.Equal(t, http.StatusBadRequest, code)
+	left, err := stock.Get(context.Background(), "sku")
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, left, "no bad request took stock")
+
+	// qty defaults to 1.
+	code, _, r := c.do("POST", "/buy", `{"sku":"sku","buyer":"a"}`)
+	assert.Equal(t, http.StatusOK, code)
+	assert.EqualValues(t, 9, remaining(r))
+}
+
+// failing answers every call with err, after waiting for ctx when wait is set.
+type failing struct {
+	*inventorytest.Memory
+	err  error
+	wait bool
+}
+
+func (f failing) Reduce(ctx context.Context, _ string, _ int64, _ ...inventory.Option) (int64, error) {
+	if f.wait {
+		<-ctx.Done()
+		return 0, fmt.Errorf("backend: %w", ctx.Err())
+	}
+	return 0, f.err
+}
+
+func TestBackendFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stock      failing
+		code       int
+		status     string
+		retryAfter bool
+	}{
+		{"contention", failing{err: fmt.Errorf("lock: %w", inventory.ErrContention)}, http.StatusServiceUnavailable, "busy", true},
+		{"backend down", failing{err: errors.New("dial tcp: connection refused")}, http.StatusServiceUnavailable, "unavailable", true},
+		{"backend timeout", failing{err: fmt.Errorf("redis: %w", context.DeadlineExceeded)}, http.StatusGatewayTimeout, "timeout", false},
+		{"request timeout", failing{wait: true}, http.StatusGatewayTimeout, "timeout", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serve(t, tc.stock, 50*time.Millisecond)
+			code, h, r := c.do("POST", "/buy", `{"sku":"sku","buyer":"a"}`)
+			assert.Equal(t, tc.code, code)
+			assert.Equal(t, tc.status, r.Status)
+			assert.NotContains(t, r.Message, "connection refused", "backend details stay in the log")
+			if tc.retryAfter {
+				assert.Equal(t, "1", h.Get("Retry-After"))
+			}
+		})
+	}
+}
+
+// run serves a real strategy on a port, answers, and shuts down gracefully
+// when its context ends.
+func TestRunAndShutdown(t *testing.T) {
+	dsn := "file:" + filepath.Join(t.TempDir(), "stock.db") + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, w := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-strategy", "rowlock", "-dsn", dsn, "-init", "shoe=2", "-init", "a=b=1"}, w, &stderr)
+		w.Close()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
+	require.True(t, ok, line)
+	addr, _, _ = strings.Cut(addr, ",")
+	c := client{t, addr}
+
+	code, r := c.buy("shoe", "ann", 1)
+	assert.Equal(t, http.StatusOK, code)
+	assert.EqualValues(t, 1, remaining(r))
+	code, _, r = c.do("GET", "/stock/a=b", "")
+	assert.Equal(t, http.StatusOK, code, "-init splits at the last =")
+	assert.EqualValues(t, 1, *r.Stock)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	_, err = http.Get(addr + "/stock/shoe")
+	require.Error(t, err, "the server no longer accepts")
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"-strategy", "carrier-pigeon"},
+		{"-strategy", "redislock", "-store", "floppy"},
+		{"-strategy", "rowlock", "-sql-driver", "oracle"},
+		{"-init", "noqty"},
+		{"stray"},
+	} {
+		err := run(ctx, args, io.Discard, io.Discard)
+		require.Error(t, err, "%q", args)
+	}
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
