@@ -33,7 +33,7 @@ bench: services
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 2s -timeout 60m $(PKG)
 
 soak: services
-	$(GO) test -run Soak -tags soak -timeout 60m $(PKG)
+	$(GO) test -v -count=1 -run Soak -tags soak -timeout 60m ./internal/soak/
 
 lint:
 	@unformatted="$$($(GOFMT) -l .)" || exit 1; \
