@@ -34,10 +34,13 @@ func faultManager(t *testing.T, addr string) *luascript.Manager {
 // starts it again from its append-only file.
 func TestRedisRestartMidSale(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	m := faulttest.Sale{Manager: faultManager(t, srv.Addr()), SKU: "shoe", Stock: 300, Buyers: 1500, Refund: 7}
+	m := faulttest.Sale{Manager: faultManager(t, srv.Addr()), SKU: "shoe", Stock: 300, Buyers: 1500, Refund: 7,
+		CallTimeout: 500 * time.Millisecond}
 	res := m.Run(t, func() {
 		srv.Kill()
-		time.Sleep(300 * time.Millisecond)
+		// Longer than a call's budget: go-redis redials within a call, so a
+		// shorter outage may fail no call at all.
+		time.Sleep(time.Second)
 		srv.Start()
 	}, func() {})
 	require.Positive(t, res.Failed, "the restart should have failed some calls")

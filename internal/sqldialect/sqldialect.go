@@ -448,20 +448,40 @@ func rows(res sql.Result, err error) (int64, error) {
 }
 
 // Tx runs fn in a transaction and commits it; on any error, fn's included,
-// it rolls back and returns the error.
+// it rolls back and returns the error. ctx bounds every round trip.
+//
+// go-sql-driver/mysql's Commit and Rollback do not watch ctx: a COMMIT whose
+// answer is lost would block until the TCP connection dies. So on MySQL the
+// transaction ends with a COMMIT or ROLLBACK statement, which ctx bounds
+// (it closes the connection), and database/sql's own Commit or Rollback,
+// a no-op on the server, runs after it in the background.
 func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	tx, err := t.DB.BeginTxx(ctx, nil)
 	if err != nil {
 		return t.Err(ctx, "begin", err)
 	}
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback() // the transaction failed; its own error says why
+		t.end(ctx, tx, "ROLLBACK", tx.Rollback) // the transaction failed; its own error says why
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := t.end(ctx, tx, "COMMIT", tx.Commit); err != nil {
 		return t.Err(ctx, "commit", err)
 	}
 	return nil
+}
+
+// end ends tx with stmt: on MySQL a statement that ctx bounds, then done,
+// database/sql's bookkeeping, in the background; elsewhere done alone.
+func (t *Tables) end(ctx context.Context, tx *sqlx.Tx, stmt string, done func() error) error {
+	if t.Engine != MySQL {
+		return done()
+	}
+	_, err := tx.ExecContext(ctx, stmt)
+	if err != nil {
+		done = tx.Rollback
+	}
+	go func() { _ = done() }()
+	return err
 }
 
 // pruneEvery is how many recorded keys pass between two prunes of up to

@@ -36,6 +36,18 @@ func sized(db *sqlx.DB) *sqlx.DB {
 	return db
 }
 
+// Open opens a pool on the engine named name, one of [Engines].
+func Open(t testing.TB, name string) *sqlx.DB {
+	t.Helper()
+	for _, e := range Engines {
+		if e.Name == name {
+			return e.Open(t)
+		}
+	}
+	t.Fatalf("no engine %q", name)
+	return nil
+}
+
 // Run runs fn as one subtest per engine, in the manner of sqlx's
 // RunWithSchema.
 func Run(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
