@@ -67,7 +67,7 @@ func Missing(t testing.TB, what string, err error) {
 }
 
 func pingCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 3*time.Second)
+	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
 // Redis returns a client for the standalone Redis, closed at the end of t.
