@@ -530,7 +530,7 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 		}
 		switch {
 		case !mine:
-			return false, errors.New("the lock node vanished (session expired?)")
+			return false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
 		case pred == "":
 			return len(children) == 1, nil
 		}
@@ -549,7 +549,7 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-down:
-			return false, errors.New("the ZooKeeper session was lost")
+			return false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
 		}
 	}
 }

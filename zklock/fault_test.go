@@ -1,0 +1,381 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/zklock"
+)
+
+// sessionTimeout is the session timeout of the fault tests: a session cut
+// off from ZooKeeper expires, and its lock nodes go, this long after its
+// last word to the server. The private ZooKeeper allows it (the shared one
+// would stretch it to its minimum).
+const sessionTimeout = 2 * time.Second
+
+// session opens a session to the ZooKeeper at addr and waits until it is
+// established.
+func session(t *testing.T, addr string) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	conn, events, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogger(quiet{}))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return conn, events
+			}
+		case <-deadline:
+			t.Fatalf("no session with ZooKeeper at %s within 10s", addr)
+		}
+	}
+}
+
+// newSession waits until conn has a session other than old.
+func newSession(conn *zk.Conn, old int64) error {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if conn.State() == zk.StateHasSession && conn.SessionID() != old {
+			return nil
+		}
+	}
+	return errors.New("no new session within 15s")
+}
+
+// privateStore keeps the stock in a private Redis of its own, which no
+// fault touches.
+func privateStore(t *testing.T) zklock.Store {
+	c := redis.NewClient(&redis.Options{Addr: faulttest.StartRedis(t).Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c)
+	require.NoError(t, err)
+	return s
+}
+
+// lockNodes lists the lock nodes left under root, the lock directories of
+// every SKU.
+func lockNodes(t *testing.T, conn *zk.Conn, root string) []string {
+	t.Helper()
+	dirs, _, err := conn.Children(root)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	require.NoError(t, err)
+	var left []string
+	for _, d := range dirs {
+		nodes, _, err := conn.Children(root + "/" + d)
+		if !errors.Is(err, zk.ErrNoNode) {
+			require.NoError(t, err)
+		}
+		for _, n := range nodes {
+			left = append(left, d+"/"+n)
+		}
+	}
+	return left
+}
+
+// noOrphans checks, over a session of its own, that no lock node is left
+// under root once every call has ended, then deletes root.
+func noOrphans(t *testing.T, addr, root string) {
+	t.Helper()
+	conn, _ := session(t, addr)
+	var left []string
+	require.Eventually(t, func() bool { left = lockNodes(t, conn, root); return len(left) == 0 },
+		3*sessionTimeout, 50*time.Millisecond, "lock nodes left behind: %v", left)
+	removeAll(conn, root)
+}
+
+// audit records the outcome of every call, per direction and key.
+type audit struct {
+	inventory.StockManager
+	mu    sync.Mutex
+	calls map[string][]error
+}
+
+func newAudit(m inventory.StockManager) *audit {
+	return &audit{StockManager: m, calls: map[string][]error{}}
+}
+
+func (a *audit) record(dir inventory.Direction, opts []inventory.Option, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := string(dir) + "/" + inventory.Apply(opts).Key
+	a.calls[k] = append(a.calls[k], err)
+}
+
+func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
+	a.record(inventory.DirReduce, opts, err)
+	return rem, err
+}
+
+func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
+	a.record(inventory.DirReturn, opts, err)
+	return rem, err
+}
+
+// check fails t unless every failed call's error carries its cause (the
+// context's, ZooKeeper's, the network's or the store's error, or
+// ErrContention) and none claims to know the stock: there was stock for
+// every buyer.
+func (a *audit) check(t *testing.T) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, errs := range a.calls {
+		for i, err := range errs {
+			switch {
+			case err == nil:
+			case errors.Is(err, inventory.ErrDuplicate):
+				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
+			case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrNotFound),
+				errors.Is(err, inventory.ErrInvalidArgument):
+				t.Fatalf("%s: %v, though there was stock for every buyer", k, err)
+			default:
+				require.True(t, hasCause(err), "%s: error without a cause: %v", k, err)
+			}
+		}
+	}
+}
+
+// hasCause reports whether err wraps ErrContention, a context error, or
+// ZooKeeper's, the network's or Redis's error.
+func hasCause(err error) bool {
+	for _, cause := range []error{inventory.ErrContention, context.DeadlineExceeded, context.Canceled, io.EOF,
+		zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
+		if errors.Is(err, cause) {
+			return true
+		}
+	}
+	var ne net.Error
+	var re redis.Error
+	return errors.As(err, &ne) || errors.As(err, &re)
+}
+
+// TestFaults breaks ZooKeeper under a Manager in the middle of a sale, and
+// stalls a lock holder until its session expires. One private ZooKeeper
+// serves the subtests; the stock lives in a private Redis that no fault
+// touches.
+func TestFaults(t *testing.T) {
+	srv := faulttest.StartZooKeeper(t)
+	store := privateStore(t)
+	t.Run("restart mid-sale", func(t *testing.T) { restartMidSale(t, srv, store) })
+	t.Run("network", func(t *testing.T) { networkFaults(t, srv, store) })
+	t.Run("paused holder", func(t *testing.T) { pausedHolder(t, srv) })
+}
+
+// restartMidSale kills ZooKeeper (SIGKILL) in the middle of a sale and
+// starts it again: once with the client back at once (the restored session
+// lives on, with its nodes, unless the client took longer than its
+// timeout), once with the client held off through a proxy until the
+// restored session expired and its nodes went. Every failed call is retried with its
+// key; the invariant holds exactly and no lock node is left behind.
+func restartMidSale(t *testing.T, srv *faulttest.Process, store zklock.Store) {
+	for _, tc := range []struct {
+		name   string
+		expire bool
+	}{
+		{"quick restart", false},
+		{"session expires", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := faulttest.NewProxy(t, srv.Addr())
+			conn, events := session(t, p.Addr())
+			r := "/inventory-test/" + testenv.Prefix()
+			m, err := zklock.New(conn, store, zklock.WithRoot(r), zklock.WithSessionEvents(events))
+			require.NoError(t, err)
+			a := newAudit(m)
+			sid := conn.SessionID()
+			sale := faulttest.Sale{Manager: a, SKU: testenv.Prefix(), Stock: 200, Buyers: 150, Refund: 7, Workers: 8}
+			res := sale.Run(t, func() {
+				srv.Kill()
+				if tc.expire {
+					p.ResetPeer(0) // nothing of the client's reaches the server
+				}
+				time.Sleep(500 * time.Millisecond)
+				srv.Start()
+				if tc.expire {
+					time.Sleep(sessionTimeout + time.Second)
+					p.Clear()
+				}
+			}, func() {})
+			require.Positive(t, res.Failed, "the restart should have failed some calls")
+			require.Zero(t, res.Insufficient)
+			a.check(t)
+			if tc.expire {
+				require.NotEqual(t, sid, conn.SessionID(), "the session expired")
+			}
+			t.Logf("the session survived: %v", sid == conn.SessionID())
+			noOrphans(t, srv.Addr(), r)
+		})
+	}
+}
+
+// networkFaults runs a sale while a fault strikes the connection between
+// the Manager's session and ZooKeeper, through toxiproxy, then clears.
+// Every failed call is retried with its key; the invariant holds exactly, no
+// call is refused for lack of stock, and no lock node is left behind.
+func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
+	for _, tc := range []struct {
+		name  string
+		fault func(p *faulttest.Proxy, expired func() bool)
+		// fails: the fault must fail some calls; expires: and end the
+		// session.
+		fails, expires bool
+	}{
+		// Slow, not dead: the session holds.
+		{"latency", func(p *faulttest.Proxy, _ func() bool) {
+			p.Latency(100 * time.Millisecond)
+			time.Sleep(time.Second)
+		}, false, false},
+		// The server stops answering, until the session has expired.
+		{"blackhole until the session expires", func(p *faulttest.Proxy, expired func() bool) {
+			p.Blackhole()
+			for deadline := time.Now().Add(20 * time.Second); !expired() && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}, true, true},
+		// Every connection is reset for a second.
+		{"connection reset", func(p *faulttest.Proxy, _ func() bool) {
+			p.ResetPeer(0)
+			time.Sleep(time.Second)
+		}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := faulttest.NewProxy(t, srv.Addr())
+			conn, events := session(t, p.Addr())
+			watcher, _ := session(t, srv.Addr())
+			r := "/inventory-test/" + testenv.Prefix()
+			// The canary is an ephemeral node of the Manager's session:
+			// it goes when the session expires.
+			canary := "/canary-" + testenv.Prefix()
+			_, err := conn.Create(canary, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err)
+			expired := func() bool { ok, _, err := watcher.Exists(canary); return err == nil && !ok }
+			m, err := zklock.New(conn, store, zklock.WithRoot(r), zklock.WithSessionEvents(events))
+			require.NoError(t, err)
+			a := newAudit(m)
+			sale := faulttest.Sale{Manager: a, SKU: testenv.Prefix(), Stock: 120, Buyers: 100, Refund: 5, Workers: 8}
+			res := sale.Run(t, func() {
+				tc.fault(p, expired)
+				p.Clear()
+			}, func() {})
+			if tc.fails {
+				require.Positive(t, res.Failed, "the fault should have failed some calls")
+			}
+			require.Zero(t, res.Insufficient)
+			a.check(t)
+			if tc.expires {
+				require.True(t, expired(), "the session expired")
+			}
+			t.Logf("the session expired: %v", expired())
+			noOrphans(t, srv.Addr(), r)
+		})
+	}
+}
+
+// pausingStore stalls the write of the call with its key once: after
+// the Manager's checks, right before its compare-and-set, it runs pause, as
+// if the holder had stalled there (a GC pause, a stalled network). It then
+// writes, and sends whether that late write went through on late.
+type pausingStore struct {
+	zklock.Store
+	key   string
+	pause func()
+	once  sync.Once
+	late  chan bool
+}
+
+func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+	paused := false
+	if key == s.key {
+		s.once.Do(func() { s.pause(); paused = true })
+	}
+	ok, err := s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
+	if paused {
+		s.late <- ok && err == nil
+	}
+	return ok, err
+}
+
+// pausedHolder stalls a holder between its checks and its write while its
+// session is cut off from ZooKeeper until it expires, and another Manager,
+// on a session of its own, sells the rest: the stalled holder's late write
+// fails its compare-and-set, and its call, tried again under the lock on a
+// new session, finds the stock sold out. Nothing is oversold. It runs over
+// both stores: a value compare-and-set (Redis) and a version one (SQL).
+func pausedHolder(t *testing.T, srv *faulttest.Process) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			store := st.open(t)
+			p := faulttest.NewProxy(t, srv.Addr())
+			connA, eventsA := session(t, p.Addr())
+			connB, _ := session(t, srv.Addr())
+			r := root(t, connB)
+			sid := connA.SessionID()
+
+			const stock = 5
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var pauseErr error
+			ps := &pausingStore{Store: store, key: "stalled", late: make(chan bool, 1), pause: func() {
+				p.ResetPeer(0) // nothing of the session's reaches the server: it expires
+				p.Reconnect()
+				close(paused)
+				<-resume
+				p.Clear()
+				pauseErr = newSession(connA, sid)
+			}}
+			stalled, err := zklock.New(connA, ps, zklock.WithRoot(r), zklock.WithSessionEvents(eventsA))
+			require.NoError(t, err)
+			other, err := zklock.New(connB, store, zklock.WithRoot(r))
+			require.NoError(t, err)
+			const sku = "last shoes"
+			require.NoError(t, other.Init(ctx, sku, stock))
+
+			type outcome struct {
+				rem int64
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				rem, err := stalled.Reduce(ctx, sku, 1, inventory.WithKey("stalled"))
+				done <- outcome{rem, err}
+			}()
+			<-paused
+			start := time.Now()
+			for range stock {
+				_, err := other.Reduce(ctx, sku, 1)
+				require.NoError(t, err)
+			}
+			_, err = other.Reduce(ctx, sku, 1)
+			require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+			t.Logf("the other Manager sold all %d units %v into the stall", stock, time.Since(start).Round(time.Millisecond))
+			close(resume)
+
+			require.False(t, <-ps.late, "the stalled holder's late write must fail its compare-and-set")
+			require.NoError(t, pauseErr)
+			out := <-done
+			require.ErrorIs(t, out.err, inventory.ErrInsufficientStock, "tried again under the lock, the call finds nothing left")
+			require.Zero(t, out.rem)
+			n, err := other.Get(ctx, sku)
+			require.NoError(t, err)
+			require.Zero(t, n, "sold exactly the stock, once")
+		})
+	}
+}
