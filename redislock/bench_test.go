@@ -6,104 +6,21 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/lockmgr"
-	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/lockmgr/lockbench"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
-	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 )
-
-// benchStore is a store under benchmark, with the bare read and write a
-// baseline does on the same data.
-type benchStore struct {
-	store redislock.Store
-	read  func(ctx context.Context, sku string) (int64, error)
-	write func(ctx context.Context, sku string, n int64) error
-}
-
-func redisBench(b *testing.B, c redis.UniversalClient) benchStore {
-	prefix := testenv.Prefix()
-	cleanup(b, c, prefix)
-	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return benchStore{
-		store: s,
-		read: func(ctx context.Context, sku string) (int64, error) {
-			return c.Get(ctx, rediskeys.Stock(prefix, sku)).Int64()
-		},
-		write: func(ctx context.Context, sku string, n int64) error {
-			return c.Set(ctx, rediskeys.Stock(prefix, sku), n, 0).Err()
-		},
-	}
-}
-
-func sqlBench(b *testing.B, db *sqlx.DB) benchStore {
-	schema := sqltest.Schema(b, db)
-	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
-	if err != nil {
-		b.Fatal(err)
-	}
-	sel := db.Rebind("SELECT stock FROM " + schema.Table + " WHERE sku = ?")
-	upd := db.Rebind("UPDATE " + schema.Table + " SET stock = ? WHERE sku = ?")
-	return benchStore{
-		store: s,
-		read: func(ctx context.Context, sku string) (n int64, err error) {
-			return n, db.GetContext(ctx, &n, sel, sku)
-		},
-		write: func(ctx context.Context, sku string, n int64) error {
-			_, err := db.ExecContext(ctx, upd, n, sku)
-			return err
-		},
-	}
-}
-
-// waits records lock waits.
-type waits struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (w *waits) add(d time.Duration) {
-	w.mu.Lock()
-	w.d = append(w.d, d)
-	w.mu.Unlock()
-}
-
-func (w *waits) pct(p float64) float64 {
-	if len(w.d) == 0 {
-		return 0
-	}
-	slices.Sort(w.d)
-	return float64(w.d[int(float64(len(w.d)-1)*p)].Microseconds())
-}
-
-// timedLocker records how long each Acquire waits.
-type timedLocker struct {
-	lockmgr.Locker
-	w *waits
-}
-
-func (t timedLocker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	start := time.Now()
-	le, err := t.Locker.Acquire(ctx, name)
-	t.w.add(time.Since(start))
-	return le, err
-}
 
 // naiveLock is the baseline lock: SET NX PX with a random token, retried
 // every millisecond, released by a token-checked script.
@@ -160,23 +77,23 @@ func run(b *testing.B, g, n int, op func(rng *mrand.Rand) error) time.Duration {
 func BenchmarkReduce(b *testing.B) {
 	stores := []struct {
 		name string
-		open func(b *testing.B) (redis.UniversalClient, benchStore)
+		open func(b *testing.B) (redis.UniversalClient, lockbench.Backend)
 	}{
-		{"redis", func(b *testing.B) (redis.UniversalClient, benchStore) {
+		{"redis", func(b *testing.B) (redis.UniversalClient, lockbench.Backend) {
 			c := testenv.Redis(b)
-			return c, redisBench(b, c)
+			return c, lockbench.Redis(b, c)
 		}},
-		{"cluster", func(b *testing.B) (redis.UniversalClient, benchStore) {
+		{"cluster", func(b *testing.B) (redis.UniversalClient, lockbench.Backend) {
 			c := testenv.RedisCluster(b)
-			return c, redisBench(b, c)
+			return c, lockbench.Redis(b, c)
 		}},
 	}
 	for _, e := range sqltest.Engines {
 		stores = append(stores, struct {
 			name string
-			open func(b *testing.B) (redis.UniversalClient, benchStore)
-		}{e.Name, func(b *testing.B) (redis.UniversalClient, benchStore) {
-			return testenv.Redis(b), sqlBench(b, e.Open(b))
+			open func(b *testing.B) (redis.UniversalClient, lockbench.Backend)
+		}{e.Name, func(b *testing.B) (redis.UniversalClient, lockbench.Backend) {
+			return testenv.Redis(b), lockbench.SQL(b, e.Open(b))
 		}})
 	}
 	for _, st := range stores {
@@ -186,7 +103,7 @@ func BenchmarkReduce(b *testing.B) {
 			skus := make([]string, 256)
 			for i := range skus {
 				skus[i] = "sku-" + strconv.Itoa(i)
-				if err := bs.store.Init(ctx, skus[i], inventory.MaxStock/2); err != nil {
+				if err := bs.Store.Init(ctx, skus[i], inventory.MaxStock/2); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -205,10 +122,10 @@ func BenchmarkReduce(b *testing.B) {
 	}
 }
 
-func benchReduce(b *testing.B, c redis.UniversalClient, bs benchStore, g int, procs bool, pick func(*mrand.Rand) string) {
+func benchReduce(b *testing.B, c redis.UniversalClient, bs lockbench.Backend, g int, procs bool, pick func(*mrand.Rand) string) {
 	ctx := context.Background()
 	prefix := lockPrefix(b, c)
-	var lw waits
+	var lw lockbench.Waits
 	managers := make([]*lockmgr.Manager, 1)
 	if procs {
 		managers = make([]*lockmgr.Manager, g)
@@ -218,14 +135,14 @@ func benchReduce(b *testing.B, c redis.UniversalClient, bs benchStore, g int, pr
 		if err != nil {
 			b.Fatal(err)
 		}
-		managers[i] = lockmgr.New(timedLocker{l, &lw}, bs.store)
+		managers[i] = lockmgr.New(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store)
 	}
 	var m atomic.Int64
 	libOp := func(rng *mrand.Rand) error {
 		_, err := managers[m.Add(1)%int64(len(managers))].Reduce(ctx, pick(rng), 1)
 		return err
 	}
-	var bw waits
+	var bw lockbench.Waits
 	nl := &naiveLock{c: c, prefix: prefix}
 	baseOp := func(rng *mrand.Rand) error {
 		sku := pick(rng)
@@ -234,23 +151,24 @@ func benchReduce(b *testing.B, c redis.UniversalClient, bs benchStore, g int, pr
 		if err != nil {
 			return err
 		}
-		bw.add(time.Since(start))
+		bw.Add(time.Since(start))
 		defer unlock()
-		n, err := bs.read(ctx, sku)
+		n, err := bs.Read(ctx, sku)
 		if err != nil {
 			return err
 		}
 		if n < 1 {
 			return errors.New("baseline ran out of stock")
 		}
-		return bs.write(ctx, sku, n-1)
+		return bs.Write(ctx, sku, n-1)
 	}
 
 	// Warm the connection pools up, then take turns, so that both see the
 	// same machine.
 	run(b, g, 2*g, libOp)
 	run(b, g, 2*g, baseOp)
-	lw.d, bw.d = nil, nil
+	lw.Reset()
+	bw.Reset()
 	nl.tries.Store(0)
 	nl.fails.Store(0)
 	b.ResetTimer()
@@ -271,9 +189,9 @@ func benchReduce(b *testing.B, c redis.UniversalClient, bs benchStore, g int, pr
 	b.ReportMetric(libOps, "ops/s")
 	b.ReportMetric(baseOps, "base-ops/s")
 	b.ReportMetric(libOps/baseOps, "ratio")
-	b.ReportMetric(lw.pct(0.5), "wait-p50-µs")
-	b.ReportMetric(lw.pct(0.99), "wait-p99-µs")
-	b.ReportMetric(bw.pct(0.5), "base-wait-p50-µs")
-	b.ReportMetric(bw.pct(0.99), "base-wait-p99-µs")
+	b.ReportMetric(lw.Pct(0.5), "wait-p50-µs")
+	b.ReportMetric(lw.Pct(0.99), "wait-p99-µs")
+	b.ReportMetric(bw.Pct(0.5), "base-wait-p50-µs")
+	b.ReportMetric(bw.Pct(0.99), "base-wait-p99-µs")
 	b.ReportMetric(100*float64(nl.fails.Load())/float64(max(nl.tries.Load(), 1)), "base-fail-%")
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,96 +13,14 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/lockmgr"
-	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/lockmgr/lockbench"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
-	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 	"github.com/stockkit/inventory/zklock"
 )
-
-// benchStore is a store under benchmark, with the bare read and write a
-// baseline does on the same data.
-type benchStore struct {
-	store zklock.Store
-	read  func(ctx context.Context, sku string) (int64, error)
-	write func(ctx context.Context, sku string, n int64) error
-}
-
-func redisBench(b *testing.B) benchStore {
-	c := testenv.Redis(b)
-	prefix := testenv.Prefix()
-	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return benchStore{
-		store: s,
-		read: func(ctx context.Context, sku string) (int64, error) {
-			return c.Get(ctx, rediskeys.Stock(prefix, sku)).Int64()
-		},
-		write: func(ctx context.Context, sku string, n int64) error {
-			return c.Set(ctx, rediskeys.Stock(prefix, sku), n, 0).Err()
-		},
-	}
-}
-
-func sqlBench(b *testing.B, db *sqlx.DB) benchStore {
-	schema := sqltest.Schema(b, db)
-	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
-	if err != nil {
-		b.Fatal(err)
-	}
-	sel := db.Rebind("SELECT stock FROM " + schema.Table + " WHERE sku = ?")
-	upd := db.Rebind("UPDATE " + schema.Table + " SET stock = ? WHERE sku = ?")
-	return benchStore{
-		store: s,
-		read: func(ctx context.Context, sku string) (n int64, err error) {
-			return n, db.GetContext(ctx, &n, sel, sku)
-		},
-		write: func(ctx context.Context, sku string, n int64) error {
-			_, err := db.ExecContext(ctx, upd, n, sku)
-			return err
-		},
-	}
-}
-
-// waits records lock waits.
-type waits struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (w *waits) add(d time.Duration) {
-	w.mu.Lock()
-	w.d = append(w.d, d)
-	w.mu.Unlock()
-}
-
-func (w *waits) pct(p float64) float64 {
-	if len(w.d) == 0 {
-		return 0
-	}
-	slices.Sort(w.d)
-	return float64(w.d[int(float64(len(w.d)-1)*p)].Microseconds())
-}
-
-// timedLocker records how long each Acquire waits.
-type timedLocker struct {
-	lockmgr.Locker
-	w *waits
-}
-
-func (t timedLocker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	start := time.Now()
-	le, err := t.Locker.Acquire(ctx, name)
-	t.w.add(time.Since(start))
-	return le, err
-}
 
 // zkLock is the baseline lock: go-zookeeper's own zk.Lock, one per call,
 // under a directory per SKU that is never cleaned up.
@@ -149,10 +66,10 @@ func run(b *testing.B, g, n int, op func(rng *mrand.Rand) error) time.Duration {
 func BenchmarkReduce(b *testing.B) {
 	stores := []struct {
 		name string
-		open func(b *testing.B) benchStore
+		open func(b *testing.B) lockbench.Backend
 	}{
-		{"redis", redisBench},
-		{"mariadb", func(b *testing.B) benchStore { return sqlBench(b, sqltest.Engines[0].Open(b)) }},
+		{"redis", func(b *testing.B) lockbench.Backend { return lockbench.Redis(b, testenv.Redis(b)) }},
+		{"mariadb", func(b *testing.B) lockbench.Backend { return lockbench.SQL(b, sqltest.Engines[0].Open(b)) }},
 	}
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
@@ -161,7 +78,7 @@ func BenchmarkReduce(b *testing.B) {
 			skus := make([]string, 256)
 			for i := range skus {
 				skus[i] = "sku-" + strconv.Itoa(i)
-				if err := bs.store.Init(ctx, skus[i], inventory.MaxStock/2); err != nil {
+				if err := bs.Store.Init(ctx, skus[i], inventory.MaxStock/2); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -180,12 +97,12 @@ func BenchmarkReduce(b *testing.B) {
 	}
 }
 
-func benchReduce(b *testing.B, bs benchStore, g int, procs bool, pick func(*mrand.Rand) string) {
+func benchReduce(b *testing.B, bs lockbench.Backend, g int, procs bool, pick func(*mrand.Rand) string) {
 	ctx := context.Background()
 	conn := testenv.ZooKeeper(b)
 	root := "/inventory-bench/" + testenv.Prefix()
 	b.Cleanup(func() { removeAll(conn, "/inventory-bench") })
-	var lw waits
+	var lw lockbench.Waits
 	managers := make([]*lockmgr.Manager, 1)
 	if procs {
 		managers = make([]*lockmgr.Manager, g)
@@ -195,14 +112,14 @@ func benchReduce(b *testing.B, bs benchStore, g int, procs bool, pick func(*mran
 		if err != nil {
 			b.Fatal(err)
 		}
-		managers[i] = lockmgr.New(timedLocker{l, &lw}, bs.store)
+		managers[i] = lockmgr.New(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store)
 	}
 	var m atomic.Int64
 	libOp := func(rng *mrand.Rand) error {
 		_, err := managers[m.Add(1)%int64(len(managers))].Reduce(ctx, pick(rng), 1)
 		return err
 	}
-	var bw waits
+	var bw lockbench.Waits
 	zl := &zkLock{conn: conn, root: root + "/base"}
 	baseOp := func(rng *mrand.Rand) error {
 		sku := pick(rng)
@@ -211,23 +128,24 @@ func benchReduce(b *testing.B, bs benchStore, g int, procs bool, pick func(*mran
 		if err != nil {
 			return err
 		}
-		bw.add(time.Since(start))
+		bw.Add(time.Since(start))
 		defer unlock()
-		n, err := bs.read(ctx, sku)
+		n, err := bs.Read(ctx, sku)
 		if err != nil {
 			return err
 		}
 		if n < 1 {
 			return errors.New("baseline ran out of stock")
 		}
-		return bs.write(ctx, sku, n-1)
+		return bs.Write(ctx, sku, n-1)
 	}
 
 	// Warm the connection pools up, then take turns, so that both see the
 	// same machine.
 	run(b, g, 2*g, libOp)
 	run(b, g, 2*g, baseOp)
-	lw.d, bw.d = nil, nil
+	lw.Reset()
+	bw.Reset()
 	b.ResetTimer()
 	var lib, base time.Duration
 	const turns = 4
@@ -246,10 +164,10 @@ func benchReduce(b *testing.B, bs benchStore, g int, procs bool, pick func(*mran
 	b.ReportMetric(libOps, "ops/s")
 	b.ReportMetric(baseOps, "base-ops/s")
 	b.ReportMetric(libOps/baseOps, "ratio")
-	b.ReportMetric(lw.pct(0.5), "wait-p50-µs")
-	b.ReportMetric(lw.pct(0.99), "wait-p99-µs")
-	b.ReportMetric(bw.pct(0.5), "base-wait-p50-µs")
-	b.ReportMetric(bw.pct(0.99), "base-wait-p99-µs")
+	b.ReportMetric(lw.Pct(0.5), "wait-p50-µs")
+	b.ReportMetric(lw.Pct(0.99), "wait-p99-µs")
+	b.ReportMetric(bw.Pct(0.5), "base-wait-p50-µs")
+	b.ReportMetric(bw.Pct(0.99), "base-wait-p99-µs")
 }
 
 // removeAll deletes p and everything under it, best effort.

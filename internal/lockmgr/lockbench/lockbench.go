@@ -1,0 +1,130 @@
+// Package lockbench holds what the lock strategies' benchmarks share: the
+// stores under test with the bare read and write their baselines do on the
+// same data, and lock-wait recording.
+package lockbench
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// Backend is a store under benchmark, with the bare read and write a
+// baseline does on the same data.
+type Backend struct {
+	Store lockmgr.Store
+	Read  func(ctx context.Context, sku string) (int64, error)
+	Write func(ctx context.Context, sku string, n int64) error
+}
+
+// Redis is a redisstore on c under a fresh prefix, whose keys are deleted
+// when b ends.
+func Redis(b *testing.B, c redis.UniversalClient) Backend {
+	prefix := testenv.Prefix()
+	b.Cleanup(func() { deleteKeys(c, prefix) })
+	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return Backend{
+		Store: s,
+		Read: func(ctx context.Context, sku string) (int64, error) {
+			return c.Get(ctx, rediskeys.Stock(prefix, sku)).Int64()
+		},
+		Write: func(ctx context.Context, sku string, n int64) error {
+			return c.Set(ctx, rediskeys.Stock(prefix, sku), n, 0).Err()
+		},
+	}
+}
+
+func deleteKeys(c redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
+		return
+	}
+	_ = del(ctx, c)
+}
+
+// SQL is a sqlstore on fresh tables in db.
+func SQL(b *testing.B, db *sqlx.DB) Backend {
+	schema := sqltest.Schema(b, db)
+	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sel := db.Rebind("SELECT stock FROM " + schema.Table + " WHERE sku = ?")
+	upd := db.Rebind("UPDATE " + schema.Table + " SET stock = ? WHERE sku = ?")
+	return Backend{
+		Store: s,
+		Read: func(ctx context.Context, sku string) (n int64, err error) {
+			return n, db.GetContext(ctx, &n, sel, sku)
+		},
+		Write: func(ctx context.Context, sku string, n int64) error {
+			_, err := db.ExecContext(ctx, upd, n, sku)
+			return err
+		},
+	}
+}
+
+// Waits records lock waits.
+type Waits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+// Add records one wait.
+func (w *Waits) Add(d time.Duration) {
+	w.mu.Lock()
+	w.d = append(w.d, d)
+	w.mu.Unlock()
+}
+
+// Reset forgets every wait recorded so far.
+func (w *Waits) Reset() {
+	w.mu.Lock()
+	w.d = nil
+	w.mu.Unlock()
+}
+
+// Pct returns the p-th percentile of the waits, in microseconds.
+func (w *Waits) Pct(p float64) float64 {
+	if len(w.d) == 0 {
+		return 0
+	}
+	slices.Sort(w.d)
+	return float64(w.d[int(float64(len(w.d)-1)*p)].Microseconds())
+}
+
+// TimedLocker records in W how long each Acquire waits.
+type TimedLocker struct {
+	lockmgr.Locker
+	W *Waits
+}
+
+// Acquire implements lockmgr.Locker.
+func (t TimedLocker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
+	start := time.Now()
+	le, err := t.Locker.Acquire(ctx, name)
+	t.W.Add(time.Since(start))
+	return le, err
+}
