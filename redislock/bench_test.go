@@ -7,7 +7,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,26 +45,6 @@ func (l *naiveLock) lock(ctx context.Context, sku string) (unlock func(), err er
 		l.fails.Add(1)
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// run does n operations on g goroutines and returns how long they took.
-func run(b *testing.B, g, n int, op func(rng *mrand.Rand) error) time.Duration {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range g {
-		rng := mrand.New(mrand.NewPCG(uint64(w), 1))
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				if err := op(rng); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return time.Since(start)
 }
 
 // BenchmarkReduce measures protected decrements per second: one hot SKU or
@@ -163,35 +142,9 @@ func benchReduce(b *testing.B, c redis.UniversalClient, bs lockbench.Backend, g 
 		return bs.Write(ctx, sku, n-1)
 	}
 
-	// Warm the connection pools up, then take turns, so that both see the
-	// same machine.
-	run(b, g, 2*g, libOp)
-	run(b, g, 2*g, baseOp)
-	lw.Reset()
-	bw.Reset()
-	nl.tries.Store(0)
-	nl.fails.Store(0)
-	b.ResetTimer()
-	var lib, base time.Duration
-	const turns = 4
-	for i := range turns {
-		n := b.N / turns
-		if i < b.N%turns {
-			n++
-		}
-		b.StartTimer()
-		lib += run(b, g, n, libOp)
-		b.StopTimer()
-		base += run(b, g, n, baseOp)
-	}
-
-	libOps, baseOps := float64(b.N)/lib.Seconds(), float64(b.N)/base.Seconds()
-	b.ReportMetric(libOps, "ops/s")
-	b.ReportMetric(baseOps, "base-ops/s")
-	b.ReportMetric(libOps/baseOps, "ratio")
-	b.ReportMetric(lw.Pct(0.5), "wait-p50-µs")
-	b.ReportMetric(lw.Pct(0.99), "wait-p99-µs")
-	b.ReportMetric(bw.Pct(0.5), "base-wait-p50-µs")
-	b.ReportMetric(bw.Pct(0.99), "base-wait-p99-µs")
+	lockbench.Compare(b, g, libOp, baseOp, &lw, &bw, func() {
+		nl.tries.Store(0)
+		nl.fails.Store(0)
+	})
 	b.ReportMetric(100*float64(nl.fails.Load())/float64(max(nl.tries.Load(), 1)), "base-fail-%")
 }

@@ -5,8 +5,10 @@ package lockbench
 
 import (
 	"context"
+	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +129,60 @@ func (t TimedLocker) Acquire(ctx context.Context, name string) (lockmgr.Lease, e
 	le, err := t.Locker.Acquire(ctx, name)
 	t.W.Add(time.Since(start))
 	return le, err
+}
+
+// Run makes n calls of op from g goroutines, each with its own random
+// source, and returns the wall time they took.
+func Run(b *testing.B, g, n int, op func(rng *mrand.Rand) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range g {
+		rng := mrand.New(mrand.NewPCG(uint64(w), 1))
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := op(rng); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// Compare measures lib beside base on g goroutines: it warms the connection
+// pools up with both, calls reset and clears lw and bw (the lock waits of
+// lib and base), then runs b.N calls of each in four alternating turns, so
+// that both see the same machine. Only lib's turns are timed as the
+// benchmark. It reports ops/s, base-ops/s, their ratio and the p50 and p99
+// lock waits of both.
+func Compare(b *testing.B, g int, lib, base func(rng *mrand.Rand) error, lw, bw *Waits, reset func()) {
+	Run(b, g, 2*g, lib)
+	Run(b, g, 2*g, base)
+	lw.Reset()
+	bw.Reset()
+	reset()
+	b.ResetTimer()
+	var libTime, baseTime time.Duration
+	const turns = 4
+	for i := range turns {
+		n := b.N / turns
+		if i < b.N%turns {
+			n++
+		}
+		b.StartTimer()
+		libTime += Run(b, g, n, lib)
+		b.StopTimer()
+		baseTime += Run(b, g, n, base)
+	}
+	libOps, baseOps := float64(b.N)/libTime.Seconds(), float64(b.N)/baseTime.Seconds()
+	b.ReportMetric(libOps, "ops/s")
+	b.ReportMetric(baseOps, "base-ops/s")
+	b.ReportMetric(libOps/baseOps, "ratio")
+	b.ReportMetric(lw.Pct(0.5), "wait-p50-µs")
+	b.ReportMetric(lw.Pct(0.99), "wait-p99-µs")
+	b.ReportMetric(bw.Pct(0.5), "base-wait-p50-µs")
+	b.ReportMetric(bw.Pct(0.99), "base-wait-p99-µs")
 }
