@@ -52,7 +52,10 @@ var brokenManagers = map[string]struct {
 	"burns-keys": {
 		make:     func() inventory.StockManager { return newKeyBurner() },
 		mustFail: []string{"FailedCallKeepsKey"},
-		mustPass: []string{"FlashSale", "ConcurrentSameKey", "IdempotencyScope"},
+		// Not ConcurrentSameKey: a caller that finds the key burnt before
+		// its holder has written reports the stock unchanged, so the
+		// outcome of that subtest depends on scheduling.
+		mustPass: []string{"FlashSale", "Reduce", "IdempotencyScope"},
 	},
 }
 
