@@ -51,6 +51,12 @@ const MaxSKULen = 255
 // it is configured otherwise.
 const DefaultKeyTTL = 24 * time.Hour
 
+// DeadlineSlack bounds how long after its ctx deadline a call of any strategy
+// in this module returns, even when its server stops answering mid-call: the
+// time to notice the deadline and abandon the connection. The Go scheduler's
+// own delay on a loaded machine comes on top.
+const DeadlineSlack = 50 * time.Millisecond
+
 // Sentinel errors. Strategies wrap them, so compare with [errors.Is].
 var (
 	// ErrInsufficientStock reports that Reduce found fewer units than asked
@@ -79,8 +85,11 @@ var (
 //
 // Implementations are safe for concurrent use by many goroutines and, where
 // the backend is shared, by many processes. Every method honours ctx: once
-// ctx is done a method returns an error wrapping ctx.Err() and has changed
-// nothing.
+// ctx is done a method returns an error wrapping ctx.Err(), and a call with a
+// deadline returns within DeadlineSlack of it even while its server hangs.
+// An error means the call changed nothing, except where the outcome cannot be
+// known (the server applied it and the reply was lost); the error then wraps
+// a timeout or ctx.Err(), and a retry with the same idempotency key is safe.
 type StockManager interface {
 	// Init sets the stock of sku to qty, creating the SKU if absent.
 	// qty must be in 0..MaxStock. Init does not forget idempotency keys.
