@@ -199,3 +199,53 @@ func Prefix() string {
 	rand.Read(b)
 	return "t" + hex.EncodeToString(b)
 }
+
+// RedisPrefix returns a fresh key prefix for t and deletes every key that
+// begins with it when t ends, on every shard of a Cluster client. Tests that
+// write to a shared Redis use it so that nothing is left behind.
+func RedisPrefix(t testing.TB, c redis.UniversalClient) string {
+	t.Helper()
+	p := Prefix()
+	t.Cleanup(func() { DeleteKeys(t, c, p+"*") })
+	return p
+}
+
+// DeleteKeys deletes every key matching pattern, on every shard of a Cluster
+// client, and fails t if it cannot.
+func DeleteKeys(t testing.TB, c redis.UniversalClient, pattern string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	del := func(ctx context.Context, s *redis.Client) error {
+		iter := s.Scan(ctx, 0, pattern, 1000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 1000 {
+				if err := s.Unlink(ctx, batch...).Err(); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(batch) > 0 {
+			return s.Unlink(ctx, batch...).Err()
+		}
+		return nil
+	}
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		err = del(ctx, c)
+	default:
+		t.Fatalf("testenv.DeleteKeys: unsupported client %T", c)
+	}
+	if err != nil {
+		t.Errorf("delete keys %q: %v", pattern, err)
+	}
+}
