@@ -216,13 +216,24 @@ func DeleteKeys(t testing.TB, c redis.UniversalClient, pattern string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// One UNLINK per key, pipelined: a Cluster node refuses a multi-key
+	// command across slots.
+	unlink := func(ctx context.Context, s *redis.Client, keys []string) error {
+		_, err := s.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
+		return err
+	}
 	del := func(ctx context.Context, s *redis.Client) error {
 		iter := s.Scan(ctx, 0, pattern, 1000).Iterator()
 		var batch []string
 		for iter.Next(ctx) {
 			batch = append(batch, iter.Val())
 			if len(batch) == 1000 {
-				if err := s.Unlink(ctx, batch...).Err(); err != nil {
+				if err := unlink(ctx, s, batch); err != nil {
 					return err
 				}
 				batch = batch[:0]
@@ -232,7 +243,7 @@ func DeleteKeys(t testing.TB, c redis.UniversalClient, pattern string) {
 			return err
 		}
 		if len(batch) > 0 {
-			return s.Unlink(ctx, batch...).Err()
+			return unlink(ctx, s, batch)
 		}
 		return nil
 	}
