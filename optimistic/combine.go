@@ -14,7 +14,7 @@ import (
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
-// call is one Reduce or Return waiting for its SKU's queue. The leader that
+// call is one Reduce or Return waiting for its SKU's queue. The drain that
 // takes it writes rem and err, then closes done.
 type call struct {
 	ctx  context.Context
@@ -25,74 +25,79 @@ type call struct {
 	rem  int64
 	err  error
 
-	taken bool // by a leader; guarded by queue.mu
+	taken bool // by a drain; guarded by queue.mu
 }
 
-// queue holds the calls of one SKU. Whoever holds lead applies them.
+// queue holds the calls of one SKU, which one drain goroutine at a time
+// applies.
 type queue struct {
-	lead    chan struct{} // capacity 1
 	mu      sync.Mutex
 	pending []*call
-	refs    int // calls using this queue; guarded by Manager.mu
+	running bool // a drain goroutine is applying this queue
+	refs    int  // calls and the drain using this queue; guarded by Manager.mu
 }
 
-// combine queues c and waits until a leader applied it, becoming the
-// leader itself when the SKU is free.
+// combine queues c and waits until it is applied or ctx is done. The
+// calls are applied by a goroutine of their own, not by one of the
+// callers, so that every caller can leave at its deadline while the others'
+// statements are still running.
 func (m *Manager) combine(ctx context.Context, sku string, c *call) (int64, error) {
 	q := m.queue(sku)
 	defer m.unqueue(sku, q)
 	q.mu.Lock()
 	q.pending = append(q.pending, c)
+	start := !q.running
+	q.running = true
 	q.mu.Unlock()
+	if start {
+		m.mu.Lock()
+		q.refs++ // the drain's; q stays in m.hot until it ends
+		m.mu.Unlock()
+		go m.drain(sku, q)
+	}
 
 	select {
 	case <-c.done:
-	case q.lead <- struct{}{}:
-		// A leader closes the done of every call it took before it lets go
-		// of lead, so c is still pending here unless it is done.
-		for !isDone(c) {
-			batch := m.take(q)
-			if len(batch) == 0 {
-				break // unreachable: c is pending
-			}
-			m.apply(sku, batch)
-		}
-		<-q.lead
+		return c.rem, c.err
 	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	taken := c.taken
+	if !taken {
+		q.pending = slices.DeleteFunc(q.pending, func(x *call) bool { return x == c })
+	}
+	q.mu.Unlock()
+	if taken {
+		select {
+		case <-c.done: // the outcome is known after all
+			return c.rem, c.err
+		default:
+		}
+		// Its batch is being written: it may yet take effect, as any call
+		// that ends with its context may have; a keyed retry tells.
+	}
+	return 0, m.t.Err(ctx, string(c.dir), ctx.Err())
+}
+
+// drain applies q's calls, batch after batch, until none is pending.
+func (m *Manager) drain(sku string, q *queue) {
+	defer m.unqueue(sku, q)
+	for {
 		q.mu.Lock()
-		taken := c.taken
-		if !taken {
-			q.pending = slices.DeleteFunc(q.pending, func(x *call) bool { return x == c })
+		if len(q.pending) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		n := min(len(q.pending), m.cfg.maxBatch)
+		batch := slices.Clone(q.pending[:n])
+		q.pending = slices.Delete(q.pending, 0, n)
+		for _, c := range batch {
+			c.taken = true
 		}
 		q.mu.Unlock()
-		if !taken {
-			return 0, m.t.Err(ctx, string(c.dir), ctx.Err())
-		}
-		<-c.done // it is being written: wait for the outcome
+		m.apply(sku, batch)
 	}
-	return c.rem, c.err
-}
-
-func isDone(c *call) bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// take removes up to maxBatch calls from the front of q.
-func (m *Manager) take(q *queue) []*call {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := min(len(q.pending), m.cfg.maxBatch)
-	batch := slices.Clone(q.pending[:n])
-	q.pending = slices.Delete(q.pending, 0, n)
-	for _, c := range batch {
-		c.taken = true
-	}
-	return batch
 }
 
 func (m *Manager) queue(sku string) *queue {
@@ -100,7 +105,7 @@ func (m *Manager) queue(sku string) *queue {
 	defer m.mu.Unlock()
 	q := m.hot[sku]
 	if q == nil {
-		q = &queue{lead: make(chan struct{}, 1)}
+		q = &queue{}
 		m.hot[sku] = q
 	}
 	q.refs++
@@ -117,6 +122,7 @@ func (m *Manager) unqueue(sku string, q *queue) {
 
 // apply runs batch to completion: read, compute every call's result in
 // order, compare-and-set, retrying on conflict. Then it closes every done.
+// A caller may have left by then; its result is dropped.
 func (m *Manager) apply(sku string, batch []*call) {
 	// The batch's statements stop only once every caller in it gave up.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
@@ -228,6 +234,9 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 	}
 	if !wrote {
 		return false, nil
+	}
+	if m.beforeCAS != nil {
+		m.beforeCAS(sku)
 	}
 	m.writes.Add(1)
 	if len(records) == 0 {

@@ -62,19 +62,42 @@ func Example() {
 }
 
 // On PostgreSQL, through pgx, in single-statement mode, on an existing
-// products(id, stock, version) table.
+// products(id, stock, version) table. (Here the table is created for this
+// run and dropped at the end, with the ledger.)
 func ExampleWithSingleStatement() {
 	ctx := context.Background()
-	db, err := sqlx.Open("pgx", "postgres://shop@db.internal/shop")
+	db, err := sqlx.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	schema := sqlstore.Schema{Table: "products", SKU: "id", Ledger: "stock_keys"}
+	products, ledger := fmt.Sprintf("products_%d", os.Getpid()), fmt.Sprintf("stock_keys_%d", os.Getpid())
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+products+
+		` (id TEXT COLLATE "C" PRIMARY KEY, stock BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	defer db.Exec("DROP TABLE IF EXISTS " + products + ", " + ledger)
+	schema := sqlstore.Schema{Table: products, SKU: "id", Ledger: ledger}
+	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateTables(ctx); err != nil { // the ledger; products exists
+		log.Fatal(err)
+	}
+
 	m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithSingleStatement())
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := m.Init(ctx, "sneaker-42", 2); err != nil {
+		log.Fatal(err)
+	}
 	left, err := m.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("order-1002"))
 	fmt.Println(left, err)
+	left, err = m.Reduce(ctx, "sneaker-42", 2)
+	fmt.Println(left, errors.Is(err, inventory.ErrInsufficientStock))
+	// Output:
+	// 1 <nil>
+	// 1 true
 }

@@ -10,3 +10,7 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 func (m *Manager) Counts() (attempts, conflicts int64) {
 	return m.writes.Load(), m.conflicts.Load()
 }
+
+// SetBeforeCAS makes f run between each compare-and-set attempt's reads and
+// its write, in the combining mode; set it before any call.
+func SetBeforeCAS(m *Manager, f func(sku string)) { m.beforeCAS = f }

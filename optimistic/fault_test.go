@@ -113,3 +113,19 @@ func TestLateCommit(t *testing.T) {
 	schema := sqltest.Schema(t, db)
 	sqltest.LateCommit(t, db, schema, bothModes(t, db, schema).Managers...)
 }
+
+// TestStalledServer: while the server hangs, every call returns within its
+// deadline plus inventory.DeadlineSlack, in both modes, and the calls that
+// failed are applied at most once, as their keyed retries show.
+func TestStalledServer(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []optimistic.Option
+	}{{"combining", nil}, {"single", []optimistic.Option{optimistic.WithSingleStatement()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			sqltest.Stall(t, "optimistic", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
+				return newManager(t, db, schema, mode.opts...)
+			})
+		})
+	}
+}

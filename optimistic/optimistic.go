@@ -76,6 +76,10 @@ type Manager struct {
 
 	// compare-and-set writes tried, and those that lost; for benchmarks
 	writes, conflicts atomic.Int64
+
+	// beforeCAS, set by tests before any call, runs between an attempt's
+	// reads and its compare-and-set.
+	beforeCAS func(sku string)
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -148,7 +152,8 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	return m.t.Init(ctx, sku, qty)
+	_, err := sqldialect.Bound(ctx, m.t, "init", func() (struct{}, error) { return struct{}{}, m.t.Init(ctx, sku, qty) })
+	return err
 }
 
 // Get implements [inventory.StockManager].
@@ -156,7 +161,7 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return m.t.Get(ctx, sku)
+	return sqldialect.Bound(ctx, m.t, "get", func() (int64, error) { return m.t.Get(ctx, sku) })
 }
 
 // Reduce implements [inventory.StockManager].
@@ -178,7 +183,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		return 0, m.t.Err(ctx, string(dir), err)
 	}
 	if m.cfg.single {
-		return m.single(ctx, sku, qty, dir, o.Key)
+		return sqldialect.Bound(ctx, m.t, string(dir), func() (int64, error) { return m.single(ctx, sku, qty, dir, o.Key) })
 	}
 	return m.combine(ctx, sku, &call{ctx: ctx, qty: qty, dir: dir, key: o.Key, done: make(chan struct{})})
 }

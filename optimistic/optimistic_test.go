@@ -224,3 +224,47 @@ func TestKeyExpiry(t *testing.T) {
 		}
 	})
 }
+
+// TestRetrySeesNewVersion: a rival moves the version once between a call's
+// read and its compare-and-set; with two attempts the call must succeed,
+// which it can only if its second read is a fresh statement that sees the
+// rival's commit, not a re-read inside one REPEATABLE READ snapshot.
+func TestRetrySeesNewVersion(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		schema := sqltest.Schema(t, db)
+		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+		require.NoError(t, err)
+		m := newManager(t, db, schema, optimistic.WithMaxAttempts(2))
+		var bumps int
+		optimistic.SetBeforeCAS(m, func(sku string) {
+			if bumps++; bumps > 1 {
+				return
+			}
+			stock, version, err := store.Read(ctx, sku)
+			if assert.NoError(t, err) {
+				ok, err := store.CompareAndSet(ctx, sku, version, stock-1, inventory.DirReduce, "")
+				assert.NoError(t, err)
+				assert.True(t, ok, "the rival's write")
+			}
+		})
+		sku := testenv.Prefix()
+		require.NoError(t, m.Init(ctx, sku, 10))
+		for _, opts := range [][]inventory.Option{nil, {inventory.WithKey("k")}} {
+			bumps = 0
+			rem, err := m.Reduce(ctx, sku, 2, opts...)
+			require.NoError(t, err, "keyed %v: the retry must see the rival's version", opts != nil)
+			require.Equal(t, 2, bumps, "two attempts, the first lost")
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			require.Equal(t, n, rem)
+		}
+		n, err := m.Get(ctx, sku)
+		require.NoError(t, err)
+		require.EqualValues(t, 10-2*(1+2), n, "both rivals' and both calls' units are gone")
+		a, c := m.Counts()
+		require.EqualValues(t, 4, a)
+		require.EqualValues(t, 2, c)
+	})
+}

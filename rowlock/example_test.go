@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // registers "mysql"
@@ -16,15 +17,22 @@ import (
 )
 
 // On MariaDB: wait at most two seconds for a row lock, and let the caller
-// decide what to do when the SKU is that busy.
+// decide what to do when the SKU is that busy. (The tables are named for
+// this run and dropped at the end; a shop would keep sqlstore's default
+// names.)
 func Example() {
 	ctx := context.Background()
-	db, err := sqlx.Open("mysql", "shop@tcp(db.internal:3306)/shop")
+	db, err := sqlx.Open("mysql", "root@tcp(127.0.0.1:3306)/test")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	store, err := sqlstore.New(db)
+	schema := sqlstore.Schema{
+		Table:  fmt.Sprintf("example_stock_%d", os.Getpid()),
+		Ledger: fmt.Sprintf("example_ledger_%d", os.Getpid()),
+	}
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,17 +40,27 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	m, err := rowlock.New(db, rowlock.WithLockTimeout(2*time.Second))
+	m, err := rowlock.New(db, rowlock.WithSchema(schema), rowlock.WithLockTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	left, err := m.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("order-1003"))
-	switch {
-	case errors.Is(err, inventory.ErrContention):
-		fmt.Println("busy, try again")
-	case err != nil:
+	if err := m.Init(ctx, "sneaker-42", 5); err != nil {
 		log.Fatal(err)
-	default:
-		fmt.Println("left:", left)
 	}
+	for range 2 { // the second is the client's resend
+		left, err := m.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("order-1003"))
+		switch {
+		case errors.Is(err, inventory.ErrContention):
+			fmt.Println("busy, try again")
+		case errors.Is(err, inventory.ErrDuplicate):
+			fmt.Println("already taken; left:", left)
+		case err != nil:
+			log.Fatal(err)
+		default:
+			fmt.Println("left:", left)
+		}
+	}
+	// Output:
+	// left: 4
+	// already taken; left: 4
 }

@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/sqlstore"
 )
 
 // TestBackendsKilledMidSale kills the test's own server connections, again
@@ -99,4 +101,13 @@ func TestLateCommit(t *testing.T) {
 	db := testenv.Postgres(t)
 	schema := sqltest.Schema(t, db)
 	sqltest.LateCommit(t, db, schema, newManager(t, db, schema))
+}
+
+// TestStalledServer: while the server hangs, every call returns within its
+// deadline plus inventory.DeadlineSlack, and the calls that failed are
+// applied at most once, as their keyed retries show.
+func TestStalledServer(t *testing.T) {
+	sqltest.Stall(t, "rowlock", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
+		return newManager(t, db, schema)
+	})
 }

@@ -20,11 +20,17 @@
 // transaction back: nothing is left half-done.
 //
 // The lock timeout is enforced by the server where it can be: PostgreSQL's
-// lock_timeout (SET LOCAL, so it ends with the transaction), MariaDB's
-// SELECT ... FOR UPDATE WAIT n (whole seconds, rounded up). MySQL, which has
-// no per-statement form, keeps its innodb_lock_wait_timeout; bound the wait
-// with ctx there. On SQLite the lock timeout bounds the whole transaction,
-// lock wait included (also bounded by the DSN's busy_timeout).
+// lock_timeout (SET LOCAL, so it ends with the transaction; milliseconds),
+// MariaDB's SELECT ... FOR UPDATE WAIT n (whole seconds, so the timeout is
+// rounded up to the next second: 1.2s waits 2s). MySQL has no
+// per-statement form and its innodb_lock_wait_timeout (50 s by default) is
+// a session setting shared with whatever else uses the connection; so on
+// every server engine the call also abandons the lock statement itself
+// after twice that bound, closing its connection. A call therefore gives
+// up within the lock timeout (rounded up to whole seconds on MariaDB/MySQL)
+// where the server applies it, and within twice that on MySQL. On SQLite,
+// which has no lock timeout of its own but the DSN's busy_timeout, the
+// lock timeout bounds the whole transaction, lock wait included.
 //
 // # Idempotency
 //
@@ -57,6 +63,10 @@ const DefaultLockTimeout = 5 * time.Second
 type Manager struct {
 	t    *sqldialect.Tables
 	wait time.Duration
+
+	// afterLock, set by tests before any call, runs while a call holds the
+	// row lock, between its lock and its write.
+	afterLock func(sku string)
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -110,7 +120,8 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	return m.t.Init(ctx, sku, qty)
+	_, err := sqldialect.Bound(ctx, m.t, "init", func() (struct{}, error) { return struct{}{}, m.t.Init(ctx, sku, qty) })
+	return err
 }
 
 // Get implements [inventory.StockManager].
@@ -118,7 +129,7 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return m.t.Get(ctx, sku)
+	return sqldialect.Bound(ctx, m.t, "get", func() (int64, error) { return m.t.Get(ctx, sku) })
 }
 
 // Reduce implements [inventory.StockManager].
@@ -136,10 +147,11 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	if err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, m.t.Err(ctx, string(dir), err)
-	}
-	key := o.Key
+	return sqldialect.Bound(ctx, m.t, string(dir), func() (int64, error) { return m.run(ctx, sku, qty, dir, o.Key) })
+}
+
+// run is one Reduce or Return, validated.
+func (m *Manager) run(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
 		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
 		switch {
@@ -166,16 +178,27 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 
 // locked runs the locking transaction. On a refusal rem is the stock seen.
 func (m *Manager) locked(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, err error) {
-	txCtx := ctx
+	txCtx, lockCtx := ctx, ctx
+	var cancel context.CancelFunc
 	if m.t.Engine == sqldialect.SQLite {
-		var cancel context.CancelFunc
 		txCtx, cancel = context.WithTimeout(ctx, m.wait)
-		defer cancel()
+		lockCtx = txCtx
+	} else {
+		// The server ends the wait after lockBound; this is the backstop
+		// for a server that ignores the setting (MySQL has no FOR UPDATE
+		// WAIT): the driver abandons the statement and its connection.
+		lockCtx, cancel = context.WithTimeout(ctx, 2*m.lockBound())
 	}
+	defer cancel()
+	var gaveUp bool // the lock wait, not ctx, ended the transaction
 	err = m.t.Tx(txCtx, func(tx *sqlx.Tx) error {
-		cur, version, err := m.t.Lock(txCtx, tx, sku)
+		cur, version, err := m.t.Lock(lockCtx, tx, sku)
 		if err != nil {
+			gaveUp = lockCtx.Err() != nil
 			return err
+		}
+		if m.afterLock != nil {
+			m.afterLock(sku)
 		}
 		if err := check(sku, dir, cur, qty); err != nil {
 			rem = cur
@@ -203,12 +226,21 @@ func (m *Manager) locked(ctx context.Context, sku string, qty int64, dir invento
 			m.t.Tidy(ctx, 1)
 		}
 		return rem, nil
-	case ctx.Err() == nil && txCtx.Err() != nil && !errors.Is(err, inventory.ErrContention):
+	case ctx.Err() == nil && (gaveUp || txCtx.Err() != nil) && !errors.Is(err, inventory.ErrContention):
 		return 0, fmt.Errorf("rowlock: %s %q: %w: no lock within %v: %w", dir, sku, inventory.ErrContention, m.wait, err)
 	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrInvalidArgument):
 		return rem, err
 	}
 	return 0, err
+}
+
+// lockBound is how long the server lets a lock wait last: the lock
+// timeout, rounded up to whole seconds on MariaDB.
+func (m *Manager) lockBound() time.Duration {
+	if m.t.Engine == sqldialect.MySQL {
+		return (m.wait + time.Second - 1).Truncate(time.Second)
+	}
+	return m.wait
 }
 
 // check reports why moving qty units of sku in direction dir from a stock

@@ -58,15 +58,17 @@ func holdLock(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, sku string) (re
 }
 
 // TestLockTimeout holds the row lock in another transaction: the call gives
-// up with ErrContention after the lock timeout, or with ctx's error when ctx
-// ends first, and changes nothing.
+// up with ErrContention within twice the lock timeout (rounded up to whole
+// seconds on MariaDB, whose FOR UPDATE WAIT n counts seconds), or with ctx's
+// error when ctx ends first, and changes nothing. The server's own
+// timeout is never waited for: on MariaDB innodb_lock_wait_timeout is 50 s.
 func TestLockTimeout(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		ctx := context.Background()
 		schema := sqltest.Schema(t, db)
-		wait := 200 * time.Millisecond
+		wait, bound := 200*time.Millisecond, 200*time.Millisecond
 		if db.DriverName() == "mysql" {
-			wait = time.Second // MariaDB's FOR UPDATE WAIT n counts whole seconds
+			wait, bound = 1200*time.Millisecond, 2*time.Second // rounded up to 2 s
 		}
 		m := newManager(t, db, schema, rowlock.WithLockTimeout(wait))
 		sku := testenv.Prefix()
@@ -74,10 +76,16 @@ func TestLockTimeout(t *testing.T) {
 
 		release := holdLock(t, db, schema, sku)
 		for _, key := range []string{"", "k"} {
+			// Long enough for a loaded machine, far short of the server's own.
+			cctx, cancel := context.WithTimeout(ctx, 5*bound)
 			start := time.Now()
-			_, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key+"x"))
-			require.ErrorIs(t, err, inventory.ErrContention)
-			t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			_, err := m.Reduce(cctx, sku, 1, inventory.WithKey(key+"x"))
+			took := time.Since(start)
+			cancel()
+			require.ErrorIs(t, err, inventory.ErrContention, "no ErrContention within 5 x %v", bound)
+			// 2 x bound is the backstop; the margin is this machine's noise.
+			require.Less(t, took, 2*bound+300*time.Millisecond, "gave up too late for a %v lock timeout", wait)
+			t.Logf("lock timeout %v: gave up after %v: %v", wait, took.Round(time.Millisecond), err)
 		}
 
 		patient := newManager(t, db, schema, rowlock.WithLockTimeout(time.Hour))

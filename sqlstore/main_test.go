@@ -3,7 +3,7 @@ package sqlstore_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/stockkit/inventory/internal/faulttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
