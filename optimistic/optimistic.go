@@ -152,8 +152,7 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	_, err := sqldialect.Bound(ctx, m.t, "init", func() (struct{}, error) { return struct{}{}, m.t.Init(ctx, sku, qty) })
-	return err
+	return m.t.Init(ctx, sku, qty)
 }
 
 // Get implements [inventory.StockManager].
@@ -161,7 +160,7 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return sqldialect.Bound(ctx, m.t, "get", func() (int64, error) { return m.t.Get(ctx, sku) })
+	return m.t.Get(ctx, sku)
 }
 
 // Reduce implements [inventory.StockManager].
@@ -183,7 +182,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		return 0, m.t.Err(ctx, string(dir), err)
 	}
 	if m.cfg.single {
-		return sqldialect.Bound(ctx, m.t, string(dir), func() (int64, error) { return m.single(ctx, sku, qty, dir, o.Key) })
+		return m.single(ctx, sku, qty, dir, o.Key)
 	}
 	return m.combine(ctx, sku, &call{ctx: ctx, qty: qty, dir: dir, key: o.Key, done: make(chan struct{})})
 }

@@ -120,8 +120,7 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	_, err := sqldialect.Bound(ctx, m.t, "init", func() (struct{}, error) { return struct{}{}, m.t.Init(ctx, sku, qty) })
-	return err
+	return m.t.Init(ctx, sku, qty)
 }
 
 // Get implements [inventory.StockManager].
@@ -129,7 +128,7 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return sqldialect.Bound(ctx, m.t, "get", func() (int64, error) { return m.t.Get(ctx, sku) })
+	return m.t.Get(ctx, sku)
 }
 
 // Reduce implements [inventory.StockManager].
@@ -147,11 +146,10 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	if err != nil {
 		return 0, err
 	}
-	return sqldialect.Bound(ctx, m.t, string(dir), func() (int64, error) { return m.run(ctx, sku, qty, dir, o.Key) })
-}
-
-// run is one Reduce or Return, validated.
-func (m *Manager) run(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, m.t.Err(ctx, string(dir), err)
+	}
+	key := o.Key
 	if key != "" {
 		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
 		switch {

@@ -94,8 +94,7 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 // CreateTables creates the stock table and the ledger, as named by the
 // schema, if they are absent.
 func (s *Store) CreateTables(ctx context.Context) error {
-	_, err := sqldialect.Bound(ctx, s.t, "create tables", func() (struct{}, error) { return struct{}{}, s.t.CreateTables(ctx) })
-	return err
+	return s.t.CreateTables(ctx)
 }
 
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
@@ -104,8 +103,7 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	_, err := sqldialect.Bound(ctx, s.t, "init", func() (struct{}, error) { return struct{}{}, s.t.Init(ctx, sku, qty) })
-	return err
+	return s.t.Init(ctx, sku, qty)
 }
 
 // Get returns the stock of sku; an unknown SKU is [inventory.ErrNotFound].
@@ -113,7 +111,7 @@ func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return sqldialect.Bound(ctx, s.t, "get", func() (int64, error) { return s.t.Get(ctx, sku) })
+	return s.t.Get(ctx, sku)
 }
 
 // Read returns the stock and version of sku as last committed (one
@@ -123,11 +121,7 @@ func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, 0, err
 	}
-	r, err := sqldialect.Bound(ctx, s.t, "read", func() ([2]int64, error) {
-		stock, version, err := s.t.Read(ctx, s.t.DB, sku)
-		return [2]int64{stock, version}, err
-	})
-	return r[0], r[1], err
+	return s.t.Read(ctx, s.t.DB, sku)
 }
 
 // Seen reports whether an unexpired ledger entry holds (sku, dir, key), and
@@ -136,15 +130,7 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 	if err := validateKey(sku, dir, key); err != nil {
 		return 0, false, err
 	}
-	type seen struct {
-		remaining int64
-		found     bool
-	}
-	r, err := sqldialect.Bound(ctx, s.t, "read key", func() (seen, error) {
-		remaining, found, err := s.t.Seen(ctx, s.t.DB, sku, dir, key)
-		return seen{remaining, found}, err
-	})
-	return r.remaining, r.found, err
+	return s.t.Seen(ctx, s.t.DB, sku, dir, key)
 }
 
 // CompareAndSet atomically sets the stock of sku to newStock and moves its
@@ -160,19 +146,11 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	if newStock < 0 || newStock > inventory.MaxStock {
 		return false, fmt.Errorf("sqlstore: %w: new stock %d outside 0..%d", inventory.ErrInvalidArgument, newStock, inventory.MaxStock)
 	}
-	if key != "" {
-		if err := validateKey(sku, dir, key); err != nil {
-			return false, err
-		}
-	}
-	return sqldialect.Bound(ctx, s.t, "compare-and-set", func() (bool, error) {
-		return s.compareAndSet(ctx, sku, version, newStock, dir, key)
-	})
-}
-
-func (s *Store) compareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error) {
 	if key == "" {
 		return s.t.Set(ctx, s.t.DB, sku, version, newStock)
+	}
+	if err := validateKey(sku, dir, key); err != nil {
+		return false, err
 	}
 	err = s.t.Tx(ctx, func(tx *sqlx.Tx) error {
 		if ok, err = s.t.Set(ctx, tx, sku, version, newStock); err != nil || !ok {

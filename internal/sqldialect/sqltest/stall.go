@@ -22,8 +22,12 @@ import (
 // the calls one batch combines do not all give up at once.
 var StallDeadlines = []time.Duration{time.Second, 700 * time.Millisecond}
 
+// stallGap is the time between two calls' starts in [Stall]: the calls
+// that queue behind a stalled one end at different times.
+const stallGap = 60 * time.Millisecond
+
 // Stall runs, on each of [Servers], keyed Reduces and Returns and a Get of
-// one SKU at once through a proxy that blackholes the server: requests go
+// one SKU, started stallGap apart, through a proxy that blackholes the server: requests go
 // through, no answer comes back. Each call must return within its deadline
 // (see StallDeadlines) plus [inventory.DeadlineSlack], checked with
 // [faulttest.CheckLate], with an error of package pkg wrapping
@@ -75,6 +79,7 @@ func Stall(t *testing.T, pkg string, newManager func(t *testing.T, db *sqlx.DB, 
 				}
 			}
 			for i := range calls {
+				time.Sleep(stallGap)
 				wg.Go(func() {
 					d := StallDeadlines[i%len(StallDeadlines)]
 					check(fmt.Sprintf("call %d (%v)", i, d), d, func(ctx context.Context) error { return move(ctx, i) })
