@@ -308,10 +308,15 @@ func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
 	var timer *time.Timer
 	var last error
 	for {
-		if err := l.try(actx, mu); err == nil {
+		err := l.try(ctx, mu)
+		switch {
+		case err == nil:
 			return newLease(mu, l.unlocker(mu), l.cfg.expiry), nil
-		} else if actx.Err() == nil {
-			last = err
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
+		}
+		last = err
+		if actx.Err() == nil {
 			if timer == nil {
 				timer = time.NewTimer(rand.N(ceiling))
 				defer timer.Stop()
@@ -328,8 +333,6 @@ func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
 		switch {
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
-		case last == nil: // the first attempt was still waiting for the nodes
-			return nil, fmt.Errorf("redlock: lock %q: no quorum of %d nodes answered within %v: %w", name, l.quorum, l.cfg.acquireTimeout, actx.Err())
 		case taken(last):
 			return nil, fmt.Errorf("redlock: lock %q: %w: still held by another after %v: %w", name, inventory.ErrContention, l.cfg.acquireTimeout, last)
 		default: // the nodes failed: report their errors
@@ -342,9 +345,11 @@ func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
 // redsync's timeout factor of the expiry; on failure redsync frees the
 // nodes it did get. The attempt ignores cancellation, so that this cleanup
 // is never cut short and leaves no node locked until expiry, but the caller
-// waits for it only while ctx lives: stalled nodes must not hold a call
-// past its deadline. An attempt left behind that way runs on, and frees
-// the lock should it take it after all. try returns ctx.Err() then.
+// waits for it only while ctx, the caller's, lives: stalled nodes must not
+// hold a call past its deadline. (The acquire timeout is checked between
+// attempts, so that a timed-out call reports what the last attempt found.)
+// An attempt left behind runs on, and frees the lock should it take it
+// after all; try returns ctx.Err() then.
 func (l *locker) try(ctx context.Context, mu *redsync.Mutex) error {
 	done := make(chan error, 1)
 	go func() { done <- mu.TryLockContext(context.WithoutCancel(ctx)) }()
