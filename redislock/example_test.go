@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
@@ -16,17 +18,28 @@ import (
 	"github.com/stockkit/inventory/sqlstore"
 )
 
+// deleteKeys removes what an example wrote: every key matching pattern.
+func deleteKeys(c *redis.Client, pattern string) {
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, pattern, 100).Iterator()
+	for iter.Next(ctx) {
+		c.Unlink(ctx, iter.Val())
+	}
+}
+
 // Stock and locks both in Redis.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	// ContextTimeoutEnabled: each call's ctx bounds its network I/O.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
+	defer deleteKeys(client, "example-redislock*")
 
-	store, err := redisstore.New(client, redisstore.WithPrefix("shop"))
+	store, err := redisstore.New(client, redisstore.WithPrefix("example-redislock"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	var stock inventory.StockManager
-	stock, err = redislock.New(client, store, redislock.WithPrefix("shop"))
+	stock, err = redislock.New(client, store, redislock.WithPrefix("example-redislock"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,13 +60,20 @@ func Example() {
 	default:
 		fmt.Println("sold one; left:", left)
 	}
+	// Output: sold one; left: 9
 }
 
 // Stock in SQL, locks in Redis.
 func Example_sql() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	db, err := sqlx.Open("sqlite", "file:stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	defer deleteKeys(client, "example-redislock-sql*")
+	dir, err := os.MkdirTemp("", "stock")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sqlx.Open("sqlite", "file:"+filepath.Join(dir, "stock.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +87,7 @@ func Example_sql() {
 	if err := store.CreateTables(ctx); err != nil {
 		log.Fatal(err)
 	}
-	stock, err := redislock.New(client, store)
+	stock, err := redislock.New(client, store, redislock.WithPrefix("example-redislock-sql"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,4 +99,5 @@ func Example_sql() {
 		log.Fatal(err)
 	}
 	fmt.Println("left:", left)
+	// Output: left: 8
 }

@@ -129,8 +129,7 @@ func TestPausedHolderProcess(t *testing.T) {
 // childStore makes the parent's store and tells cfg where it is.
 func childStore(t *testing.T, c *redis.Client, cfg *childConfig) redislock.Store {
 	if cfg.Store == "redis" {
-		cfg.Prefix = testenv.Prefix()
-		cleanup(t, c, cfg.Prefix)
+		cfg.Prefix = testenv.RedisPrefix(t, c)
 		s, err := redisstore.New(c, redisstore.WithPrefix(cfg.Prefix))
 		require.NoError(t, err)
 		return s

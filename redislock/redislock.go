@@ -30,6 +30,15 @@
 // ([WithAcquireTimeout]), after which the call fails with
 // [inventory.ErrContention].
 //
+// # Deadlines
+//
+// Every call returns within [inventory.DeadlineSlack] of its ctx deadline,
+// even while Redis hangs, provided the go-redis client is made with
+// ContextTimeoutEnabled: true (as README advises): otherwise go-redis
+// bounds a read by its own ReadTimeout (3s by default), not by the ctx. A
+// lock left behind by a call that gave up (its release could not reach
+// Redis) lapses after its TTL ([WithTTL]).
+//
 // The client is any [redis.UniversalClient]. Each lock key carries the hash
 // tag of its SKU's stock key (see [LockKey]), and plain PUBLISH reaches
 // subscribers on any node, so a Redis Cluster works too.

@@ -50,29 +50,8 @@ func init() {
 	}
 }
 
-// cleanup deletes every key under prefix when t ends.
-func cleanup(t testing.TB, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
-		}
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
-			return
-		}
-		_ = del(ctx, c)
-	})
-}
-
 func newRedisStore(t testing.TB, c redis.UniversalClient) *redisstore.Store {
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
-	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
 	require.NoError(t, err)
 	return s
 }
@@ -85,9 +64,7 @@ func newSQLStore(t testing.TB, db *sqlx.DB) *sqlstore.Store {
 
 // lockPrefix returns a lock prefix unique to t, its keys deleted at the end.
 func lockPrefix(t testing.TB, c redis.UniversalClient) string {
-	p := testenv.Prefix()
-	cleanup(t, c, p)
-	return p
+	return testenv.RedisPrefix(t, c)
 }
 
 func newManager(t *testing.T, c redis.UniversalClient, s redislock.Store, opts ...redislock.Option) *redislock.Manager {
@@ -192,7 +169,7 @@ func TestPausedHolder(t *testing.T) {
 				defer cancel()
 				c, s := b.open(t)
 				prefix := lockPrefix(t, c)
-				sku := testenv.Prefix() + "/last-unit"
+				sku := "last-unit"
 				ps := &pausingStore{Store: s, blind: blind}
 				a := newManager(t, c, ps, redislock.WithPrefix(prefix))
 				b := newManager(t, c, s, redislock.WithPrefix(prefix))

@@ -114,7 +114,7 @@ func BenchmarkReduce(b *testing.B) {
 func benchReduce(b *testing.B, bs lockbench.Backend, g int, procs bool, pick func(*mrand.Rand) string) {
 	ctx := context.Background()
 	clients := nodes(b)
-	prefix := testenv.Prefix() + ":"
+	prefix := lockPrefix(b, clients)
 	var lw lockbench.Waits
 	managers := make([]*lockmgr.Manager, 1)
 	if procs {

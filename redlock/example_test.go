@@ -20,19 +20,21 @@ func Example() {
 	for _, addr := range []string{"127.0.0.1:6380", "127.0.0.1:6381", "127.0.0.1:6382"} {
 		// No retries of the client's own: the lock retries, and a node
 		// that is down must answer at once.
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+			ContextTimeoutEnabled: true})
 		defer c.Close()
 		nodes = append(nodes, c)
 	}
-	db := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	db := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer db.Close()
+	defer deleteKeys(db, "example-redlock*")
 
-	store, err := redisstore.New(db, redisstore.WithPrefix("shop"))
+	store, err := redisstore.New(db, redisstore.WithPrefix("example-redlock"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	var stock inventory.StockManager
-	stock, err = redlock.New(nodes, store, redlock.WithAcquireTimeout(3*time.Second))
+	stock, err = redlock.New(nodes, store, redlock.WithPrefix("example-redlock:"), redlock.WithAcquireTimeout(3*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,5 +54,15 @@ func Example() {
 		log.Fatal(err) // a server failed: nothing was taken
 	default:
 		fmt.Println("sold one; left:", left)
+	}
+	// Output: sold one; left: 9
+}
+
+// deleteKeys removes what the example wrote: every key matching pattern.
+func deleteKeys(c *redis.Client, pattern string) {
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, pattern, 100).Iterator()
+	for iter.Next(ctx) {
+		c.Unlink(ctx, iter.Val())
 	}
 }

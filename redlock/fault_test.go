@@ -272,7 +272,7 @@ func TestPausedHolder(t *testing.T) {
 					p.Reconnect()
 				}
 			}}
-			pfx := prefix()
+			pfx := prefix(t, direct)
 			stalled, err := redlock.New(cut, ps, pfx, redlock.WithExpiry(time.Second))
 			require.NoError(t, err)
 			other, err := redlock.New(direct, store, pfx, redlock.WithExpiry(time.Second))

@@ -1,7 +1,6 @@
 package redlock_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stockkit/inventory/internal/testenv"
@@ -15,19 +14,12 @@ import (
 // at the end.
 func FuzzManager(f *testing.F) {
 	c := testenv.Redis(f)
-	pfx := testenv.Prefix()
-	f.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, pfx+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-	})
-	s, err := redisstore.New(c, redisstore.WithPrefix(pfx))
+	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(f, c)))
 	if err != nil {
 		f.Fatal(err)
 	}
-	m, err := redlock.New(nodes(f), s, redlock.WithPrefix(pfx+":"))
+	clients := nodes(f)
+	m, err := redlock.New(clients, s, prefix(f, clients))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -29,11 +29,17 @@
 // An attempt to lock waits for every node's answer, for up to redsync's
 // timeout factor of the expiry (5%, 400ms by default), so that it never
 // leaves a late SET NX behind on a node it has already given up on; only
-// the unlock returns as soon as a majority has answered. So give the node
-// clients no retries of their own (redis.Options.MaxRetries: -1; the lock
-// retries itself) and a short dial timeout: a node that is down then answers
-// at once with an error, instead of after go-redis's retries and backoff
-// (about 100ms a call).
+// the unlock returns as soon as a majority has answered. A call whose ctx
+// ends meanwhile does not wait for that: it returns at its deadline, and
+// the attempt finishes on its own, freeing the lock should it take it.
+//
+// So configure the node clients as follows. ContextTimeoutEnabled: true,
+// so that each call's ctx bounds its reads (otherwise go-redis waits out its
+// ReadTimeout, 3s by default, and an extension or an unlock meant to end
+// with the lock's validity outlives it). No retries of their own
+// (MaxRetries: -1; the lock retries itself) and a short dial timeout: a
+// node that is down then answers at once with an error, instead of after
+// go-redis's retries and backoff (about 100ms a call).
 package redlock
 
 import (
@@ -302,27 +308,27 @@ func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
 	var timer *time.Timer
 	var last error
 	for {
-		// One attempt: SET NX PX on every node, each bounded by redsync's
-		// timeout factor of the expiry; on failure redsync frees the nodes it
-		// did get. The attempt ignores cancellation, so that this cleanup is
-		// never cut short and leaves no node locked until expiry.
-		err := mu.TryLockContext(context.WithoutCancel(ctx))
-		if err == nil {
-			unlock := l.rs.NewMutex(mu.Name(), slices.Concat(l.unlocks, []redsync.Option{redsync.WithValue(mu.Value())})...)
-			return newLease(mu, unlock, l.cfg.expiry), nil
+		err := l.try(ctx, mu)
+		switch {
+		case err == nil:
+			return newLease(mu, l.unlocker(mu), l.cfg.expiry), nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
 		}
 		last = err
-		if timer == nil {
-			timer = time.NewTimer(rand.N(ceiling))
-			defer timer.Stop()
-		} else {
-			timer.Reset(rand.N(ceiling))
-		}
-		ceiling = min(2*ceiling, l.cfg.maxDelay)
-		select {
-		case <-timer.C:
-			continue
-		case <-actx.Done():
+		if actx.Err() == nil {
+			if timer == nil {
+				timer = time.NewTimer(rand.N(ceiling))
+				defer timer.Stop()
+			} else {
+				timer.Reset(rand.N(ceiling))
+			}
+			ceiling = min(2*ceiling, l.cfg.maxDelay)
+			select {
+			case <-timer.C:
+				continue
+			case <-actx.Done():
+			}
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -333,6 +339,40 @@ func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
 			return nil, fmt.Errorf("redlock: lock %q: no quorum of %d nodes within %v: %w", name, l.quorum, l.cfg.acquireTimeout, last)
 		}
 	}
+}
+
+// try makes one attempt to take mu: SET NX PX on every node, each bounded by
+// redsync's timeout factor of the expiry; on failure redsync frees the
+// nodes it did get. The attempt ignores cancellation, so that this cleanup
+// is never cut short and leaves no node locked until expiry, but the caller
+// waits for it only while ctx, the caller's, lives: stalled nodes must not
+// hold a call past its deadline. (The acquire timeout is checked between
+// attempts, so that a timed-out call reports what the last attempt found.)
+// An attempt left behind runs on, and frees the lock should it take it
+// after all; try returns ctx.Err() then.
+func (l *locker) try(ctx context.Context, mu *redsync.Mutex) error {
+	done := make(chan error, 1)
+	go func() { done <- mu.TryLockContext(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	go func() {
+		if <-done != nil {
+			return
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.expiry)
+		defer cancel()
+		_, _ = l.unlocker(mu).UnlockContext(uctx)
+	}()
+	return ctx.Err()
+}
+
+// unlocker returns a mutex that unlocks mu's lock, with its token, in
+// fail-fast mode.
+func (l *locker) unlocker(mu *redsync.Mutex) *redsync.Mutex {
+	return l.rs.NewMutex(mu.Name(), slices.Concat(l.unlocks, []redsync.Option{redsync.WithValue(mu.Value())})...)
 }
 
 // taken reports whether err, from a failed attempt, says that at least one

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -29,8 +30,9 @@ import (
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // the dead nodes of some tests are no news
 	// go-redis probes a node it cannot dial in the background, once a
-	// second, until the client is closed.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	// second, until the client is closed. faulttest's variant also ignores
+	// a goroutine toxiproxy can leave behind.
+	faulttest.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 type quiet struct{}
@@ -64,7 +66,8 @@ var stores = []struct {
 	open func(t *testing.T) redlock.Store
 }{
 	{"redis", func(t *testing.T) redlock.Store {
-		s, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(testenv.Prefix()))
+		c := testenv.Redis(t)
+		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
 		require.NoError(t, err)
 		return s
 	}},
@@ -78,7 +81,20 @@ func sqlStore(t *testing.T, db *sqlx.DB) redlock.Store {
 	return s
 }
 
-func prefix() redlock.Option { return redlock.WithPrefix(testenv.Prefix() + ":") }
+// lockPrefix returns a lock-key prefix unique to t, whose keys are deleted
+// from every node of clients when t ends.
+func lockPrefix(t testing.TB, clients []redis.UniversalClient) string {
+	p := testenv.RedisPrefix(t, clients[0]) + ":"
+	for _, c := range clients[1:] {
+		t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
+	}
+	return p
+}
+
+// prefix is the option of a lockPrefix.
+func prefix(t testing.TB, clients []redis.UniversalClient) redlock.Option {
+	return redlock.WithPrefix(lockPrefix(t, clients))
+}
 
 func TestConformance(t *testing.T) {
 	for _, st := range stores {
@@ -86,7 +102,7 @@ func TestConformance(t *testing.T) {
 			store := st.open(t)
 			clients := nodes(t)
 			inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
-				m, err := redlock.New(clients, store, prefix())
+				m, err := redlock.New(clients, store, prefix(t, clients))
 				require.NoError(t, err)
 				return m
 			}})
@@ -100,7 +116,7 @@ func TestOneNodeDown(t *testing.T) {
 	store := stores[0].open(t)
 	clients := append(nodes(t)[:2], deadNode(t))
 	inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
-		m, err := redlock.New(clients, store, prefix())
+		m, err := redlock.New(clients, store, prefix(t, clients[:2]))
 		require.NoError(t, err)
 		return m
 	}})
@@ -149,7 +165,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // their own connections, take turns on one lock: never two at once.
 func TestExclusion(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	p := prefix()
+	p := prefix(t, nodes(t))
 	lockers := []lockmgr.Locker{locker(t, nodes(t), p), locker(t, nodes(t), p)}
 	const workers, turns = 16, 10
 	var inside, overlaps, held atomic.Int64
@@ -178,7 +194,7 @@ func TestExclusion(t *testing.T) {
 
 func TestAcquireTimeout(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	p := prefix()
+	p := prefix(t, nodes(t))
 	holder := locker(t, nodes(t), p)
 	lease, err := holder.Acquire(ctx, "sku")
 	require.NoError(t, err)
@@ -197,7 +213,7 @@ func TestAcquireTimeout(t *testing.T) {
 
 func TestAcquireCancel(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	p := prefix()
+	p := prefix(t, nodes(t))
 	holder := locker(t, nodes(t), p)
 	lease, err := holder.Acquire(ctx, "sku")
 	require.NoError(t, err)
@@ -219,7 +235,7 @@ func TestAcquireCancel(t *testing.T) {
 // TestExtends holds a lock past several expiries.
 func TestExtends(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	p := prefix()
+	p := prefix(t, nodes(t))
 	l := locker(t, nodes(t), p, redlock.WithExpiry(150*time.Millisecond))
 	lease, err := l.Acquire(ctx, "sku")
 	require.NoError(t, err)
@@ -239,8 +255,8 @@ func TestExtends(t *testing.T) {
 // nodes: the next extension fails and the lease reports itself lost.
 func TestLostWhenExtensionFails(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	pfx := testenv.Prefix() + ":"
 	clients := nodes(t)
+	pfx := lockPrefix(t, clients)
 	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
 	lease, err := l.Acquire(ctx, "sku")
 	require.NoError(t, err)
@@ -273,8 +289,8 @@ func TestNodesDown(t *testing.T) {
 // without persistence) gets it back with the next extension.
 func TestExtensionRestoresNode(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	pfx := testenv.Prefix() + ":"
 	clients := nodes(t)
+	pfx := lockPrefix(t, clients)
 	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
 	lease, err := l.Acquire(ctx, "sku")
 	require.NoError(t, err)

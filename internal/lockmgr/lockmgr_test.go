@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -47,22 +46,9 @@ func init() {
 	}
 }
 
-// cleanup deletes every key under prefix when t ends.
-func cleanup(t *testing.T, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-	})
-}
-
 func newRedisStore(t *testing.T) lockmgr.Store {
 	c := testenv.Redis(t)
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
-	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
 	require.NoError(t, err)
 	return s
 }

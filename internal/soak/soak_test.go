@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
@@ -57,7 +58,8 @@ func tables(t *testing.T, db *sqlx.DB) sqlstore.Schema {
 }
 
 func redisStore(t *testing.T) *redisstore.Store {
-	s, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(testenv.Prefix()), redisstore.WithKeyTTL(keyTTL))
+	c := testenv.Redis(t)
+	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)), redisstore.WithKeyTTL(keyTTL))
 	must(t, err)
 	return s
 }
@@ -67,7 +69,8 @@ var strategies = []struct {
 	make func(t *testing.T) (inventory.StockManager, error)
 }{
 	{"luascript", func(t *testing.T) (inventory.StockManager, error) {
-		return luascript.New(testenv.Redis(t), luascript.WithPrefix(testenv.Prefix()), luascript.WithKeyTTL(keyTTL))
+		c := testenv.Redis(t)
+		return luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(t, c)), luascript.WithKeyTTL(keyTTL))
 	}},
 	{"optimistic/mariadb", func(t *testing.T) (inventory.StockManager, error) {
 		db := testenv.MySQL(t)
@@ -78,17 +81,32 @@ var strategies = []struct {
 		return rowlock.New(db, rowlock.WithSchema(tables(t, db)), rowlock.WithKeyTTL(keyTTL))
 	}},
 	{"redislock/redis", func(t *testing.T) (inventory.StockManager, error) {
-		return redislock.New(testenv.Redis(t), redisStore(t), redislock.WithPrefix(testenv.Prefix()))
+		c := testenv.Redis(t)
+		return redislock.New(c, redisStore(t), redislock.WithPrefix(testenv.RedisPrefix(t, c)))
 	}},
 	{"redlock/redis", func(t *testing.T) (inventory.StockManager, error) {
 		var nodes []redis.UniversalClient
 		for _, c := range testenv.RedlockClients(t) {
 			nodes = append(nodes, c)
 		}
-		return redlock.New(nodes, redisStore(t), redlock.WithPrefix(testenv.Prefix()+":redlock:"))
+		p := testenv.RedisPrefix(t, nodes[0]) + ":redlock:"
+		for _, c := range nodes[1:] {
+			t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
+		}
+		return redlock.New(nodes, redisStore(t), redlock.WithPrefix(p))
 	}},
 	{"zklock/redis", func(t *testing.T) (inventory.StockManager, error) {
-		return zklock.New(testenv.ZooKeeper(t), redisStore(t), zklock.WithRoot("/"+testenv.Prefix()+"/locks"))
+		c := testenv.ZooKeeper(t)
+		top := "/" + testenv.Prefix()
+		t.Cleanup(func() {
+			// zklock removes each SKU's directory; its root remains.
+			for _, p := range []string{top + "/locks", top} {
+				if err := c.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					t.Errorf("delete znode %s: %v", p, err)
+				}
+			}
+		})
+		return zklock.New(c, redisStore(t), zklock.WithRoot(top+"/locks"))
 	}},
 }
 

@@ -34,8 +34,7 @@ type Backend struct {
 // Redis is a redisstore on c under a fresh prefix, whose keys are deleted
 // when b ends.
 func Redis(b *testing.B, c redis.UniversalClient) Backend {
-	prefix := testenv.Prefix()
-	b.Cleanup(func() { deleteKeys(c, prefix) })
+	prefix := testenv.RedisPrefix(b, c)
 	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
@@ -49,22 +48,6 @@ func Redis(b *testing.B, c redis.UniversalClient) Backend {
 			return c.Set(ctx, rediskeys.Stock(prefix, sku), n, 0).Err()
 		},
 	}
-}
-
-func deleteKeys(c redis.UniversalClient, prefix string) {
-	ctx := context.Background()
-	del := func(ctx context.Context, c redis.UniversalClient) error {
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		return iter.Err()
-	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
-		return
-	}
-	_ = del(ctx, c)
 }
 
 // SQL is a sqlstore on fresh tables in db.
