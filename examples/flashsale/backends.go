@@ -36,11 +36,11 @@ import (
 // strategyNames lists what -strategies accepts, in the order of the report.
 const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, redislock, redlock, zklock"
 
-// prefix begins every Redis key and ZooKeeper path the sale writes, and
-// schema names its SQL tables, apart from a service's own.
-const prefix = "flashsale"
-
-var schema = sqlstore.Schema{Table: "flashsale_stock", Ledger: "flashsale_ledger"}
+// schema names the sale's SQL tables after -prefix, apart from a service's
+// own; -prefix also begins every Redis key and ZooKeeper path it writes.
+func (b *backends) schema() sqlstore.Schema {
+	return sqlstore.Schema{Table: b.cfg.prefix + "_stock", Ledger: b.cfg.prefix + "_ledger"}
+}
 
 // target is one row of the report: a strategy over a store.
 type target struct {
@@ -101,7 +101,7 @@ func (b *backends) targets() []target {
 			if err != nil {
 				return nil, err
 			}
-			return luascript.New(c, luascript.WithPrefix(prefix), luascript.WithKeyTTL(cfg.keyTTL))
+			return luascript.New(c, luascript.WithPrefix(cfg.prefix), luascript.WithKeyTTL(cfg.keyTTL))
 		}},
 	}
 	for _, store := range b.sqlNames() {
@@ -116,13 +116,13 @@ func (b *backends) targets() []target {
 		}
 		ts = append(ts,
 			sqlTarget("optimistic", func(db *sqlx.DB) (inventory.StockManager, error) {
-				return optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithKeyTTL(cfg.keyTTL))
+				return optimistic.New(db, optimistic.WithSchema(b.schema()), optimistic.WithKeyTTL(cfg.keyTTL))
 			}),
 			sqlTarget("optimistic-single", func(db *sqlx.DB) (inventory.StockManager, error) {
-				return optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithKeyTTL(cfg.keyTTL), optimistic.WithSingleStatement())
+				return optimistic.New(db, optimistic.WithSchema(b.schema()), optimistic.WithKeyTTL(cfg.keyTTL), optimistic.WithSingleStatement())
 			}),
 			sqlTarget("rowlock", func(db *sqlx.DB) (inventory.StockManager, error) {
-				return rowlock.New(db, rowlock.WithSchema(schema), rowlock.WithKeyTTL(cfg.keyTTL))
+				return rowlock.New(db, rowlock.WithSchema(b.schema()), rowlock.WithKeyTTL(cfg.keyTTL))
 			}),
 		)
 	}
@@ -150,21 +150,21 @@ func (b *backends) targets() []target {
 				if err != nil {
 					return nil, err
 				}
-				return redislock.New(c, s, redislock.WithPrefix(prefix))
+				return redislock.New(c, s, redislock.WithPrefix(cfg.prefix))
 			}),
 			lockTarget("redlock", func(ctx context.Context, s redislock.Store) (inventory.StockManager, error) {
 				nodes, err := b.redlock(ctx)
 				if err != nil {
 					return nil, err
 				}
-				return redlock.New(nodes, s, redlock.WithPrefix(prefix+":redlock:"))
+				return redlock.New(nodes, s, redlock.WithPrefix(cfg.prefix+":redlock:"))
 			}),
 			lockTarget("zklock", func(ctx context.Context, s redislock.Store) (inventory.StockManager, error) {
 				conn, events, err := b.zk(ctx)
 				if err != nil {
 					return nil, err
 				}
-				return zklock.New(conn, s, zklock.WithRoot("/"+prefix+"/locks"), zklock.WithSessionEvents(events))
+				return zklock.New(conn, s, zklock.WithRoot("/"+cfg.prefix+"/locks"), zklock.WithSessionEvents(events))
 			}),
 		)
 	}
@@ -183,14 +183,14 @@ func (b *backends) forget(tg target, sku string, buyers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if db := b.dbs[tg.store]; db != nil {
-		for _, table := range []string{schema.Table, schema.Ledger} {
+		for _, table := range []string{b.schema().Table, b.schema().Ledger} {
 			_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+table+" WHERE sku = ?"), sku)
 		}
 	} else if tg.store == "redis" && b.redisClient != nil {
 		// Every key of one SKU shares a hash tag: one DEL, even on a Cluster.
-		keys := []string{rediskeys.Stock(prefix, sku)}
+		keys := []string{rediskeys.Stock(b.cfg.prefix, sku)}
 		for _, k := range buyers {
-			keys = append(keys, rediskeys.Key(prefix, sku, inventory.DirReduce, k))
+			keys = append(keys, rediskeys.Key(b.cfg.prefix, sku, inventory.DirReduce, k))
 		}
 		b.redisClient.Del(ctx, keys...)
 	}
@@ -235,7 +235,7 @@ func (b *backends) store(ctx context.Context, name string) (redislock.Store, err
 		if err != nil {
 			return nil, err
 		}
-		if s, err = redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
+		if s, err = redisstore.New(c, redisstore.WithPrefix(b.cfg.prefix), redisstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
 			return nil, err
 		}
 	} else {
@@ -243,7 +243,7 @@ func (b *backends) store(ctx context.Context, name string) (redislock.Store, err
 		if err != nil {
 			return nil, err
 		}
-		if s, err = sqlstore.New(db, sqlstore.WithSchema(schema), sqlstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
+		if s, err = sqlstore.New(db, sqlstore.WithSchema(b.schema()), sqlstore.WithKeyTTL(b.cfg.keyTTL)); err != nil {
 			return nil, err
 		}
 	}
@@ -287,7 +287,7 @@ func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
 	if err := db.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	s, err := sqlstore.New(db, sqlstore.WithSchema(b.schema()))
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +340,9 @@ func (b *backends) redlock(ctx context.Context) ([]redis.UniversalClient, error)
 	}
 	var cs []redis.UniversalClient
 	for _, addr := range addrs {
-		c, err := b.dialRedis(ctx, addr)
+		// A Redlock node never resends a command: a dead node would cost
+		// every lock attempt go-redis's retries, and a majority suffices.
+		c, err := b.dialRedis(ctx, -1, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -364,7 +366,7 @@ func (b *backends) redis(ctx context.Context) (redis.UniversalClient, error) {
 		}
 		addrs = []string{addr}
 	}
-	c, err := b.dialRedis(ctx, addrs...)
+	c, err := b.dialRedis(ctx, 0, addrs...)
 	if err != nil {
 		return nil, err
 	}
@@ -373,12 +375,16 @@ func (b *backends) redis(ctx context.Context) (redis.UniversalClient, error) {
 }
 
 // dialRedis connects to a Redis server, or to a Redis Cluster when given
-// several addresses, with a pool big enough for -concurrency.
-func (b *backends) dialRedis(ctx context.Context, addrs ...string) (redis.UniversalClient, error) {
+// several addresses, with a pool big enough for -concurrency. Each call's
+// ctx bounds its network I/O (ContextTimeoutEnabled); maxRetries is
+// go-redis's MaxRetries (0: its default, -1: never resend).
+func (b *backends) dialRedis(ctx context.Context, maxRetries int, addrs ...string) (redis.UniversalClient, error) {
 	c := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:       addrs,
-		PoolSize:    min(b.cfg.concurrency, 256),
-		PoolTimeout: b.cfg.timeout,
+		Addrs:                 addrs,
+		PoolSize:              min(b.cfg.concurrency, 256),
+		PoolTimeout:           b.cfg.timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            maxRetries,
 	})
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()

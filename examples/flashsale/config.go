@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ type config struct {
 
 	strategies string
 	lockStores []string
+	prefix     string
 
 	redis    []string // empty: an embedded miniredis
 	redlock  []string // empty: three embedded miniredis
@@ -81,8 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.mysql, "mysql", "", "MariaDB/MySQL DSN, e.g. 'root@tcp(127.0.0.1:3306)/test' (default: no MySQL)")
 	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN, e.g. 'postgres://postgres@127.0.0.1:5432/test' (default: no PostgreSQL)")
 	fs.StringVar(&zkAddrs, "zk", "", "comma-separated ZooKeeper servers (default: zklock does not run)")
-	services := fs.Bool("services", false, "use the servers of `make services` for every flag above left unset (INVENTORY_* variables override their addresses)")
+	services := fs.Bool("services", false, "use the servers that make services starts for every flag above left unset (INVENTORY_* variables override their addresses)")
 
+	fs.StringVar(&c.prefix, "prefix", "flashsale", "begins the sale's Redis keys and ZooKeeper root (/PREFIX/locks) and names its SQL tables (PREFIX_stock, PREFIX_ledger): lower-case letters, digits and _")
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
 	fs.StringVar(&c.chart, "chart", "", "also write an SVG chart of throughput and p99 latency to this file")
 	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
@@ -138,6 +141,7 @@ func (c *config) validate(stderr io.Writer) error {
 	check(c.keyTTL < time.Millisecond, "-key-ttl must be at least 1ms")
 	check(len(c.redlock) > 0 && len(c.redlock) < 3, "-redlock needs at least 3 nodes, got %d", len(c.redlock))
 	check(!slices.Contains([]string{"table", "csv", "json"}, c.format), "-format must be table, csv or json")
+	check(!prefixRE.MatchString(c.prefix), "-prefix %q: want a lower-case letter, then up to 39 lower-case letters, digits and _", c.prefix)
 	for _, s := range c.lockStores {
 		check(!slices.Contains([]string{"redis", "sqlite", "mysql", "postgres"}, s), "-lock-stores: unknown store %q", s)
 	}
@@ -149,6 +153,10 @@ func (c *config) validate(stderr io.Writer) error {
 	}
 	return errUsage
 }
+
+// prefixRE is what -prefix accepts: a valid Redis key prefix, ZooKeeper
+// node name and SQL identifier alike.
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
 func (c *config) checkChart() error {
 	if c.chart != "" && !strings.EqualFold(filepath.Ext(c.chart), ".svg") {

@@ -25,9 +25,12 @@
 // oversold or lost a unit, could not run, or did not finish within
 // -sale-timeout.
 //
-// The table goes to stdout (-format table, csv or json); a progress line goes
+// The table goes to stdout (-format table, csv or json; the JSON fields are
+// named as the CSV columns, and a strategy that did not run is "ran": false
+// with no measures); a progress line goes
 // to stderr when stderr is a terminal or -progress is set; -chart writes an
-// SVG of throughput and p99 latency per strategy.
+// SVG of throughput and p99 latency per strategy. Its Redis keys, ZooKeeper
+// nodes and SQL tables are named after -prefix (default flashsale).
 package main
 
 import (

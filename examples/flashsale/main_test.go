@@ -8,9 +8,11 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,11 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 )
@@ -60,8 +67,8 @@ func checkSale(t *testing.T, results []result, buyers int, stock int64) map[stri
 		assert.Zero(t, r.Oversold, "%s oversold", name)
 		assert.Zero(t, r.Lost, "%s lost units", name)
 		assert.Equal(t, stock, r.Sold, "%s sells the whole stock", name)
-		assert.Zero(t, r.Final, "%s has stock left", name)
-		assert.Equal(t, r.Initial-r.Final, r.Sold, "%s: initial - final == sold", name)
+		assert.Zero(t, r.Left, "%s has stock left", name)
+		assert.Equal(t, r.Initial-r.Left, r.Sold, "%s: initial - final == sold", name)
 		assert.Zero(t, r.Errors, "%s: first error %s", name, r.FirstError)
 		assert.EqualValues(t, buyers, r.Buyers, name)
 		repeaters := (buyers + 5) / 10
@@ -100,19 +107,53 @@ func TestEmbedded(t *testing.T) {
 	assert.Len(t, rows, 8)
 }
 
+// cleanPrefix returns a -prefix unique to t, and removes at the end of t
+// everything written under it on the shared servers: Redis keys on each of
+// clients, the SQL tables on each of dbs, and the
+// ZooKeeper nodes on zkConn.
+func cleanPrefix(t *testing.T, clients []redis.UniversalClient, dbs []*sqlx.DB, zkConn *zk.Conn) string {
+	p := testenv.Prefix()
+	for _, c := range clients {
+		t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
+	}
+	for _, db := range dbs {
+		sqltest.Drop(t, db, p+"_stock", p+"_ledger")
+	}
+	if zkConn != nil {
+		t.Cleanup(func() { deleteZnodes(t, zkConn, "/"+p) })
+	}
+	return p
+}
+
+// deleteZnodes deletes path and every node under it.
+func deleteZnodes(t *testing.T, c *zk.Conn, path string) {
+	children, _, err := c.Children(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return
+	}
+	require.NoError(t, err)
+	for _, ch := range children {
+		deleteZnodes(t, c, path+"/"+ch)
+	}
+	if err := c.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Errorf("deleting %s: %v", path, err)
+	}
+}
+
 func TestRealServers(t *testing.T) {
 	t.Parallel()
 	// Each call skips the test, or fails it with CI=true, when its server
 	// does not answer.
-	testenv.Redis(t)
-	testenv.RedlockClients(t)
-	testenv.MySQL(t)
-	testenv.Postgres(t)
-	testenv.ZooKeeper(t)
+	rdb := testenv.Redis(t)
+	clients := []redis.UniversalClient{rdb}
+	for _, c := range testenv.RedlockClients(t) {
+		clients = append(clients, c)
+	}
+	prefix := cleanPrefix(t, clients, []*sqlx.DB{testenv.MySQL(t), testenv.Postgres(t)}, testenv.ZooKeeper(t))
 
 	const buyers, stock = 500, 50
 	results := runJSON(t,
-		"-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock),
+		"-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-prefix", prefix,
 		"-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis),
 		"-redlock", testenv.Get(testenv.EnvRedlock, testenv.DefaultRedlock),
 		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
@@ -139,9 +180,9 @@ func TestRealServers(t *testing.T) {
 
 func TestRealRedisCluster(t *testing.T) {
 	t.Parallel()
-	testenv.RedisCluster(t)
+	prefix := cleanPrefix(t, []redis.UniversalClient{testenv.RedisCluster(t)}, nil, nil)
 	const buyers, stock = 300, 30
-	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock),
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-prefix", prefix,
 		"-redis", testenv.Get(testenv.EnvRedisCluster, testenv.DefaultRedisCluster),
 		"-strategies", "luascript,redislock/redis")
 	rows := checkSale(t, results, buyers, stock)
@@ -207,6 +248,7 @@ func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-buyers", "0"}, {"-qty", "0"}, {"-repeat", "1.5"}, {"-format", "xml"},
 		{"-redlock", "127.0.0.1:1,127.0.0.1:2"}, {"-lock-stores", "oracle"}, {"-nope"}, {"stray"},
+		{"-prefix", "a;drop"}, {"-prefix", ""}, {"-prefix", "Sale"},
 	} {
 		var stderr bytes.Buffer
 		err := run(ctx, args, io.Discard, &stderr)
@@ -313,4 +355,118 @@ func (m *leakyManager) Reduce(ctx context.Context, sku string, qty int64, opts .
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// The JSON has the CSV's names (left, not final), and a strategy that did
+// not run has no measures in either, rather than zeros.
+func TestJSONAndCSVAgree(t *testing.T) {
+	t.Parallel()
+	args := []string{"-buyers", "50", "-stock", "100", "-strategies", "memory,zklock"}
+	var js, cs bytes.Buffer
+	require.NoError(t, run(context.Background(), append(args, "-format", "json"), &js, io.Discard))
+	require.NoError(t, run(context.Background(), append(args, "-format", "csv"), &cs, io.Discard))
+
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal(js.Bytes(), &rows), js.String())
+	records, err := csv.NewReader(&cs).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Len(t, records, 3)
+	header := records[0]
+
+	ran, skipped := rows[0], rows[1]
+	require.Equal(t, "memory", ran["strategy"])
+	require.Equal(t, "zklock", skipped["strategy"])
+	keys := func(m map[string]any) []string {
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		return ks
+	}
+	assert.ElementsMatch(t, header, keys(ran), "a row that ran has every CSV column, by the same names")
+	assert.EqualValues(t, 50, ran["left"], "50 buyers of 100 units leave 50")
+	assert.Equal(t, true, ran["ran"])
+
+	assert.Equal(t, false, skipped["ran"])
+	assert.NotEmpty(t, skipped["skipped"])
+	assert.ElementsMatch(t, []string{"strategy", "store", "ran", "skipped", "failure"}, keys(skipped),
+		"a row that did not run has no measures")
+
+	col := map[string]int{}
+	for i, name := range header {
+		col[name] = i
+	}
+	assert.Equal(t, "true", records[1][col["ran"]])
+	assert.Equal(t, "50", records[1][col["left"]])
+	assert.Equal(t, "false", records[2][col["ran"]])
+	for _, c := range []string{"left", "sold", "oversold", "lost", "requests", "p99_ms"} {
+		assert.Empty(t, records[2][col[c]], "a row that did not run has no %s", c)
+	}
+}
+
+// -h shows the boolean flags as booleans: a backquoted word in a usage
+// would make the flag package print it as an argument.
+func TestHelpShowsBooleans(t *testing.T) {
+	var stderr bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"-h"}, io.Discard, &stderr), flag.ErrHelp)
+	help := stderr.String()
+	for _, name := range []string{"services", "progress"} {
+		assert.Regexp(t, `(?m)^  -`+name+`\n`, help, "-%s is shown without an argument", name)
+	}
+}
+
+// hungRedis accepts connections and never answers, as a stalled server.
+func hungRedis(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// The sale's Redis clients honour each call's deadline while the server
+// hangs (ContextTimeoutEnabled), and Redlock nodes never resend a command
+// (MaxRetries -1).
+func TestRedisClients(t *testing.T) {
+	cfg, err := parseFlags([]string{"-redis", hungRedis(t)}, io.Discard)
+	require.NoError(t, err)
+	env := newBackends(cfg)
+	defer env.close()
+	_, err = faulttest.CheckLate(t, "connecting to a hung Redis", 200*time.Millisecond, func(ctx context.Context) error {
+		_, err := env.redis(ctx)
+		return err
+	})
+	require.Error(t, err)
+
+	nodes, err := env.redlock(context.Background())
+	require.NoError(t, err)
+	require.Len(t, nodes, 3)
+	for _, n := range nodes {
+		c, ok := n.(*redis.Client)
+		require.True(t, ok)
+		assert.Zero(t, c.Options().MaxRetries, "a Redlock node does not resend")
+		assert.True(t, c.Options().ContextTimeoutEnabled)
+	}
 }

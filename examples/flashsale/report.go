@@ -26,8 +26,9 @@ func write(w io.Writer, cfg *config, env *backends, results []result) error {
 	return writeTable(w, cfg, env, results)
 }
 
+// columns are the CSV's, named as the JSON's fields.
 var columns = []string{
-	"strategy", "store", "buyers", "requests", "sold", "oversold", "lost", "left",
+	"strategy", "store", "ran", "buyers", "requests", "initial", "sold", "oversold", "lost", "left",
 	"insufficient", "contention", "duplicate", "errors", "retries",
 	"elapsed_ms", "throughput_rps", "p50_ms", "p99_ms", "skipped", "failure", "first_error",
 }
@@ -38,8 +39,16 @@ func writeCSV(w io.Writer, results []result) error {
 	for _, r := range results {
 		i := func(n int64) string { return strconv.FormatInt(n, 10) }
 		f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
+		if !r.Ran {
+			// No measures: empty cells, not zeros.
+			row := make([]string, len(columns))
+			row[0], row[1], row[2] = r.Strategy, r.Store, "false"
+			row[len(row)-3], row[len(row)-2] = r.Skipped, r.Failure
+			_ = cw.Write(row)
+			continue
+		}
 		_ = cw.Write([]string{
-			r.Strategy, r.Store, strconv.Itoa(r.Buyers), i(r.Requests), i(r.Sold), i(r.Oversold), i(r.Lost), i(r.Final),
+			r.Strategy, r.Store, "true", strconv.Itoa(r.Buyers), i(r.Requests), i(r.Initial), i(r.Sold), i(r.Oversold), i(r.Lost), i(r.Left),
 			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries),
 			f(r.ElapsedMS), f(r.Throughput), f(r.P50MS), f(r.P99MS), r.Skipped, r.Failure, r.FirstError,
 		})
@@ -68,12 +77,12 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		if r.FirstError != "" {
 			notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
 		}
-		if r.Requests == 0 && r.Failure != "" {
+		if !r.Ran {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%.2fms\t%.2fms\t\n",
-			r.Strategy, r.Store, r.Sold, r.Oversold, r.Lost, r.Final,
+			r.Strategy, r.Store, r.Sold, r.Oversold, r.Lost, r.Left,
 			r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries,
 			r.ElapsedMS/1000, r.Throughput, r.P50MS, r.P99MS)
 	}
@@ -120,7 +129,7 @@ type bar struct {
 func writeChart(path string, cfg *config, results []result) error {
 	var ran []result
 	for _, r := range results {
-		if r.Skipped == "" && r.Requests > 0 {
+		if r.Ran && r.Requests > 0 {
 			ran = append(ran, r)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,21 +15,26 @@ import (
 	"github.com/stockkit/inventory"
 )
 
-// result is one row of the report.
+// result is one row of the report. Its JSON names are the CSV's columns.
+// A row that did not run has only strategy, store, ran, skipped and
+// failure: it has no measures, not measures of zero.
 type result struct {
 	Strategy string `json:"strategy"`
 	Store    string `json:"store"`
+	// Ran says whether the sale started: false when the strategy was
+	// skipped or could not be set up, and then every measure is missing.
+	Ran bool `json:"ran"`
 	// Skipped says why the strategy did not run and how to make it run.
-	Skipped string `json:"skipped,omitempty"`
+	Skipped string `json:"skipped"`
 	// Failure says why the row is a failure: the strategy could not be set
 	// up, its stock could not be read back, it oversold or it lost units.
-	Failure string `json:"failure,omitempty"`
+	Failure string `json:"failure"`
 
 	Buyers   int   `json:"buyers"`
 	Requests int64 `json:"requests"` // calls answered, repeat clicks included
 	Initial  int64 `json:"initial"`
-	Final    int64 `json:"final"` // the stock read back after the sale
-	Sold     int64 `json:"sold"`  // units sold: qty times the buyers who bought
+	Left     int64 `json:"left"` // the stock read back after the sale
+	Sold     int64 `json:"sold"` // units sold: qty times the buyers who bought
 	Oversold int64 `json:"oversold"`
 	Lost     int64 `json:"lost"`
 
@@ -36,13 +42,28 @@ type result struct {
 	Contention   int64  `json:"contention"`   // requests refused: gave up after -retries
 	Duplicate    int64  `json:"duplicate"`    // requests refused: the buyer had bought already
 	Errors       int64  `json:"errors"`       // requests failed otherwise
-	FirstError   string `json:"first_error,omitempty"`
+	FirstError   string `json:"first_error"`
 	Retries      int64  `json:"retries"` // calls repeated after ErrContention or an error
 
 	ElapsedMS  float64 `json:"elapsed_ms"`
 	Throughput float64 `json:"throughput_rps"` // requests per second
 	P50MS      float64 `json:"p50_ms"`         // request latency, retries included
 	P99MS      float64 `json:"p99_ms"`
+}
+
+// MarshalJSON writes a row that did not run without measures.
+func (r result) MarshalJSON() ([]byte, error) {
+	type plain result // result without this method
+	if r.Ran {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		Strategy string `json:"strategy"`
+		Store    string `json:"store"`
+		Ran      bool   `json:"ran"`
+		Skipped  string `json:"skipped"`
+		Failure  string `json:"failure"`
+	}{r.Strategy, r.Store, r.Ran, r.Skipped, r.Failure})
 }
 
 // buyer is what one buyer saw.
@@ -85,6 +106,7 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		r.Failure = "init: " + err.Error()
 		return r
 	}
+	r.Ran = true
 	var c counts
 	buyers := make([]buyer, cfg.buyers)
 	defer func() {
@@ -115,7 +137,7 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		}
 		lat = append(lat, b.latencies...)
 	}
-	r.Final = final
+	r.Left = final
 	taken := r.Initial - final
 	r.Oversold = max(0, max(r.Sold, taken)-r.Initial)
 	r.Lost = max(taken-r.Sold, r.Sold-taken)

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stockkit/inventory"
@@ -22,7 +24,8 @@ type buyRequest struct {
 // response is the body of every answer.
 type response struct {
 	// Status is one of bought, already_bought, sold_out, not_found,
-	// invalid, busy, timeout, unavailable; or ok for GET /stock.
+	// invalid, method_not_allowed, busy, timeout, unavailable, canceled
+	// (the client went away: nobody reads it); or ok for GET /stock.
 	Status    string `json:"status"`
 	SKU       string `json:"sku,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"` // stock left after the purchase
@@ -41,7 +44,25 @@ func newHandler(stock inventory.StockManager, timeout time.Duration, log *slog.L
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /buy", h.buy)
 	mux.HandleFunc("GET /stock/{sku...}", h.get)
+	// The mux's own 404 and 405 answers are plain text: these answer with
+	// the JSON of every other answer. A pattern with a method is more
+	// specific than the same path without one, so these catch only what
+	// the routes above do not.
+	mux.Handle("/buy", methodNotAllowed(http.MethodPost))
+	mux.Handle("/stock/", methodNotAllowed(http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusNotFound, response{Status: "not_found", Message: "no such endpoint: POST /buy or GET /stock/{sku}"})
+	})
 	return mux
+}
+
+// methodNotAllowed answers 405 with an Allow header naming allowed.
+func methodNotAllowed(allowed ...string) http.Handler {
+	allow := strings.Join(allowed, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		reply(w, http.StatusMethodNotAllowed, response{Status: "method_not_allowed", Message: "allowed: " + allow})
+	})
 }
 
 type handler struct {
@@ -56,6 +77,12 @@ func (h *handler) buy(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: " + err.Error()})
+		return
+	}
+	// One JSON object and nothing after it but white space: a body with
+	// more is a client bug, not a purchase.
+	if _, err := dec.Token(); err != io.EOF {
+		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: data after the JSON object"})
 		return
 	}
 	qty := int64(1)
@@ -108,6 +135,13 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, sku string, err e
 		w.Header().Set("Retry-After", "1")
 		reply(w, http.StatusServiceUnavailable, response{Status: "busy", SKU: sku,
 			Message: "too many buyers at once; nothing was taken; try again"})
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away: nobody reads this answer, and it is not
+		// the backend's fault. A purchase it may have made is kept, and a
+		// retry with the same buyer id learns of it.
+		h.log.Debug("client gone", "method", r.Method, "path", r.URL.Path, "err", err)
+		reply(w, http.StatusServiceUnavailable, response{Status: "canceled", SKU: sku,
+			Message: "the request was canceled; a purchase may be retried with the same buyer id"})
 	case errors.Is(err, context.DeadlineExceeded):
 		h.log.Warn("timeout", "method", r.Method, "path", r.URL.Path, "err", err)
 		reply(w, http.StatusGatewayTimeout, response{Status: "timeout", SKU: sku,

@@ -20,14 +20,24 @@
 //	                    nothing more was taken. A retry after a timeout lands here
 //	                    when the first request went through: the buyer did buy.
 //	409 sold_out        fewer than qty units are left; remaining says how many
-//	404 not_found       unknown SKU
-//	400 invalid         bad JSON, SKU, buyer id or quantity
+//	404 not_found       unknown SKU, or unknown path
+//	405 method_not_allowed  the path takes another method; Allow names it
+//	400 invalid         bad JSON (or data after the object), SKU, buyer id or quantity
 //	503 busy            the strategy gave up under contention; Retry-After: 1
 //	504 timeout         the backend did not answer within -timeout; retry with the same buyer
 //	503 unavailable     the backend failed; Retry-After: 1; retry with the same buyer
 //
 // GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n}, or 404 and 400
 // as above.
+//
+// A request whose client went away before its answer is logged at debug
+// level, not as a backend error.
+//
+// SQL strategies use a pool of at most -sql-conns connections (default 32),
+// so a burst of requests queues for a connection, each within -timeout,
+// instead of going past the server's connection limit. -init sku=qty creates
+// a SKU only when it does not exist yet (-init-force overwrites it), so a
+// restart does not put sold stock back.
 //
 // The server stops gracefully on SIGINT or SIGTERM: it stops accepting,
 // lets requests in flight finish (for up to -shutdown-timeout), then closes
@@ -97,7 +107,9 @@ type config struct {
 	dsn             string
 	timeout         time.Duration
 	shutdownTimeout time.Duration
+	sqlConns        int
 	init            map[string]int64
+	initForce       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -114,7 +126,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.dsn, "dsn", "file:stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)", "SQL data source name; the tables are created if absent")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "deadline of each request's stock call")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
-	fs.Func("init", "`sku=qty`: set the stock of sku at start, overwriting it (repeatable; for trying the service out)", func(s string) error {
+	fs.IntVar(&c.sqlConns, "sql-conns", 32, "most connections the SQL pool opens (and keeps idle); keep it below the server's limit (MariaDB max_connections, 151 by default; PostgreSQL 100), shared by every instance of the service")
+	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
+	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
 		if i < 0 {
 			return errors.New("want sku=qty")
@@ -136,6 +150,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fmt.Fprintf(stderr, "httpservice: unexpected arguments %q\n", fs.Args())
 		return nil, errUsage
 	}
+	if c.sqlConns < 1 {
+		fmt.Fprintln(stderr, "httpservice: -sql-conns must be at least 1")
+		return nil, errUsage
+	}
 	return &c, nil
 }
 
@@ -153,10 +171,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeStock()
-	for sku, n := range cfg.init {
-		if err := stock.Init(ctx, sku, n); err != nil {
-			return fmt.Errorf("-init %s=%d: %w", sku, n, err)
-		}
+	if err := initStock(ctx, stock, cfg, log); err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -188,6 +204,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// initStock applies -init: it creates each SKU that does not exist yet, and
+// overwrites one that does only with -init-force, so a restart does not put
+// back stock that was sold. (Two instances starting at once may both see a
+// SKU missing; -init is for trying the service out, not for provisioning.)
+func initStock(ctx context.Context, stock inventory.StockManager, cfg *config, log *slog.Logger) error {
+	for sku, n := range cfg.init {
+		if !cfg.initForce {
+			cur, err := stock.Get(ctx, sku)
+			if err == nil {
+				log.Info("-init: SKU exists, stock kept; -init-force overwrites it", "sku", sku, "stock", cur)
+				continue
+			}
+			if !errors.Is(err, inventory.ErrNotFound) {
+				return fmt.Errorf("-init %s=%d: %w", sku, n, err)
+			}
+		}
+		if err := stock.Init(ctx, sku, n); err != nil {
+			return fmt.Errorf("-init %s=%d: %w", sku, n, err)
+		}
 	}
 	return nil
 }
@@ -235,7 +274,7 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 	case "redlock":
 		var nodes []redis.UniversalClient
 		for _, addr := range strings.Split(b.cfg.redlock, ",") {
-			nodes = append(nodes, b.redis(addr))
+			nodes = append(nodes, b.redlockNode(addr))
 		}
 		s, err := b.store(ctx)
 		if err != nil {
@@ -270,9 +309,21 @@ func (b *backends) store(ctx context.Context) (redislock.Store, error) {
 }
 
 // redis returns a client of one Redis server, or of a Redis Cluster when
-// addrs names several nodes.
+// addrs names several nodes. Each call's ctx bounds its network I/O
+// (ContextTimeoutEnabled), so -timeout holds while Redis hangs.
 func (b *backends) redis(addrs string) redis.UniversalClient {
-	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addrs, ",")})
+	return b.redisClient(&redis.UniversalOptions{Addrs: strings.Split(addrs, ","), ContextTimeoutEnabled: true})
+}
+
+// redlockNode returns a client of one Redlock node. It never resends a
+// command (MaxRetries -1): a dead node would cost every lock attempt
+// go-redis's retries, and Redlock needs only a majority.
+func (b *backends) redlockNode(addr string) redis.UniversalClient {
+	return b.redisClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true, MaxRetries: -1})
+}
+
+func (b *backends) redisClient(opts *redis.UniversalOptions) redis.UniversalClient {
+	c := redis.NewUniversalClient(opts)
 	b.closers = append(b.closers, func() { c.Close() })
 	return c
 }
@@ -284,6 +335,12 @@ func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
 		return nil, nil, err
 	}
 	b.closers = append(b.closers, func() { db.Close() })
+	// An unbounded pool opens a connection per request in flight, and the
+	// server refuses those past its limit ("Too many connections"): a
+	// bounded pool makes requests queue for a connection instead, each
+	// within its -timeout.
+	db.SetMaxOpenConns(b.cfg.sqlConns)
+	db.SetMaxIdleConns(b.cfg.sqlConns)
 	s, err := sqlstore.New(db)
 	if err != nil {
 		return nil, nil, err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,11 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/luascript"
@@ -143,7 +146,8 @@ func testSale(t *testing.T, stock inventory.StockManager) {
 }
 
 func TestLuascriptOnRedis(t *testing.T) {
-	m, err := luascript.New(testenv.Redis(t), luascript.WithPrefix(testenv.Prefix()))
+	c := testenv.Redis(t)
+	m, err := luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(t, c)))
 	require.NoError(t, err)
 	testSale(t, m)
 }
@@ -178,24 +182,152 @@ func TestBadRequests(t *testing.T) {
 		"negative qty":  `{"sku":"sku","buyer":"a","qty":-1}`,
 		"control char":  `{"sku":"s\u0000ku","buyer":"a"}`,
 		"huge body":     `{"sku":"sku","buyer":"` + strings.Repeat("a", maxBody) + `"}`,
+		"data after":    `{"sku":"sku","buyer":"a"}garbage`,
+		"two objects":   `{"sku":"sku","buyer":"a"}{"sku":"sku","buyer":"b"}`,
 	} {
 		code, _, r := c.do("POST", "/buy", body)
 		assert.Equal(t, http.StatusBadRequest, code, name)
 		assert.Equal(t, "invalid", r.Status, name)
 		assert.NotEmpty(t, r.Message, name)
 	}
-	code, _, _ := c.do("GET", "/buy", "")
-	assert.Equal(t, http.StatusMethodNotAllowed, code)
-	code, _, _ = c.do("GET", "/stock/"+url.PathEscape("a\tb"), "")
+	code, _, _ := c.do("GET", "/stock/"+url.PathEscape("a\tb"), "")
 	assert.Equal(t, http.StatusBadRequest, code)
 	left, err := stock.Get(context.Background(), "sku")
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, left, "no bad request took stock")
 
-	// qty defaults to 1.
-	code, _, r := c.do("POST", "/buy", `{"sku":"sku","buyer":"a"}`)
+	// qty defaults to 1; white space after the object is no data.
+	code, _, r := c.do("POST", "/buy", "{\"sku\":\"sku\",\"buyer\":\"a\"}\r\n")
 	assert.Equal(t, http.StatusOK, code)
 	assert.EqualValues(t, 9, remaining(r))
+}
+
+// Unknown paths and wrong methods are answered in the same JSON shape as
+// everything else.
+func TestNotFoundAndMethodNotAllowedAreJSON(t *testing.T) {
+	c := serve(t, inventorytest.NewMemory(0), time.Second)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		status       string
+		allow        string
+	}{
+		{"GET", "/buy", http.StatusMethodNotAllowed, "method_not_allowed", "POST"},
+		{"DELETE", "/buy", http.StatusMethodNotAllowed, "method_not_allowed", "POST"},
+		{"POST", "/stock/sku", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{"GET", "/nope", http.StatusNotFound, "not_found", ""},
+		{"POST", "/", http.StatusNotFound, "not_found", ""},
+	} {
+		name := tc.method + " " + tc.path
+		code, h, r := c.do(tc.method, tc.path, "")
+		assert.Equal(t, tc.code, code, name)
+		assert.Equal(t, "application/json", h.Get("Content-Type"), name)
+		assert.Equal(t, tc.status, r.Status, name)
+		assert.NotEmpty(t, r.Message, name)
+		assert.Equal(t, tc.allow, h.Get("Allow"), name)
+	}
+}
+
+// A client that goes away mid-request is not logged as a backend error;
+// a backend that fails still is.
+func TestClientGoneIsNotAnError(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stock     failing
+		cancel    bool
+		wantError bool
+	}{
+		{"client gone", failing{wait: true}, true, false},
+		{"backend down", failing{err: errors.New("dial tcp: connection refused")}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			h := newHandler(tc.stock, time.Minute, slog.New(slog.NewTextHandler(&logs, nil)))
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.cancel {
+				cancel()
+			}
+			defer cancel()
+			req := httptest.NewRequestWithContext(ctx, "POST", "/buy", strings.NewReader(`{"sku":"sku","buyer":"a"}`))
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			assert.Equal(t, tc.wantError, strings.Contains(logs.String(), "level=ERROR"), "log:\n%s", logs.String())
+		})
+	}
+}
+
+// The SQL pool is bounded by -sql-conns, below the server's connection
+// limit, so a burst of requests waits for a connection instead of being
+// refused by the server.
+func TestSQLPoolIsBounded(t *testing.T) {
+	dsn := "file:" + filepath.Join(t.TempDir(), "stock.db")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 32},
+		{[]string{"-sql-conns", "5"}, 5},
+	} {
+		cfg, err := parseFlags(append([]string{"-dsn", dsn}, tc.args...), io.Discard)
+		require.NoError(t, err)
+		b := &backends{cfg: cfg}
+		db, _, err := b.sql(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, db.Stats().MaxOpenConnections, "%q", tc.args)
+		b.close()
+	}
+	require.ErrorIs(t, run(context.Background(), []string{"-sql-conns", "0"}, io.Discard, io.Discard), errUsage)
+}
+
+// hungRedis accepts connections and never answers, as a stalled server.
+func hungRedis(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Every Redis client the service makes honours its call's deadline while
+// the server hangs (ContextTimeoutEnabled), and Redlock nodes never resend
+// a command (MaxRetries -1).
+func TestRedisClientsHonourDeadline(t *testing.T) {
+	addr := hungRedis(t)
+	b := &backends{cfg: &config{}}
+	defer b.close()
+	for name, c := range map[string]redis.UniversalClient{
+		"redis":        b.redis(addr),
+		"redlock node": b.redlockNode(addr),
+	} {
+		_, err := faulttest.CheckLate(t, name, 200*time.Millisecond, func(ctx context.Context) error {
+			return c.Ping(ctx).Err()
+		})
+		require.Error(t, err, name)
+	}
+	node, ok := b.redlockNode(addr).(*redis.Client)
+	require.True(t, ok)
+	assert.Zero(t, node.Options().MaxRetries, "a Redlock node does not resend")
+	assert.True(t, node.Options().ContextTimeoutEnabled)
 }
 
 // failing answers every call with err, after waiting for ctx when wait is set.
@@ -239,26 +371,71 @@ func TestBackendFailures(t *testing.T) {
 	}
 }
 
-// run serves a real strategy on a port, answers, and shuts down gracefully
-// when its context ends.
-func TestRunAndShutdown(t *testing.T) {
-	dsn := "file:" + filepath.Join(t.TempDir(), "stock.db") + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+// start runs the service with args until the returned stop is called, and
+// returns a client of it.
+func start(t *testing.T, args ...string) (c client, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	out, w := io.Pipe()
-	var stderr bytes.Buffer
+	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-strategy", "rowlock", "-dsn", dsn, "-init", "shoe=2", "-init", "a=b=1"}, w, &stderr)
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), w, &stderr)
 		w.Close()
 	}()
 	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err, "stderr: %s", stderr.String())
+	if err != nil {
+		cancel()
+		<-done
+		t.Fatalf("the service did not start: %v; stderr: %s", err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
 	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
 	require.True(t, ok, line)
 	addr, _, _ = strings.Cut(addr, ",")
-	c := client{t, addr}
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Fatal("run did not return after its context ended")
+		}
+	}
+	t.Cleanup(stop)
+	return client{t, addr}, stop
+}
 
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func sqliteDSN(t *testing.T) string {
+	return "file:" + filepath.Join(t.TempDir(), "stock.db") + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+}
+
+// run serves a real strategy on a port, answers, and shuts down gracefully
+// when its context ends.
+func TestRunAndShutdown(t *testing.T) {
+	c, stop := start(t, "-strategy", "rowlock", "-dsn", sqliteDSN(t), "-init", "shoe=2", "-init", "a=b=1")
 	code, r := c.buy("shoe", "ann", 1)
 	assert.Equal(t, http.StatusOK, code)
 	assert.EqualValues(t, 1, remaining(r))
@@ -266,15 +443,32 @@ func TestRunAndShutdown(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "-init splits at the last =")
 	assert.EqualValues(t, 1, *r.Stock)
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not return after its context ended")
-	}
-	_, err = http.Get(addr + "/stock/shoe")
+	stop()
+	_, err := http.Get(c.url + "/stock/shoe")
 	require.Error(t, err, "the server no longer accepts")
+}
+
+// A restart with the same -init does not put sold stock back; -init-force
+// does.
+func TestInitKeepsExistingStock(t *testing.T) {
+	dsn := sqliteDSN(t)
+	stock := func(c client) int64 {
+		code, _, r := c.do("GET", "/stock/shoe", "")
+		require.Equal(t, http.StatusOK, code)
+		return *r.Stock
+	}
+	c, stop := start(t, "-dsn", dsn, "-init", "shoe=3")
+	code, _ := c.buy("shoe", "ann", 2)
+	require.Equal(t, http.StatusOK, code)
+	stop()
+
+	c, stop = start(t, "-dsn", dsn, "-init", "shoe=3")
+	assert.EqualValues(t, 1, stock(c), "a restart keeps the stock that was left")
+	stop()
+
+	c, stop = start(t, "-dsn", dsn, "-init", "shoe=3", "-init-force")
+	assert.EqualValues(t, 3, stock(c), "-init-force overwrites it")
+	stop()
 }
 
 func TestRunRefusesBadConfig(t *testing.T) {
