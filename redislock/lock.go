@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 var (

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redislock"
 )
 

@@ -52,8 +52,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // Store is where a Manager keeps the stock and the idempotency ledger: a

@@ -15,10 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
-	"github.com/stockkit/inventory/internal/lockmgr/lockbench"
+	"github.com/stockkit/inventory/internal/lockbench"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redlock"
 )
 

@@ -3,7 +3,7 @@ package redlock
 import (
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // NewLocker returns the Locker that a Manager with these arguments uses.

@@ -57,7 +57,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // Defaults of the options.

@@ -18,10 +18,10 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
-	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 	"github.com/stockkit/inventory/sqlstore"

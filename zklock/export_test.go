@@ -3,7 +3,7 @@ package zklock
 import (
 	"github.com/go-zookeeper/zk"
 
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // NewLocker returns the Locker that a Manager with these arguments uses.

@@ -70,7 +70,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // Defaults of the options.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // stuckLocker's leases take until unblock closes to Release, as a Release

@@ -11,10 +11,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/sqlstore"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/lockmgr"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // fakeLocker is an in-process lock per name that lapses after ttl (if ttl
