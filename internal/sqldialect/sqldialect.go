@@ -4,8 +4,16 @@
 // value, which errors mean "lock contention"), and the statements over the
 // stock table and the idempotency ledger, built once from a validated schema.
 //
-// Every statement takes its values as bind parameters; the only text spliced
-// into SQL is identifiers that passed [Schema.validate] and are then quoted.
+// Each engine's statements are written out whole in its own file (mysql.go,
+// postgres.go, sqlite.go) as text/template text; testdata/statements.golden
+// shows them rendered for the default schema. Every statement takes its
+// values as bind parameters; the only text substituted into SQL is
+// identifiers that passed [Schema.validate] and are then quoted, and the
+// lock wait as an integer.
+//
+// The package does not import go-sql-driver/mysql, so that a program on
+// PostgreSQL or SQLite does not link it: MySQL errors are recognised by
+// reflection (see mysqlNumber).
 package sqldialect
 
 import (
@@ -16,9 +24,9 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"text/template"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
@@ -121,15 +129,30 @@ type Tables struct {
 	DB     *sqlx.DB
 	Engine Engine
 	cfg    Config
-	q      queries
+	q      statements
 	writes atomic.Uint32 // keys recorded, to prune now and then
 }
 
-type queries struct {
+// statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
+// text/template text over [names]; [build] renders it into the same struct.
+// keys and insert hold one {{rows "..."}}, the list of n rows of a batch,
+// which [expand] writes out per call; record is insert with one row.
+type statements struct {
+	quote string // identifier quote
+
 	get, read, lock, lockTimeout, init, set, move string
 	seen, peek, record, renew, prune              string
-	keys, insert, insertSuffix                    string // batch forms, placeholders appended per call
+	keys, insert                                  string
 	create                                        []string
+}
+
+// names is what a statement's template may use: the schema's identifiers,
+// validated and quoted, and the lock wait in the units the engines take.
+type names struct {
+	Table, SKU, Stock, Version, Ledger string
+	Index                              string // the ledger's expires_at index
+	WaitSeconds                        int64  // MariaDB's FOR UPDATE WAIT n: LockWait rounded up; 0 for none
+	LockTimeoutMillis                  int64  // PostgreSQL's lock_timeout; 0 for none
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.
@@ -154,89 +177,74 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	return &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}, nil
 }
 
-// build writes every statement with ? placeholders, then rebinds them.
-func build(eng Engine, cfg Config) queries {
-	s := cfg.Schema
-	quote := func(id string) string { return `"` + id + `"` }
-	if eng == MySQL {
-		quote = func(id string) string { return "`" + id + "`" }
-	}
-	T, S, K, V, L := quote(s.Table), quote(s.SKU), quote(s.Stock), quote(s.Version), quote(s.Ledger)
-	// The ledger's own columns.
-	lsku, ldir, lkey, lrem, lexp := quote("sku"), quote("dir"), quote("idem_key"), quote("remaining"), quote("expires_at")
-	lkeyMatch := lsku + " = ? AND " + ldir + " = ? AND " + lkey + " = ?"
-	lcols := "(" + strings.Join([]string{lsku, ldir, lkey, lrem, lexp}, ", ") + ")"
+// rowsMark brackets the row of a batch list in a rendered statement.
+const rowsMark = "\x00"
 
-	q := queries{
-		get:   "SELECT " + K + " FROM " + T + " WHERE " + S + " = ?",
-		read:  "SELECT " + K + ", " + V + " FROM " + T + " WHERE " + S + " = ?",
-		lock:  "SELECT " + K + ", " + V + " FROM " + T + " WHERE " + S + " = ? FOR UPDATE",
-		set:   "UPDATE " + T + " SET " + K + " = ?, " + V + " = " + V + " + 1 WHERE " + S + " = ? AND " + V + " = ?",
-		move:  "UPDATE " + T + " SET " + K + " = " + K + " + ?, " + V + " = " + V + " + 1 WHERE " + S + " = ? AND " + K + " BETWEEN ? AND ?",
-		seen:  "SELECT " + lrem + " FROM " + L + " WHERE " + lkeyMatch + " AND " + lexp + " > ?",
-		renew: "UPDATE " + L + " SET " + lrem + " = ?, " + lexp + " = ? WHERE " + lkeyMatch + " AND " + lexp + " <= ?",
-		peek: "SELECT t." + K + ", l." + lrem + " FROM " + T + " t LEFT JOIN " + L + " l ON l." + lsku + " = t." + S +
-			" AND l." + ldir + " = ? AND l." + lkey + " = ? AND l." + lexp + " > ? WHERE t." + S + " = ?",
-		keys: "SELECT " + ldir + ", " + lkey + ", " + lrem + ", " + lexp + " FROM " + L + " WHERE " + lsku + " = ? AND " + lkey + " IN ",
+// build renders eng's statements over cfg's schema.
+func build(eng Engine, cfg Config) statements {
+	text := map[Engine]statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
+	quote := func(id string) string { return text.quote + id + text.quote }
+	s := cfg.Schema
+	n := names{
+		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
+		Index: quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at"), // within 63 bytes
 	}
-	idx := quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at") // within 63 bytes
-	check := "CHECK (" + K + " >= 0)"
-	switch eng {
-	case MySQL:
-		q.init = "INSERT INTO " + T + " (" + S + ", " + K + ", " + V + ") VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE " +
-			K + " = VALUES(" + K + "), " + V + " = " + V + " + 1"
-		// MySQL has no UPDATE ... RETURNING: LAST_INSERT_ID(expr) hands the
-		// new value back in the same statement's OK packet.
-		q.move = strings.Replace(q.move, "SET "+K+" = "+K+" + ?", "SET "+K+" = LAST_INSERT_ID("+K+" + ?)", 1)
-		if cfg.LockWait > 0 {
-			// A MariaDB-only executable comment: MySQL reads a plain comment
-			// and keeps its innodb_lock_wait_timeout.
-			secs := (cfg.LockWait + time.Second - 1) / time.Second
-			q.lock += fmt.Sprintf(" /*M!100300 WAIT %d */", secs)
+	if cfg.LockWait > 0 {
+		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
+		n.LockTimeoutMillis = max(1, cfg.LockWait.Milliseconds())
+	}
+	render := func(src string) string {
+		tmpl := template.Must(template.New("").Funcs(template.FuncMap{
+			"rows": func(row string) string { return rowsMark + row + rowsMark },
+		}).Parse(src))
+		var b strings.Builder
+		if err := tmpl.Execute(&b, n); err != nil {
+			panic(err) // names has every field the statements use: a bug, which every test hits
 		}
-		q.insert = "INSERT IGNORE INTO " + L + " " + lcols + " VALUES "
-		q.prune = "DELETE FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000"
-		q.create = []string{
-			"CREATE TABLE IF NOT EXISTS " + T + " (" + S + " VARBINARY(255) NOT NULL PRIMARY KEY, " +
-				K + " BIGINT NOT NULL " + check + ", " + V + " BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
-			"CREATE TABLE IF NOT EXISTS " + L + " (" + lsku + " VARBINARY(255) NOT NULL, " + ldir + " VARBINARY(8) NOT NULL, " +
-				lkey + " VARBINARY(255) NOT NULL, " + lrem + " BIGINT NOT NULL, " + lexp + " BIGINT NOT NULL, " +
-				"PRIMARY KEY (" + lsku + ", " + ldir + ", " + lkey + "), KEY " + idx + " (" + lexp + ")) ENGINE=InnoDB",
-		}
-	case Postgres, SQLite:
-		q.init = "INSERT INTO " + T + " (" + S + ", " + K + ", " + V + ") VALUES (?, ?, 1) ON CONFLICT (" + S + ") DO UPDATE SET " +
-			K + " = excluded." + K + ", " + V + " = " + T + "." + V + " + 1"
-		q.move += " RETURNING " + K
-		q.insert = "INSERT INTO " + L + " " + lcols + " VALUES "
-		q.insertSuffix = " ON CONFLICT DO NOTHING"
-		text, integer := `TEXT COLLATE "C"`, "BIGINT"
-		if eng == SQLite {
-			// TEXT compares with the BINARY collation: bytes.
-			text, integer = "TEXT", "INTEGER"
-			// An UPDATE takes SQLite's write lock before anything is read,
-			// whatever the DSN's _txlock, so it is SQLite's FOR UPDATE.
-			q.lock = "UPDATE " + T + " SET " + V + " = " + V + " WHERE " + S + " = ? RETURNING " + K + ", " + V
-			q.prune = "DELETE FROM " + L + " WHERE rowid IN (SELECT rowid FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000)"
-		} else {
-			if cfg.LockWait > 0 {
-				q.lockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, cfg.LockWait.Milliseconds()))
-			}
-			q.prune = "DELETE FROM " + L + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + L + " WHERE " + lexp + " <= ? LIMIT 1000))"
-		}
-		q.create = []string{
-			"CREATE TABLE IF NOT EXISTS " + T + " (" + S + " " + text + " NOT NULL PRIMARY KEY, " +
-				K + " " + integer + " NOT NULL " + check + ", " + V + " " + integer + " NOT NULL DEFAULT 0)",
-			"CREATE TABLE IF NOT EXISTS " + L + " (" + lsku + " " + text + " NOT NULL, " + ldir + " " + text + " NOT NULL, " +
-				lkey + " " + text + " NOT NULL, " + lrem + " " + integer + " NOT NULL, " + lexp + " " + integer + " NOT NULL, " +
-				"PRIMARY KEY (" + lsku + ", " + ldir + ", " + lkey + "))",
-			"CREATE INDEX IF NOT EXISTS " + idx + " ON " + L + " (" + lexp + ")",
+		return dedent(b.String())
+	}
+	q := statements{quote: text.quote, keys: render(text.keys), insert: render(text.insert)}
+	for _, f := range []struct{ dst, src *string }{
+		{&q.get, &text.get}, {&q.read, &text.read}, {&q.lock, &text.lock}, {&q.lockTimeout, &text.lockTimeout},
+		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move},
+		{&q.seen, &text.seen}, {&q.peek, &text.peek}, {&q.renew, &text.renew}, {&q.prune, &text.prune},
+	} {
+		*f.dst = bind(eng, render(*f.src))
+	}
+	q.record = expand(eng, q.insert, 1)
+	for _, c := range text.create {
+		q.create = append(q.create, render(c))
+	}
+	return q
+}
+
+// dedent removes from the second and later lines of a statement the
+// indentation they share in the Go source.
+func dedent(q string) string {
+	lines := strings.Split(q, "\n")
+	indent := -1
+	for _, l := range lines[1:] {
+		if n := len(l) - len(strings.TrimLeft(l, "\t")); indent < 0 || n < indent {
+			indent = n
 		}
 	}
-	q.record = q.insert + "(?, ?, ?, ?, ?)" + q.insertSuffix
+	for i := 1; i < len(lines); i++ {
+		lines[i] = lines[i][indent:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// expand writes out batch statement q, rendered by [build], with n rows.
+func expand(eng Engine, q string, n int) string {
+	head, rest, _ := strings.Cut(q, rowsMark)
+	row, tail, _ := strings.Cut(rest, rowsMark)
+	return bind(eng, head+strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")+tail)
+}
+
+// bind numbers the ? placeholders of q $1, $2, ... on PostgreSQL.
+func bind(eng Engine, q string) string {
 	if eng == Postgres {
-		for _, p := range []*string{&q.get, &q.read, &q.lock, &q.init, &q.set, &q.move, &q.seen, &q.peek, &q.record, &q.renew, &q.prune} {
-			*p = sqlx.Rebind(sqlx.DOLLAR, *p)
-		}
+		return sqlx.Rebind(sqlx.DOLLAR, q)
 	}
 	return q
 }
@@ -258,24 +266,11 @@ func (t *Tables) Err(ctx context.Context, op string, err error) error {
 func (t *Tables) contention(err error) bool {
 	switch t.Engine {
 	case MySQL:
-		var e *mysql.MySQLError
-		// 1205 lock wait timeout, 1213 deadlock, 3572 NOWAIT (MySQL).
-		return errors.As(err, &e) && (e.Number == 1205 || e.Number == 1213 || e.Number == 3572)
+		return mysqlContention(err)
 	case Postgres:
-		var e interface{ SQLState() string } // pgconn.PgError, pq.Error
-		if errors.As(err, &e) {
-			switch e.SQLState() {
-			case "40001", "40P01", "55P03": // serialization failure, deadlock, lock_timeout
-				return true
-			}
-		}
+		return postgresContention(err)
 	case SQLite:
-		var e interface{ Code() int } // modernc.org/sqlite.Error
-		if errors.As(err, &e) {
-			c := e.Code() & 0xff
-			return c == 5 || c == 6 // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
-		}
-		return strings.Contains(err.Error(), "database is locked")
+		return sqliteContention(err)
 	}
 	return false
 }
@@ -527,7 +522,7 @@ func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string,
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	rows, err := q.QueryxContext(ctx, t.bind(t.q.keys+"("+marks(len(keys), "?")+")"), args...)
+	rows, err := q.QueryxContext(ctx, expand(t.Engine, t.q.keys, len(keys)), args...)
 	if err != nil {
 		return nil, t.Err(ctx, "read keys", err)
 	}
@@ -571,7 +566,7 @@ func (t *Tables) RecordAll(ctx context.Context, e sqlx.ExecerContext, sku string
 	if len(args) == 0 {
 		return true, nil
 	}
-	n, err := rows(e.ExecContext(ctx, t.bind(t.q.insert+marks(len(args)/5, "(?, ?, ?, ?, ?)")+t.q.insertSuffix), args...))
+	n, err := rows(e.ExecContext(ctx, expand(t.Engine, t.q.insert, len(args)/5), args...))
 	if err != nil {
 		return false, t.Err(ctx, "record keys", err)
 	}
@@ -583,16 +578,4 @@ func (t *Tables) errIf(ctx context.Context, op string, err error) error {
 		return nil
 	}
 	return t.Err(ctx, op, err)
-}
-
-// marks returns n copies of m joined by commas.
-func marks(n int, m string) string {
-	return strings.TrimSuffix(strings.Repeat(m+", ", n), ", ")
-}
-
-func (t *Tables) bind(q string) string {
-	if t.Engine == Postgres {
-		return sqlx.Rebind(sqlx.DOLLAR, q)
-	}
-	return q
 }

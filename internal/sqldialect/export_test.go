@@ -1,0 +1,24 @@
+package sqldialect
+
+import "slices"
+
+// Statement is one of a [Tables]' statements, by name, as the engine gets it.
+type Statement struct{ Name, SQL string }
+
+// Statements returns every statement of t, the batch ones with two rows.
+func (t *Tables) Statements() []Statement {
+	q := t.q
+	ss := []Statement{
+		{"get", q.get}, {"read", q.read}, {"lockTimeout", q.lockTimeout}, {"lock", q.lock},
+		{"init", q.init}, {"set", q.set}, {"move", q.move},
+		{"seen", q.seen}, {"peek", q.peek}, {"record", q.record}, {"renew", q.renew}, {"prune", q.prune},
+		{"keys", expand(t.Engine, q.keys, 2)}, {"insert", expand(t.Engine, q.insert, 2)},
+	}
+	for _, c := range q.create {
+		ss = append(ss, Statement{"create", c})
+	}
+	return slices.DeleteFunc(ss, func(s Statement) bool { return s.SQL == "" }) // lockTimeout, on PostgreSQL alone
+}
+
+// MySQLNumber is mysqlNumber.
+var MySQLNumber = mysqlNumber

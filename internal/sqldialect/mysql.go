@@ -1,0 +1,102 @@
+package sqldialect
+
+import (
+	"reflect"
+)
+
+// mysqlSQL is the SQL for MariaDB and MySQL.
+//
+// MySQL has no UPDATE ... RETURNING: move hands the new stock back through
+// LAST_INSERT_ID(expr), in the same statement's OK packet. The lock wait is
+// a MariaDB-only executable comment: MySQL reads a plain comment and keeps
+// its innodb_lock_wait_timeout.
+var mysqlSQL = statements{
+	quote: "`",
+
+	get:  `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	read: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	lock: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE` +
+		`{{with .WaitSeconds}} /*M!100300 WAIT {{.}} */{{end}}`,
+	init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
+		ON DUPLICATE KEY UPDATE {{.Stock}} = VALUES({{.Stock}}), {{.Version}} = {{.Version}} + 1`,
+	set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
+	move: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?`,
+
+	seen: `SELECT remaining FROM {{.Ledger}}
+		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
+	peek: `SELECT t.{{.Stock}}, l.remaining FROM {{.Table}} t
+		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
+		WHERE t.{{.SKU}} = ?`,
+	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
+		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at <= ?`,
+	prune: `DELETE FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000`,
+	keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
+		WHERE sku = ? AND idem_key IN ({{rows "?"}})`,
+	insert: `INSERT IGNORE INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
+		VALUES {{rows "(?, ?, ?, ?, ?)"}}`,
+
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{.Table}} (
+			{{.SKU}} VARBINARY(255) NOT NULL PRIMARY KEY,
+			{{.Stock}} BIGINT NOT NULL CHECK ({{.Stock}} >= 0),
+			{{.Version}} BIGINT NOT NULL DEFAULT 0
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{.Ledger}} (
+			sku VARBINARY(255) NOT NULL,
+			dir VARBINARY(8) NOT NULL,
+			idem_key VARBINARY(255) NOT NULL,
+			remaining BIGINT NOT NULL,
+			expires_at BIGINT NOT NULL,
+			PRIMARY KEY (sku, dir, idem_key),
+			KEY {{.Index}} (expires_at)
+		) ENGINE=InnoDB`,
+	},
+}
+
+// The MySQL error numbers that mean lock contention.
+const (
+	mysqlLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT, and MariaDB's WAIT n and NOWAIT
+	mysqlDeadlock        = 1213 // ER_LOCK_DEADLOCK
+	mysqlNoWait          = 3572 // ER_LOCK_NOWAIT (MySQL 8)
+)
+
+func mysqlContention(err error) bool {
+	n, ok := mysqlNumber(err)
+	return ok && (n == mysqlLockWaitTimeout || n == mysqlDeadlock || n == mysqlNoWait)
+}
+
+// mysqlErrorPkg and mysqlErrorName name go-sql-driver/mysql's server error, *mysql.MySQLError.
+const mysqlErrorPkg, mysqlErrorName = "github.com/go-sql-driver/mysql", "MySQLError"
+
+// mysqlNumber returns the error number of the first *mysql.MySQLError in
+// err's tree, as errors.As would find it. It recognises the type by
+// reflection, its package path, name and uint16 Number field, so that a
+// program that does not use MySQL does not link the driver.
+func mysqlNumber(err error) (uint16, bool) {
+	for err != nil {
+		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct {
+			typ := v.Type().Elem()
+			if typ.PkgPath() == mysqlErrorPkg && typ.Name() == mysqlErrorName && !v.IsNil() {
+				if f := v.Elem().FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
+					return uint16(f.Uint()), true
+				}
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if n, ok := mysqlNumber(e); ok {
+					return n, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}

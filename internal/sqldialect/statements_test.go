@@ -1,0 +1,195 @@
+package sqldialect_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/testenv"
+)
+
+// TestStatements runs every statement of each engine against the real
+// engine, one subtest per statement in the order they build on each other,
+// and fails if a statement of [sqldialect.Tables.Statements] has none.
+func TestStatements(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p := testenv.Prefix()
+		schema := sqldialect.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
+		sqltest.Drop(t, db, schema.Table, schema.Ledger)
+		open := func(ttl time.Duration) *sqldialect.Tables {
+			tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: schema, KeyTTL: ttl, LockWait: 2 * time.Second})
+			require.NoError(t, err)
+			return tb
+		}
+		tb, short := open(time.Hour), open(time.Millisecond)
+		sku, unknown := testenv.Prefix(), testenv.Prefix()
+		const reduce = inventory.DirReduce
+
+		steps := []struct {
+			stmt string
+			run  func(t *testing.T)
+		}{
+			{"create", func(t *testing.T) {
+				require.NoError(t, tb.CreateTables(ctx))
+				require.NoError(t, tb.CreateTables(ctx), "IF NOT EXISTS")
+			}},
+			{"init", func(t *testing.T) {
+				require.NoError(t, tb.Init(ctx, sku, 5))
+				require.NoError(t, tb.Init(ctx, sku, 7), "the upsert")
+			}},
+			{"read", func(t *testing.T) {
+				stock, version, err := tb.Read(ctx, db, sku)
+				require.NoError(t, err)
+				require.Equal(t, [2]int64{7, 2}, [2]int64{stock, version}, "stock, version after two inits")
+				_, _, err = tb.Read(ctx, db, unknown)
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+			}},
+			{"get", func(t *testing.T) {
+				n, err := tb.Get(ctx, sku)
+				require.NoError(t, err)
+				require.EqualValues(t, 7, n)
+				_, err = tb.Get(ctx, unknown)
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+			}},
+			{"lockTimeout", func(t *testing.T) {
+				require.Equal(t, sqldialect.Postgres, tb.Engine, "only PostgreSQL sets one")
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					if _, _, err := tb.Lock(ctx, tx, sku); err != nil {
+						return err
+					}
+					var v string
+					require.NoError(t, tx.GetContext(ctx, &v, "SHOW lock_timeout"))
+					require.Equal(t, "2s", v)
+					return nil
+				}))
+			}},
+			{"lock", func(t *testing.T) {
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					stock, version, err := tb.Lock(ctx, tx, sku)
+					require.Equal(t, [2]int64{7, 2}, [2]int64{stock, version})
+					return err
+				}))
+				err := tb.Tx(ctx, func(tx *sqlx.Tx) error { _, _, err := tb.Lock(ctx, tx, unknown); return err })
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+			}},
+			{"set", func(t *testing.T) {
+				ok, err := tb.Set(ctx, db, sku, 2, 6)
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.Set(ctx, db, sku, 2, 1)
+				require.NoError(t, err)
+				require.False(t, ok, "stale version")
+			}},
+			{"move", func(t *testing.T) {
+				n, ok, err := tb.Move(ctx, db, sku, -2, 2, math.MaxInt64)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.EqualValues(t, 4, n)
+				_, ok, err = tb.Move(ctx, db, sku, -10, 10, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "out of range")
+				_, ok, err = tb.Move(ctx, db, unknown, 1, 0, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "unknown sku")
+			}},
+			{"record", func(t *testing.T) {
+				dup, err := tb.Record(ctx, db, sku, reduce, "k1", 4)
+				require.NoError(t, err)
+				require.False(t, dup)
+				dup, err = tb.Record(ctx, db, sku, reduce, "k1", 3)
+				require.NoError(t, err)
+				require.True(t, dup)
+			}},
+			{"seen", func(t *testing.T) {
+				rem, found, err := tb.Seen(ctx, db, sku, reduce, "k1")
+				require.NoError(t, err)
+				require.True(t, found)
+				require.EqualValues(t, 4, rem)
+				_, found, err = tb.Seen(ctx, db, sku, inventory.DirReturn, "k1")
+				require.NoError(t, err)
+				require.False(t, found, "the other direction")
+			}},
+			{"renew", func(t *testing.T) {
+				dup, err := short.Record(ctx, db, sku, reduce, "k2", 1)
+				require.NoError(t, err)
+				require.False(t, dup)
+				time.Sleep(5 * time.Millisecond)
+				dup, err = tb.Record(ctx, db, sku, reduce, "k2", 2)
+				require.NoError(t, err)
+				require.False(t, dup, "the expired entry is replaced")
+				rem, found, err := tb.Seen(ctx, db, sku, reduce, "k2")
+				require.NoError(t, err)
+				require.True(t, found)
+				require.EqualValues(t, 2, rem)
+			}},
+			{"peek", func(t *testing.T) {
+				stock, rem, found, err := tb.Peek(ctx, sku, reduce, "k1")
+				require.NoError(t, err)
+				require.Equal(t, [2]int64{4, 4}, [2]int64{stock, rem})
+				require.True(t, found)
+				stock, _, found, err = tb.Peek(ctx, sku, reduce, "")
+				require.NoError(t, err)
+				require.EqualValues(t, 4, stock)
+				require.False(t, found)
+				_, _, _, err = tb.Peek(ctx, unknown, reduce, "k1")
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+			}},
+			{"insert", func(t *testing.T) {
+				es := []sqldialect.Entry{{Dir: reduce, Key: "k3", Remaining: 3}, {Dir: inventory.DirReturn, Key: "k3", Remaining: 5}}
+				ok, err := tb.RecordAll(ctx, db, sku, es)
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.RecordAll(ctx, db, sku, es)
+				require.NoError(t, err)
+				require.False(t, ok, "already there")
+			}},
+			{"keys", func(t *testing.T) {
+				es, err := tb.Entries(ctx, db, sku, []string{"k1", "k3", "k9"})
+				require.NoError(t, err)
+				require.ElementsMatch(t, []sqldialect.Entry{
+					{Dir: reduce, Key: "k1", Remaining: 4},
+					{Dir: reduce, Key: "k3", Remaining: 3},
+					{Dir: inventory.DirReturn, Key: "k3", Remaining: 5},
+				}, es)
+			}},
+			{"prune", func(t *testing.T) {
+				ok, err := short.RecordAll(ctx, db, sku, []sqldialect.Entry{{Dir: reduce, Key: "k4", Remaining: 1}})
+				require.NoError(t, err)
+				require.True(t, ok)
+				time.Sleep(5 * time.Millisecond)
+				n, err := tb.Prune(ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "k4 alone has expired")
+				es, err := tb.Entries(ctx, db, sku, []string{"k1", "k4"})
+				require.NoError(t, err)
+				require.Len(t, es, 1)
+			}},
+		}
+
+		var want, ran []string
+		for _, s := range tb.Statements() {
+			want = append(want, s.Name)
+		}
+		for _, s := range steps {
+			if !slices.Contains(want, s.stmt) {
+				continue // lockTimeout on an engine without it
+			}
+			ran = append(ran, s.stmt)
+			if !t.Run(s.stmt, s.run) {
+				t.FailNow() // the later steps build on this one
+			}
+		}
+		slices.Sort(want)
+		require.Equal(t, slices.Compact(want), slices.Sorted(slices.Values(ran)), "every statement has a step")
+	})
+}
