@@ -16,9 +16,10 @@ import (
 	"github.com/stockkit/inventory/zklock"
 )
 
-// Locks in ZooKeeper, stock in MariaDB.
+// Locks in ZooKeeper, stock in MariaDB. The first call may come at once:
+// it waits for the new connection's session.
 func Example() {
-	conn, events, err := zk.Connect([]string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, events, err := zk.Connect([]string{"127.0.0.1:2181"}, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,20 +31,23 @@ func Example() {
 	defer db.Close()
 
 	ctx := context.Background()
-	store, err := sqlstore.New(db)
+	schema := sqlstore.Schema{Table: "zklock_example", Ledger: "zklock_example_ledger"}
+	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}
 	if err := store.CreateTables(ctx); err != nil {
 		log.Fatal(err)
 	}
+	defer db.Exec("DROP TABLE zklock_example, zklock_example_ledger")
 	// The Manager reads the session's events, so that a lock held by a
 	// session that dropped is known to be lost at once.
 	var stock inventory.StockManager
-	stock, err = zklock.New(conn, store, zklock.WithSessionEvents(events))
+	stock, err = zklock.New(conn, store, zklock.WithSessionEvents(events), zklock.WithRoot("/zklock-example/locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer func() { _ = conn.Delete("/zklock-example/locks", -1); _ = conn.Delete("/zklock-example", -1) }()
 	if err := stock.Init(ctx, "sneaker-42", 10); err != nil {
 		log.Fatal(err)
 	}
@@ -60,4 +64,5 @@ func Example() {
 	default:
 		fmt.Println("sold one; left:", left)
 	}
+	// Output: sold one; left: 9
 }

@@ -49,9 +49,20 @@
 // then gives up before writing. Without it, a lease is checked for a lost
 // connection or a new session only when the call is about to write.
 //
-// ZooKeeper calls of the go-zookeeper client take no context: a single round
-// trip is bounded by the session's timeouts, not by ctx; waiting for the lock
-// is bounded by ctx and the acquire timeout.
+// A call on a connection still in its handshake waits for the session,
+// within its ctx.
+//
+// # Deadlines
+//
+// The requests of the go-zookeeper client take no context; zklock waits for
+// each only while the call's ctx lives (and the acquire timeout), so a call
+// returns by its deadline even while ZooKeeper hangs. A request given up on
+// still ends inside go-zookeeper (answered, or failed when the connection
+// drops or is closed); a lock node it made is then deleted in the
+// background, and a withdrawal goes on in the background too, for up to
+// [CleanupTimeout]. A node that cannot be deleted goes with its session.
+// Release, run by the Manager in the background, is bounded by its own
+// timeout.
 package zklock
 
 import (
@@ -277,6 +288,10 @@ type queue struct {
 	name    string
 	slots   chan struct{}
 	callers int // admitted or waiting, guarded by locker.mu
+	// handedOver is set when a holder left the lock directory to the
+	// callers behind it in the process; the last of them to leave then
+	// deletes it if it is empty (guarded by locker.mu).
+	handedOver bool
 }
 
 var _ lockmgr.Locker = (*locker)(nil)
@@ -315,7 +330,7 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 	}
 	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
 	defer cancel()
-	q, err := l.enter(actx, name)
+	q, err := l.enter(ctx, actx, name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("zklock: lock %q: %w", name, ctx.Err())
@@ -324,15 +339,15 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 	}
 	le, err := l.lock(ctx, actx, q)
 	if err != nil {
-		l.leave(q)
+		l.leave(ctx, q)
 		return nil, err
 	}
 	return le, nil
 }
 
-// enter waits for a place in ZooKeeper's line for name, or until ctx is
-// done.
-func (l *locker) enter(ctx context.Context, name string) (*queue, error) {
+// enter waits for a place in ZooKeeper's line for name, or until actx is
+// done; ctx is the caller's.
+func (l *locker) enter(ctx, actx context.Context, name string) (*queue, error) {
 	l.mu.Lock()
 	q := l.queues[name]
 	if q == nil {
@@ -344,23 +359,31 @@ func (l *locker) enter(ctx context.Context, name string) (*queue, error) {
 	select {
 	case q.slots <- struct{}{}:
 		return q, nil
-	case <-ctx.Done():
-		l.exit(q)
-		return nil, ctx.Err()
+	case <-actx.Done():
+		l.exit(ctx, q)
+		return nil, actx.Err()
 	}
 }
 
 // leave gives up a place in ZooKeeper's line.
-func (l *locker) leave(q *queue) {
+func (l *locker) leave(ctx context.Context, q *queue) {
 	<-q.slots
-	l.exit(q)
+	l.exit(ctx, q)
 }
 
-func (l *locker) exit(q *queue) {
+// exit takes a caller off q. The last caller out deletes the lock directory
+// if a holder left it to the callers behind it: they may all have given up
+// (in the process's queue, or withdrawing their nodes) without deleting it.
+func (l *locker) exit(ctx context.Context, q *queue) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if q.callers--; q.callers == 0 {
+	q.callers--
+	last := q.callers == 0 && q.handedOver
+	if q.callers == 0 {
 		delete(l.queues, q.name)
+	}
+	l.mu.Unlock()
+	if last {
+		l.removeDir(ctx, l.dir(q.name))
 	}
 }
 
@@ -372,39 +395,111 @@ func (l *locker) alone(q *queue) bool {
 	return q.callers == 1
 }
 
-// lock joins the line of q's lock, as Acquire.
+// handOver reports whether other callers of this process want q's lock, in
+// which case the holder leaves the lock directory to them.
+func (l *locker) handOver(q *queue) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q.callers > 1 {
+		q.handedOver = true
+		return true
+	}
+	return false
+}
+
+// lock joins the line of q's lock, as Acquire. Every request is bounded by
+// actx; ctx is the caller's.
 func (l *locker) lock(ctx, actx context.Context, q *queue) (*lease, error) {
+	// A connection still in its handshake has no session yet: wait for it,
+	// so that the lease belongs to the session that makes the node.
+	if err := l.awaitSession(actx); err != nil {
+		return nil, l.lockErr(ctx, actx, q.name, err)
+	}
 	// Taken before the node exists, so that a session lost at any point
 	// from here on marks the lease lost.
 	down := l.session.current()
 	sid := l.conn.SessionID()
 
 	dir := l.dir(q.name)
-	node, err := l.create(dir, l.alone(q))
+	node, err := l.create(actx, dir, l.alone(q))
 	if err != nil {
-		return nil, fmt.Errorf("zklock: lock %q: %w", q.name, err)
+		return nil, l.lockErr(ctx, actx, q.name, err)
 	}
 	solo, err := l.wait(actx, dir, node, down)
 	if err != nil {
 		// Withdraw, even though ctx may be done: a node left in line
 		// would hold up everyone behind it.
-		werr := l.remove(context.WithoutCancel(ctx), dir, node)
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case actx.Err() != nil:
-			err = fmt.Errorf("%w: still waiting in line after %v", inventory.ErrContention, l.cfg.acquireTimeout)
-		}
-		return nil, fmt.Errorf("zklock: lock %q: %w", q.name, errors.Join(err, werr))
+		werr := l.withdraw(ctx, dir, node)
+		return nil, l.lockErr(ctx, actx, q.name, errors.Join(err, werr))
 	}
 	return &lease{l: l, q: q, dir: dir, node: node, solo: solo, down: down, sid: sid}, nil
+}
+
+// lockErr is the error of a lock that failed with err: the caller's ctx
+// error when it is done, ErrContention when the acquire timeout passed.
+func (l *locker) lockErr(ctx, actx context.Context, name string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		err = errors.Join(ctx.Err(), err)
+	case actx.Err() != nil:
+		err = fmt.Errorf("%w: still waiting in line after %v (%v)", inventory.ErrContention, l.cfg.acquireTimeout, err)
+	}
+	return fmt.Errorf("zklock: lock %q: %w", name, err)
+}
+
+// do runs op, one or more ZooKeeper requests, and waits for it while ctx
+// lives: go-zookeeper's requests take no context. A request given up on
+// still ends on its own, as go-zookeeper fails it when the connection drops
+// or is closed; op's goroutine then runs abandoned, if not nil, with op's
+// error, to undo what op did.
+func do(ctx context.Context, op func() error, abandoned func(error)) error {
+	if ctx.Done() == nil {
+		return op()
+	}
+	res, quit := make(chan error), make(chan struct{})
+	go func() {
+		err := op()
+		select {
+		case res <- err:
+		case <-quit:
+			if abandoned != nil {
+				abandoned(err)
+			}
+		}
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		close(quit)
+		return ctx.Err()
+	}
+}
+
+// awaitSession returns once conn has a session, waiting within ctx while
+// the connection is still in its handshake: go-zookeeper holds a request
+// until the session is established.
+func (l *locker) awaitSession(ctx context.Context) error {
+	for l.conn.State() != zk.StateHasSession || l.conn.SessionID() == 0 {
+		err := do(ctx, func() error { _, _, err := l.conn.Exists(l.cfg.root); return err }, nil)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing):
+			if l.conn.State() != zk.StateHasSession {
+				return fmt.Errorf("no ZooKeeper session: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // create makes this caller's ephemeral sequential node in dir, creating dir
 // (and the root) when missing, and returns its path. With fresh, dir is
 // probably missing (no other caller of this process is at it), and create
-// makes dir and the node in one write.
-func (l *locker) create(dir string, fresh bool) (string, error) {
+// makes dir and the node in one write. A create given up on when ctx is
+// done is undone once its outcome is known.
+func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, error) {
 	var g [8]byte
 	if _, err := rand.Read(g[:]); err != nil {
 		return "", err
@@ -413,24 +508,29 @@ func (l *locker) create(dir string, fresh bool) (string, error) {
 	mine := &zk.CreateRequest{Path: dir + "/" + guid + "-", Acl: l.cfg.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}
 	for range 10 {
 		var node string
-		var err error
-		if fresh {
-			var res []zk.MultiResponse
-			res, err = l.conn.Multi(&zk.CreateRequest{Path: dir, Acl: l.cfg.acl}, mine)
+		both := fresh
+		err := do(ctx, func() error {
+			if !both {
+				var err error
+				node, err = l.conn.Create(mine.Path, nil, mine.Flags, mine.Acl)
+				return err
+			}
+			res, err := l.conn.Multi(&zk.CreateRequest{Path: dir, Acl: l.cfg.acl}, mine)
 			if err == nil && len(res) == 2 {
 				node = res[1].String
 			}
-		} else {
-			node, err = l.conn.Create(mine.Path, nil, mine.Flags, mine.Acl)
-		}
+			return err
+		}, func(err error) { l.discard(dir, guid, node, err) })
 		switch {
 		case err == nil && node != "":
 			return node, nil
+		case ctx.Err() != nil: // given up: discard deletes the node, if any
+			return "", err
 		case errors.Is(err, zk.ErrNodeExists): // dir is there after all
 			fresh = false
 			continue
 		case errors.Is(err, zk.ErrNoNode) && fresh: // the root is missing
-			if err := l.mkdirs(l.cfg.root); err != nil {
+			if err := l.mkdirs(ctx, l.cfg.root); err != nil {
 				return "", err
 			}
 			continue
@@ -444,8 +544,27 @@ func (l *locker) create(dir string, fresh bool) (string, error) {
 		}
 		// The reply was lost: the server may have made the node. Find it by
 		// its GUID; if it is there, it is ours, in line like any other.
-		var found string
-		lerr := l.settle(context.Background(), func() error {
+		found, lerr := l.find(ctx, dir, guid)
+		switch {
+		case found != "":
+			return found, nil
+		case lerr != nil:
+			if ctx.Err() != nil {
+				go l.discard(dir, guid, "", err)
+			}
+			return "", errors.Join(err, lerr)
+		}
+		return "", err
+	}
+	return "", fmt.Errorf("%s keeps vanishing", dir)
+}
+
+// find returns the node in dir whose name carries guid, or "" when there
+// is none; it retries over a lost connection, within ctx.
+func (l *locker) find(ctx context.Context, dir, guid string) (string, error) {
+	var found string
+	err := l.settle(ctx, func() error {
+		return do(ctx, func() error {
 			children, _, err := l.conn.Children(dir)
 			if errors.Is(err, zk.ErrNoNode) {
 				return nil
@@ -456,26 +575,40 @@ func (l *locker) create(dir string, fresh bool) (string, error) {
 				}
 			}
 			return err
-		})
-		switch {
-		case found != "":
-			return found, nil
-		case lerr != nil:
-			return "", errors.Join(err, lerr)
+		}, nil)
+	})
+	return found, err
+}
+
+// discard undoes a create that was given up on, once its outcome err is
+// known: it deletes the node the create made (node, or when the reply was
+// lost, the node in dir that carries guid), then dir if it is empty. It runs
+// in the background, until it is done, CleanupTimeout passes or the
+// connection is closed.
+func (l *locker) discard(dir, guid, node string, err error) {
+	if node == "" {
+		if err == nil || definite(err) {
+			return // nothing was made
 		}
-		return "", err
+		var ferr error
+		if node, ferr = l.find(context.Background(), dir, guid); node == "" || ferr != nil {
+			return // nothing was made, or its session ends it
+		}
 	}
-	return "", fmt.Errorf("%s keeps vanishing", dir)
+	_ = l.remove(context.Background(), dir, node)
 }
 
 // mkdirs creates p and its missing parents as persistent nodes.
-func (l *locker) mkdirs(p string) error {
-	_, err := l.conn.Create(p, nil, 0, l.cfg.acl)
+func (l *locker) mkdirs(ctx context.Context, p string) error {
+	mk := func() error {
+		return do(ctx, func() error { _, err := l.conn.Create(p, nil, 0, l.cfg.acl); return err }, nil)
+	}
+	err := mk()
 	if errors.Is(err, zk.ErrNoNode) {
-		if err := l.mkdirs(path.Dir(p)); err != nil {
+		if err := l.mkdirs(ctx, path.Dir(p)); err != nil {
 			return err
 		}
-		_, err = l.conn.Create(p, nil, 0, l.cfg.acl)
+		err = mk()
 	}
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return err
@@ -513,7 +646,8 @@ func seq(name string) (int64, bool) {
 func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (solo bool, err error) {
 	me, _ := seq(path.Base(node))
 	for {
-		children, _, err := l.conn.Children(dir)
+		var children []string
+		err := do(ctx, func() (err error) { children, _, err = l.conn.Children(dir); return err }, nil)
 		if err != nil {
 			return false, err
 		}
@@ -534,7 +668,9 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 		case pred == "":
 			return len(children) == 1, nil
 		}
-		exists, _, ch, err := l.conn.ExistsW(dir + "/" + pred)
+		var exists bool
+		var ch <-chan zk.Event
+		err = do(ctx, func() (err error) { exists, _, ch, err = l.conn.ExistsW(dir + "/" + pred); return err }, nil)
 		if err != nil {
 			return false, err
 		}
@@ -554,18 +690,33 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 	}
 }
 
+// withdraw deletes node, then dir if it is empty, as remove, waiting for it
+// while ctx lives; past that it goes on in the background, until it is
+// done, CleanupTimeout passes or the connection is closed.
+func (l *locker) withdraw(ctx context.Context, dir, node string) error {
+	return do(ctx, func() error { return l.remove(context.Background(), dir, node) }, nil)
+}
+
 // remove deletes node, then dir if it is empty.
 func (l *locker) remove(ctx context.Context, dir, node string) error {
 	if err := l.delete(ctx, node); err != nil {
 		return err
 	}
-	// Best effort, and only when dir looks empty: a failed delete costs the
-	// server a logged write like any other. Another caller may be joining
-	// right now; it then recreates dir.
-	if ok, st, err := l.conn.Exists(dir); err == nil && ok && st.NumChildren == 0 {
-		_ = l.conn.Delete(dir, -1)
-	}
+	l.removeDir(ctx, dir)
 	return nil
+}
+
+// removeDir deletes dir if it is empty, waiting for it while ctx lives.
+// Best effort, and only when dir looks empty: a failed delete costs the
+// server a logged write like any other. Another caller may be joining
+// right now; it then recreates dir.
+func (l *locker) removeDir(ctx context.Context, dir string) {
+	_ = do(ctx, func() error {
+		if ok, st, err := l.conn.Exists(dir); err == nil && ok && st.NumChildren == 0 {
+			_ = l.conn.Delete(dir, -1)
+		}
+		return nil
+	}, nil)
 }
 
 // delete deletes node, retrying over a lost connection.
@@ -638,10 +789,10 @@ func (le *lease) Lost() <-chan struct{} {
 // until ctx is done or CleanupTimeout passes.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
-	defer l.leave(le.q)
+	defer l.leave(ctx, le.q)
 	var err error
 	switch {
-	case !l.alone(le.q): // the next caller of this process reuses dir
+	case l.handOver(le.q): // the next caller of this process reuses dir
 		err = l.delete(ctx, le.node)
 	case le.solo:
 		// Probably nobody else is in line: delete node and dir in one

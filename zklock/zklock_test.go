@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
@@ -103,7 +104,8 @@ var stores = []struct {
 	open func(t *testing.T) zklock.Store
 }{
 	{"redis", func(t *testing.T) zklock.Store {
-		s, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(testenv.Prefix()))
+		c := testenv.Redis(t)
+		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
 		require.NoError(t, err)
 		return s
 	}},
@@ -405,4 +407,44 @@ func TestLostWithoutEvents(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond)
 	a.unblock()
 	require.NoError(t, lease.Release(ctx))
+}
+
+// TestFirstCallOnFreshConnection does what the package example does: Connect,
+// New with the session's events and a Reduce at once, before the handshake
+// is done. The call waits for the session and takes its unit.
+func TestFirstCallOnFreshConnection(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	store := stores[0].open(t)
+	const sku = "fresh"
+	require.NoError(t, store.Init(ctx, sku, 10))
+	check := testenv.ZooKeeper(t)
+	r := root(t, check)
+	for i := range 3 {
+		conn, events, err := zk.Connect(testenv.List(testenv.EnvZooKeeper, testenv.DefaultZooKeeper), 4*time.Second, zk.WithLogger(quiet{}))
+		require.NoError(t, err)
+		m, err := zklock.New(conn, store, zklock.WithRoot(r), zklock.WithSessionEvents(events))
+		require.NoError(t, err)
+		left, err := m.Reduce(ctx, sku, 1)
+		conn.Close()
+		require.NoError(t, err, "first call %d on a fresh connection", i)
+		require.EqualValues(t, 9-i, left)
+	}
+}
+
+// TestNoSession: a call on a connection that never gets a session gives up
+// at its deadline, with the context's error.
+func TestNoSession(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	defer ln.Close()
+	conn, events, err := zk.Connect([]string{ln.Addr().String()}, 4*time.Second, zk.WithLogger(quiet{}))
+	require.NoError(t, err)
+	defer conn.Close()
+	m, err := zklock.New(conn, stores[0].open(t), zklock.WithSessionEvents(events))
+	require.NoError(t, err)
+	_, err = faulttest.CheckLate(t, "Reduce without a session", 300*time.Millisecond, func(ctx context.Context) error {
+		_, err := m.Reduce(ctx, "no-session", 1)
+		return err
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
