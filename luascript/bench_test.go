@@ -22,8 +22,7 @@ import (
 // the check, the key and the script.
 func BenchmarkReduce(b *testing.B) {
 	c := testenv.Redis(b)
-	prefix := testenv.Prefix()
-	cleanup(b, c, prefix)
+	prefix := testenv.RedisPrefix(b, c)
 	m, err := luascript.New(c, luascript.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)

@@ -106,8 +106,9 @@ func isTimeout(err error) bool {
 }
 
 // TestClientResendAppliesOnce loses the replies to the script, so go-redis
-// (default MaxRetries: 3) sends it again on a new connection. The call's own
-// marker makes the server apply it once however often it arrives.
+// (default MaxRetries: 3) sends it again on a new connection. The resend
+// window (a call without a key) or the call's token in its idempotency key
+// makes the server apply it once however often it arrives.
 func TestClientResendAppliesOnce(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	var cuts atomic.Int32 // replies to the script still to lose
@@ -119,6 +120,10 @@ func TestClientResendAppliesOnce(t *testing.T) {
 	t.Cleanup(func() { retrying.Close() })
 	ctx := context.Background()
 	m, err := luascript.New(retrying)
+	require.NoError(t, err)
+	// Load the script, so that the first reply cut is the move's, not NOSCRIPT's.
+	require.NoError(t, m.Init(ctx, "shoe", 10))
+	_, err = m.Reduce(ctx, "shoe", 1)
 	require.NoError(t, err)
 
 	for i, tc := range []struct {

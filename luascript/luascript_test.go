@@ -17,29 +17,9 @@ import (
 	"github.com/stockkit/inventory/luascript"
 )
 
-// cleanup deletes every key under prefix when t ends.
-func cleanup(t testing.TB, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
-		}
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
-			return
-		}
-		_ = del(ctx, c)
-	})
-}
-
 func newManager(t *testing.T, c redis.UniversalClient, opts ...luascript.Option) *luascript.Manager {
 	t.Helper()
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
+	prefix := testenv.RedisPrefix(t, c)
 	m, err := luascript.New(c, append([]luascript.Option{luascript.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	return m
@@ -137,8 +117,7 @@ func TestServerDown(t *testing.T) {
 func TestCorruptStockValue(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Redis(t)
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
+	prefix := testenv.RedisPrefix(t, c)
 	m, err := luascript.New(c, luascript.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, c.Set(ctx, rediskeys.Stock(prefix, "shoe"), "lots", 0).Err())
