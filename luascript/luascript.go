@@ -14,16 +14,18 @@
 // arrives (unless the client's MaxRetries is -1; a Cluster client always
 // may). A keyed call then finds its own idempotency key, which carries a
 // token of the call, and answers again. A call without a key carries the
-// Manager's random id and a sequence number; the script keeps the results
-// of the Manager's last 512 calls on the SKU in one hash
-// (PREFIX{tag}:r:ID:SKU, expiring a minute after the Manager's last call on
-// the SKU) and refuses an older call, so no call is applied twice. Redis
-// memory for this is bounded by live Managers x SKUs x 512 entries (about
-// 40-70 bytes each), whatever the call rate. A call refused that way (it
-// reached Redis after 512 later calls of its Manager on its SKU, as only a
-// resend long delayed does) fails with an error whose outcome is unknown;
-// retry it with WithKey. With retries off there is no window: the caller
-// sees the broken connection and retries with WithKey.
+// Manager's random id and a sequence number; the script keeps the sequence
+// numbers of the Manager's recent calls on the SKU in a ring of 4096 slots (one
+// string per minute, PREFIX{tag}:r:ID:MINUTE:SKU, expiring two minutes
+// after it was made), answers a copy of a call it finds there (with the
+// stock as it is then), and refuses a call whose slot a later call took, so
+// no call is applied twice. Redis memory for this is at most 2 x 32 KB per
+// live Manager and SKU it touched in the last two minutes, whatever the call
+// rate. A call refused that way (it reached Redis after a call of its
+// Manager on its SKU 4096 calls later,
+// as only a long-delayed resend does) fails with an error whose outcome is
+// unknown; retry it with WithKey. With retries off there is no window: the
+// caller sees the broken connection and retries with WithKey.
 //
 // Durability is Redis's. With appendfsync everysec a crash of the Redis
 // host can lose the last second of acknowledged sales, idempotency keys
@@ -191,7 +193,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 			arg = m.caller.Token(sku)
 		}
 	case m.caller != nil:
-		keys = append(keys, rediskeys.Window(m.prefix, sku, m.caller.ID))
+		keys = append(keys, m.caller.Window(m.prefix, sku))
 		mode, arg = "window", m.caller.Next(sku)
 	}
 	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
@@ -212,7 +214,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	case "ok":
 		return n, nil
 	case "stale":
-		return 0, fmt.Errorf("luascript: %s %q: refused: the call reached Redis after %d later calls of this Manager on its SKU, so whether an earlier copy of it took effect is unknown (retry with WithKey)",
+		return 0, fmt.Errorf("luascript: %s %q: refused: the call reached Redis after a call of this Manager on its SKU %d calls later, so whether an earlier copy of it took effect is unknown (retry with WithKey)",
 			dir, sku, rediskeys.WindowSize)
 	case "dup":
 		return n, fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, o.Key)

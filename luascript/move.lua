@@ -9,14 +9,14 @@
 -- ARGV[5]  "none", "key" or "window"
 -- ARGV[6]  "key": the call's token ("" when the client never resends);
 --          "window": the call's sequence number
--- ARGV[7]  the window size; ARGV[8] how long to keep the window, in ms
+-- ARGV[7]  the window size in calls; ARGV[8] how long to keep a window
+--          once made, in ms
 -- Returns {status, stock}: status is "ok", "dup" (stock is the first call's
 -- remaining), "notfound", "insufficient", "overflow" (stock is the current)
--- or "stale" (a window call older than the window: refused).
--- Stock is moved by DECRBY/INCRBY and numbers are written with %.0f, never
--- formatted by Lua's tostring (%.14g), so values up to 2^53 stay exact.
+-- or "stale" (a window call whose slot a later call took: refused).
+-- Stock is moved by DECRBY/INCRBY and numbers are never formatted by Lua's
+-- tostring (%.14g), so values up to 2^53 stay exact.
 local mode = ARGV[5]
-local seq, floor
 if mode == 'key' then
   local first = redis.call('GET', KEYS[2])
   if first then
@@ -25,16 +25,6 @@ if mode == 'key' then
       return {'ok', rem} -- the client sent this very call again
     end
     return {'dup', rem}
-  end
-elseif mode == 'window' then
-  seq = tonumber(ARGV[6])
-  local st = redis.call('HMGET', KEYS[2], 'f', ARGV[6])
-  if st[2] then
-    return {'ok', st[2]} -- the client sent this very call again
-  end
-  floor = tonumber(st[1]) or 0
-  if seq < floor then
-    return {'stale', 0}
   end
 end
 local raw = redis.call('GET', KEYS[1])
@@ -45,43 +35,64 @@ local cur = tonumber(raw)
 if not cur then
   return redis.error_reply('stock key ' .. KEYS[1] .. ' does not hold a number')
 end
+-- The window is a ring of unsigned 63-bit slots; slot seq mod size holds
+-- the seq of the last call that used it, and only ever grows. A copy of a
+-- call that ran finds its own seq and is answered with the stock as it is
+-- now; a call whose slot holds a later seq is refused, as it may have run.
+local slot
+if mode == 'window' then
+  slot = '#' .. (tonumber(ARGV[6]) % tonumber(ARGV[7]))
+end
+local function seen(old)
+  if old == tonumber(ARGV[6]) then
+    return {'ok', cur}
+  elseif old > tonumber(ARGV[6]) then
+    return {'stale', 0}
+  end
+end
 local qty = tonumber(ARGV[2])
-local rem
+local refused
 if ARGV[1] == 'reduce' then
   if cur < qty then
-    return {'insufficient', cur}
+    refused = 'insufficient'
   end
+elseif qty > tonumber(ARGV[3]) - cur then
+  refused = 'overflow'
+end
+if refused then
+  if slot then
+    local r = seen(redis.call('BITFIELD', KEYS[2], 'GET', 'u63', slot)[1])
+    if r then
+      return r
+    end
+  end
+  return {refused, cur}
+end
+if slot then
+  -- Take the slot and read its last seq in one command.
+  local old = redis.call('BITFIELD', KEYS[2], 'SET', 'u63', slot, ARGV[6])[1]
+  local r = seen(old)
+  if r then
+    if old ~= tonumber(ARGV[6]) then
+      redis.call('BITFIELD', KEYS[2], 'SET', 'u63', slot, old) -- give it back
+    end
+    return r
+  end
+  if old == 0 then -- a slot's first use: the window may be new
+    redis.call('PEXPIRE', KEYS[2], ARGV[8])
+  end
+end
+local rem
+if ARGV[1] == 'reduce' then
   rem = redis.call('DECRBY', KEYS[1], ARGV[2])
 else
-  if qty > tonumber(ARGV[3]) - cur then
-    return {'overflow', cur}
-  end
   rem = redis.call('INCRBY', KEYS[1], ARGV[2])
 end
-local out = string.format('%.0f', rem)
 if mode == 'key' then
+  local out = string.format('%.0f', rem)
   if ARGV[6] ~= '' then
     out = out .. ':' .. ARGV[6]
   end
   redis.call('SET', KEYS[2], out, 'PX', ARGV[4])
-elseif mode == 'window' then
-  -- Keep seqs floor..; move the floor to seq-size+1, dropping what falls out.
-  local size = tonumber(ARGV[7])
-  local nf = seq - size + 1
-  if nf > floor then
-    if nf - floor >= size then
-      redis.call('DEL', KEYS[2])
-    else
-      local drop = {}
-      for s = floor, nf - 1 do
-        drop[#drop + 1] = string.format('%.0f', s)
-      end
-      redis.call('HDEL', KEYS[2], unpack(drop))
-    end
-    redis.call('HSET', KEYS[2], 'f', string.format('%.0f', nf), ARGV[6], out)
-  else
-    redis.call('HSET', KEYS[2], ARGV[6], out)
-  end
-  redis.call('PEXPIRE', KEYS[2], ARGV[8])
 end
 return {'ok', rem}

@@ -6,14 +6,13 @@
 -- stock. ARGV[3]: how long to keep the idempotency key, in milliseconds.
 -- ARGV[4]: "none", "key" or "window". ARGV[5]: "key": the call's token (""
 -- when the client never resends); "window": the call's sequence number.
--- ARGV[6]: the window size. ARGV[7]: how long to keep the window, in ms.
+-- ARGV[6]: the window size. ARGV[7]: how long to keep a window, in ms.
 -- Returns 1 when written (or when this very call wrote already: its reply
 -- was lost and the client sent it again), 0 when the stock moved (or is
 -- gone), -1 when the idempotency key is already recorded, -2 when a window
--- call is older than the window (refused). Stock values are compared as
--- numbers, exact up to 2^53, and written as the strings given.
+-- call's slot holds a later call (refused: it may have run). Stock values
+-- are compared as numbers, exact up to 2^53, and written as given.
 local mode = ARGV[4]
-local seq, floor
 if mode == 'key' then
   local first = redis.call('GET', KEYS[2])
   if first then
@@ -23,20 +22,36 @@ if mode == 'key' then
     end
     return -1
   end
-elseif mode == 'window' then
+end
+-- The window: a ring of unsigned 63-bit slots, slot seq mod size holding
+-- the seq of the last call that used it; a slot only ever grows.
+local slot, seq
+if mode == 'window' then
   seq = tonumber(ARGV[5])
-  local st = redis.call('HMGET', KEYS[2], 'f', ARGV[5])
-  if st[2] then
-    return 1
-  end
-  floor = tonumber(st[1]) or 0
-  if seq < floor then
-    return -2
-  end
+  slot = '#' .. (seq % tonumber(ARGV[6]))
 end
 local cur = redis.call('GET', KEYS[1])
 if not cur or tonumber(cur) ~= tonumber(ARGV[1]) then
+  if slot then -- a copy of a write that ran sees the stock it wrote
+    local old = redis.call('BITFIELD', KEYS[2], 'GET', 'u63', slot)[1]
+    if old == seq then
+      return 1
+    elseif old > seq then
+      return -2
+    end
+  end
   return 0
+end
+if slot then
+  local old = redis.call('BITFIELD', KEYS[2], 'SET', 'u63', slot, ARGV[5])[1]
+  if old == seq then
+    return 1
+  elseif old > seq then
+    redis.call('BITFIELD', KEYS[2], 'SET', 'u63', slot, old) -- give it back
+    return -2
+  elseif old == 0 then -- a slot's first use: the window may be new
+    redis.call('PEXPIRE', KEYS[2], ARGV[7])
+  end
 end
 redis.call('SET', KEYS[1], ARGV[2])
 if mode == 'key' then
@@ -45,23 +60,5 @@ if mode == 'key' then
     v = v .. ':' .. ARGV[5]
   end
   redis.call('SET', KEYS[2], v, 'PX', ARGV[3])
-elseif mode == 'window' then
-  local size = tonumber(ARGV[6])
-  local nf = seq - size + 1
-  if nf > floor then
-    if nf - floor >= size then
-      redis.call('DEL', KEYS[2])
-    else
-      local drop = {}
-      for s = floor, nf - 1 do
-        drop[#drop + 1] = string.format('%.0f', s)
-      end
-      redis.call('HDEL', KEYS[2], unpack(drop))
-    end
-    redis.call('HSET', KEYS[2], 'f', string.format('%.0f', nf), ARGV[5], '1')
-  else
-    redis.call('HSET', KEYS[2], ARGV[5], '1')
-  end
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
 end
 return 1

@@ -12,13 +12,14 @@
 // was cut short, though Redis may have run it. So that a write runs at most
 // once, a keyed CompareAndSet keeps a token of the call in its idempotency
 // key, and an unkeyed one carries the Store's random id and a sequence
-// number that the script keeps in the Store's resend window for the SKU,
-// PREFIX{tag}:r:ID:SKU: the results of the Store's last 512 writes there,
-// expiring a minute after its last write. A copy of a write that finds its
-// own entry reports success without writing again; a copy older than the
-// window is refused with an error whose outcome is unknown. Redis memory for
-// this is bounded by live Stores x SKUs x 512 entries, whatever the call
-// rate. A client with MaxRetries -1 never resends, and pays for neither.
+// number that the script keeps in the Store's resend window for the SKU (a
+// ring of 4096 slots in one string per minute, PREFIX{tag}:r:ID:MINUTE:SKU,
+// expiring two minutes after it was made; see luascript). A copy of a write
+// that finds its own seq reports success without writing again; a copy whose
+// slot a later write took is refused with an error whose outcome is unknown.
+// Redis memory for this is at most 2 x 32 KB per live Store and SKU it wrote
+// in the last two minutes, whatever the call rate. A client with MaxRetries
+// -1 never resends, and pays for neither.
 //
 // Durability is Redis's: see luascript's package doc. [WithReplicas] makes
 // a write wait for n replicas (WAIT) before it is acknowledged.
@@ -207,7 +208,7 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 			arg = s.caller.Token(sku)
 		}
 	case s.caller != nil:
-		keys = append(keys, rediskeys.Window(s.prefix, sku, s.caller.ID))
+		keys = append(keys, s.caller.Window(s.prefix, sku))
 		mode, arg = "window", s.caller.Next(sku)
 	}
 	args := []any{version, newStock, s.keyTTL.Milliseconds(), mode, arg,
@@ -220,7 +221,7 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	case -1:
 		err = fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, key)
 	case -2:
-		return false, fmt.Errorf("redisstore: %s %q: write refused: it reached Redis after %d later writes of this Store on its SKU, so whether an earlier copy of it took effect is unknown",
+		return false, fmt.Errorf("redisstore: %s %q: write refused: it reached Redis after a write of this Store on its SKU %d writes later, so whether an earlier copy of it took effect is unknown",
 			dir, sku, rediskeys.WindowSize)
 	}
 	if res != 0 {

@@ -15,29 +15,32 @@ import (
 
 // The resend window. go-redis sends a command again when a connection breaks
 // before the reply arrives, though Redis may have run it. A call that may be
-// sent again carries its Caller's id and a sequence number; the script keeps,
-// in the Window hash of (SKU, Caller), the results of the WindowSize most
-// recent sequence numbers, and refuses a call older than that (its result may
-// have been forgotten), so no call is ever applied twice:
+// sent again carries its Caller's id and a sequence number, and names the
+// Window of the current minute; the script keeps, in that string, a ring of
+// WindowSize unsigned 63-bit slots (BITFIELD), slot seq mod WindowSize
+// holding the seq of the call that used it last. A copy of a call that ran
+// is answered with the stock as it is then. No call is ever applied twice:
 //
-//   - an entry for (id, seq) is written in the same script that applies the
-//     call, so a later copy finds it while seq is in the window;
-//   - the window only moves forward (the floor "f" never decreases, and an
-//     entry is deleted only when its seq falls below the floor), so a copy
-//     whose entry is gone is below the floor and refused, not applied.
+//   - a call's slot is written in the same script that applies the call, so
+//     a later copy of it finds its own seq there and is answered;
+//   - a slot is only ever overwritten by a larger seq (a call finding a
+//     larger seq in its slot is refused, not applied), so a copy whose slot
+//     was taken is refused.
 //
-// The hash expires WindowTTL after the Caller's last call on the SKU: a copy
-// arriving later than that (Redis ran no command of that Caller on that SKU
-// for a minute) would be applied again, as with any time-bounded record.
+// A Window expires WindowTTL after it was made (its TTL is set as it grows,
+// at most WindowSize times), at least a minute after the last call that
+// names it: a copy arriving later than a minute after its call ran would be
+// applied again, as with any time-bounded record.
 //
-// Memory is bounded by the number of live Callers x SKUs they touched in the
-// last WindowTTL x WindowSize entries (about 40-70 bytes each), whatever the
-// call rate. A call is refused (an error whose outcome is unknown, which its
-// idempotency key makes safe to retry) only when WindowSize later calls of
-// the same Caller on the same sequence bucket reached Redis before it.
+// Memory is fixed: at most two live Windows (this minute's and the last) per
+// Caller and SKU it touched in the last two minutes, each at most
+// WindowSize x 63 bits (32 KB) plus the key, whatever the call rate. A call is refused (an error whose outcome is unknown, which its
+// idempotency key makes safe to retry) only when a call of the same Caller
+// that is WindowSize or more sequence numbers later on the same bucket of
+// SKUs reached Redis before it, as only a long-delayed resend does.
 const (
-	WindowSize = 512
-	WindowTTL  = time.Minute
+	WindowSize = 4096
+	WindowTTL  = 2 * time.Minute
 )
 
 // callerBuckets spreads a Caller's sequence numbers over SKUs, so that the
@@ -60,6 +63,12 @@ func NewCaller() *Caller {
 // Next returns the next sequence number of a call on sku, from 1.
 func (c *Caller) Next(sku string) string {
 	return strconv.FormatUint(c.seqs[hash(sku)%callerBuckets].Add(1), 10)
+}
+
+// Window returns the key of this Caller's resend window on sku for the
+// current minute.
+func (c *Caller) Window(prefix, sku string) string {
+	return Window(prefix, sku, c.ID, time.Now().Unix()/60)
 }
 
 // Token returns a string unique to one call of this Caller on sku, kept with
