@@ -129,3 +129,38 @@ func TestCorruptStockValue(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, inventory.ErrNotFound))
 }
+
+// TestExactNearMaxStock moves stock near MaxStock (2^53-1), where a double
+// formatted by Lua's tostring (%.14g) loses digits: every value read back,
+// returned, or recorded with a key must be exact.
+func TestExactNearMaxStock(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, testenv.Redis(t))
+	const max = inventory.MaxStock
+	require.NoError(t, m.Init(ctx, "big", max))
+	check := func(got int64, err error, want int64, what string) {
+		t.Helper()
+		require.NoError(t, err, what)
+		require.Equal(t, want, got, what)
+		n, err := m.Get(ctx, "big")
+		require.NoError(t, err, what)
+		require.Equal(t, want, n, "%s: read back", what)
+	}
+	left, err := m.Reduce(ctx, "big", 1)
+	check(left, err, max-1, "reduce 1")
+	left, err = m.Return(ctx, "big", 1)
+	check(left, err, max, "return 1")
+	left, err = m.Reduce(ctx, "big", 3, inventory.WithKey("b"))
+	check(left, err, max-3, "keyed reduce 3")
+	left, err = m.Reduce(ctx, "big", 3, inventory.WithKey("b"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.Equal(t, max-3, left, "the key recorded the exact remaining")
+	left, err = m.Reduce(ctx, "big", max-4)
+	check(left, err, 1, "reduce MaxStock-4")
+	left, err = m.Return(ctx, "big", max-7, inventory.WithKey("r"))
+	check(left, err, max-6, "keyed return MaxStock-7")
+	_, err = m.Return(ctx, "big", 7)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "past MaxStock")
+	left, err = m.Return(ctx, "big", 6)
+	check(left, err, max, "return to MaxStock")
+}
