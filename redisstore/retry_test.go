@@ -75,7 +75,10 @@ func TestStalledRedis(t *testing.T) {
 		"init": func(ctx context.Context) error { return s.Init(ctx, "other", 1) },
 		"get":  func(ctx context.Context) error { _, err := s.Get(ctx, "shoe"); return err },
 		"read": func(ctx context.Context) error { _, _, err := s.Read(ctx, "shoe"); return err },
-		"seen": func(ctx context.Context) error { _, _, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k"); return err },
+		"seen": func(ctx context.Context) error {
+			_, _, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+			return err
+		},
 		"cas": func(ctx context.Context) error {
 			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "k")
 			return err
