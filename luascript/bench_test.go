@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
@@ -22,8 +26,7 @@ import (
 // the check, the key and the script.
 func BenchmarkReduce(b *testing.B) {
 	c := testenv.Redis(b)
-	prefix := testenv.Prefix()
-	cleanup(b, c, prefix)
+	prefix := testenv.RedisPrefix(b, c)
 	m, err := luascript.New(c, luascript.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
@@ -75,6 +78,100 @@ func BenchmarkReduce(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkResendWindow measures what protecting calls against go-redis's
+// resends costs: a Manager over a client that may resend (MaxRetries 3,
+// the default: unkeyed calls use the resend window, keyed calls a token in
+// their key record) beside the same Manager over a client that never
+// resends (MaxRetries -1: the protection-free path). Both run in
+// alternating rounds at 64 goroutines; the metrics are the median ratio of
+// their throughputs (protected / free) and its min and max over the rounds.
+func BenchmarkResendWindow(b *testing.B) {
+	ctx := context.Background()
+	shared := testenv.Redis(b) // checks the server and cleans up
+	prefix := testenv.RedisPrefix(b, shared)
+	newClient := func(retries int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, PoolSize: 64, MaxRetries: retries,
+			ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	protected, err := luascript.New(newClient(3), luascript.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	free, err := luascript.New(newClient(-1), luascript.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const g, rounds = 64, 7
+	var keyed atomic.Int64
+	for _, layout := range []struct {
+		name string
+		skus int
+	}{{"hot", 1}, {"spread", 64}} {
+		for _, withKey := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/keyed=%v", layout.name, withKey), func(b *testing.B) {
+				skus := make([]string, layout.skus)
+				for i := range skus {
+					skus[i] = fmt.Sprintf("window-%s-%v-%d", layout.name, withKey, i)
+					if err := protected.Init(ctx, skus[i], inventory.MaxStock); err != nil {
+						b.Fatal(err)
+					}
+				}
+				op := func(m *luascript.Manager) func(i int) error {
+					return func(i int) error {
+						var opts []inventory.Option
+						if withKey {
+							opts = append(opts, inventory.WithKey(fmt.Sprint("w", keyed.Add(1))))
+						}
+						_, err := m.Reduce(ctx, skus[i%len(skus)], 1, opts...)
+						return err
+					}
+				}
+				// Throughput, and the Redis time per script (INFO
+				// commandstats: other clients of the server add noise).
+				var ratios, cpuRatios []float64
+				for range rounds {
+					u0 := scriptUsec(b, shared)
+					f, _ := run(b, g, b.N, op(free))
+					u1 := scriptUsec(b, shared)
+					p, _ := run(b, g, b.N, op(protected))
+					u2 := scriptUsec(b, shared)
+					ratios = append(ratios, p/f)
+					cpuRatios = append(cpuRatios, (u2-u1)/(u1-u0))
+				}
+				slices.Sort(ratios)
+				slices.Sort(cpuRatios)
+				b.ReportMetric(ratios[rounds/2], "x-free-median")
+				b.ReportMetric(ratios[0], "x-free-min")
+				b.ReportMetric(ratios[rounds-1], "x-free-max")
+				b.ReportMetric(cpuRatios[rounds/2], "redis-µs-x-free-median")
+			})
+		}
+	}
+}
+
+// scriptUsec returns the microseconds Redis has spent running scripts.
+func scriptUsec(b *testing.B, c *redis.Client) float64 {
+	stats, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(stats, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.Index(line, ":")+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, _ := strconv.ParseFloat(v, 64)
+				total += u
+			}
+		}
+	}
+	return total
 }
 
 // run makes n calls of op from g goroutines; it returns calls per second

@@ -13,11 +13,13 @@ import (
 )
 
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	// ContextTimeoutEnabled: each call's ctx bounds its network I/O.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
+	defer removeKeys(client, "example-luascript") // what this example wrote
 
 	var stock inventory.StockManager
-	stock, err := luascript.New(client, luascript.WithPrefix("shop"))
+	stock, err := luascript.New(client, luascript.WithPrefix("example-luascript"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -35,5 +37,15 @@ func Example() {
 		log.Fatal(err) // the server failed: nothing was taken
 	default:
 		fmt.Println("sold one; left:", left)
+	}
+	// Output: sold one; left: 9
+}
+
+// removeKeys deletes every key that begins with prefix.
+func removeKeys(client *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		client.Unlink(ctx, iter.Val())
 	}
 }

@@ -106,8 +106,9 @@ func isTimeout(err error) bool {
 }
 
 // TestClientResendAppliesOnce loses the replies to the script, so go-redis
-// (default MaxRetries: 3) sends it again on a new connection. The call's own
-// marker makes the server apply it once however often it arrives.
+// (default MaxRetries: 3) sends it again on a new connection. The resend
+// window (a call without a key) or the call's token in its idempotency key
+// makes the server apply it once however often it arrives.
 func TestClientResendAppliesOnce(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	var cuts atomic.Int32 // replies to the script still to lose
@@ -119,6 +120,10 @@ func TestClientResendAppliesOnce(t *testing.T) {
 	t.Cleanup(func() { retrying.Close() })
 	ctx := context.Background()
 	m, err := luascript.New(retrying)
+	require.NoError(t, err)
+	// Load the script, so that the first reply cut is the move's, not NOSCRIPT's.
+	require.NoError(t, m.Init(ctx, "shoe", 10))
+	_, err = m.Reduce(ctx, "shoe", 1)
 	require.NoError(t, err)
 
 	for i, tc := range []struct {
@@ -174,4 +179,70 @@ func (c *replyCutter) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return c.Conn.Read(b)
+}
+
+// TestStalledRedis freezes a private Redis (SIGSTOP) in the middle of a
+// keyed sale over a client with the documented settings
+// (ContextTimeoutEnabled): every call must return within its 1s deadline
+// plus inventory.DeadlineSlack; after SIGCONT the keyed retries settle every
+// call and the sale's invariant holds.
+func TestStalledRedis(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32, ContextTimeoutEnabled: true}) // MaxRetries: the default
+	t.Cleanup(func() { c.Close() })
+	m, err := luascript.New(c)
+	require.NoError(t, err)
+	checked := deadlineChecked{t: t, m: m, on: new(atomic.Bool), calls: new(atomic.Int64)}
+	sale := faulttest.Sale{Manager: checked, SKU: "shoe", Stock: 300, Buyers: 600, Refund: 5,
+		CallTimeout: time.Second, Workers: 32}
+	res := sale.Run(t, func() {
+		checked.on.Store(true)
+		srv.Pause()
+		time.Sleep(1500 * time.Millisecond)
+	}, func() {
+		srv.Resume()
+		checked.on.Store(false)
+	})
+	require.Positive(t, res.Failed, "the stall should have failed some calls")
+	require.Positive(t, checked.calls.Load(), "calls were checked against their deadline")
+	t.Logf("%d calls checked against their deadline during the stall", checked.calls.Load())
+}
+
+// deadlineChecked runs every call of m that starts while on is set under
+// faulttest.CheckLate, with the deadline of the context it is given
+// (CheckLate waits for the deadline, so calls outside the stall run plainly).
+type deadlineChecked struct {
+	t     *testing.T
+	m     inventory.StockManager
+	on    *atomic.Bool
+	calls *atomic.Int64
+}
+
+func (d deadlineChecked) check(ctx context.Context, what string, call func(ctx context.Context) error) error {
+	deadline, ok := ctx.Deadline()
+	if !ok || !d.on.Load() {
+		return call(ctx)
+	}
+	d.calls.Add(1)
+	_, err := faulttest.CheckLate(d.t, what, time.Until(deadline), call)
+	return err
+}
+
+func (d deadlineChecked) Init(ctx context.Context, sku string, qty int64) error {
+	return d.check(ctx, "init", func(ctx context.Context) error { return d.m.Init(ctx, sku, qty) })
+}
+
+func (d deadlineChecked) Get(ctx context.Context, sku string) (n int64, err error) {
+	err = d.check(ctx, "get", func(ctx context.Context) error { n, err = d.m.Get(ctx, sku); return err })
+	return n, err
+}
+
+func (d deadlineChecked) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (n int64, err error) {
+	err = d.check(ctx, "reduce", func(ctx context.Context) error { n, err = d.m.Reduce(ctx, sku, qty, opts...); return err })
+	return n, err
+}
+
+func (d deadlineChecked) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (n int64, err error) {
+	err = d.check(ctx, "return", func(ctx context.Context) error { n, err = d.m.Return(ctx, sku, qty, opts...); return err })
+	return n, err
 }

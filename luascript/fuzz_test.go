@@ -10,8 +10,7 @@ import (
 
 func FuzzManager(f *testing.F) {
 	c := testenv.Redis(f)
-	prefix := testenv.Prefix()
-	cleanup(f, c, prefix)
+	prefix := testenv.RedisPrefix(f, c)
 	m, err := luascript.New(c, luascript.WithPrefix(prefix))
 	if err != nil {
 		f.Fatal(err)

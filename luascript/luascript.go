@@ -11,19 +11,36 @@
 // the same hash tag, so the script's keys always share a cluster slot.
 //
 // go-redis sends a command again when a connection breaks before the reply
-// arrives (unless the client's MaxRetries is -1). The script then finds the
-// call's own marker, a short-lived key named by a random token, and answers
-// again instead of moving stock twice. With retries off there is no marker;
-// the caller sees the broken connection and retries with WithKey.
+// arrives (unless the client's MaxRetries is -1; a Cluster client always
+// may). A keyed call then finds its own idempotency key, which carries a
+// token of the call, and answers again. A call without a key carries the
+// Manager's random id and a sequence number; the script keeps the sequence
+// numbers of the Manager's recent calls on the SKU in a ring of 4096 slots (one
+// string per minute, PREFIX{tag}:r:ID:MINUTE:SKU, expiring two minutes
+// after it was made), answers a copy of a call it finds there (with the
+// stock as it is then), and refuses a call whose slot a later call took, so
+// no call is applied twice. Redis memory for this is at most 2 x 32 KB per
+// live Manager and SKU it touched in the last two minutes, whatever the call
+// rate. A call refused that way (it reached Redis after a call of its
+// Manager on its SKU 4096 calls later,
+// as only a long-delayed resend does) fails with an error whose outcome is
+// unknown; retry it with WithKey. With retries off there is no window: the
+// caller sees the broken connection and retries with WithKey.
 //
-// Durability is Redis's: with appendfsync everysec a crash can lose the last
-// second of sales; use AOF with appendfsync always, or a SQL strategy, where
-// that matters.
+// Durability is Redis's. With appendfsync everysec a crash of the Redis
+// host can lose the last second of acknowledged sales, idempotency keys
+// included, so a retry may sell again; appendfsync always loses none, at
+// the cost of an fsync per write. A failover loses what the replicas had not
+// received: [WithReplicas] acknowledges a move only after n replicas have
+// it.
+//
+// Set ContextTimeoutEnabled on the go-redis client, so that a call's
+// context deadline bounds its network I/O even while Redis hangs;
+// otherwise go-redis waits out its own ReadTimeout (3 s by default).
 package luascript
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -44,15 +61,14 @@ var moveScript = redis.NewScript(moveLua)
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
 type Manager struct {
-	client  redis.UniversalClient
-	prefix  string
-	keyTTL  time.Duration
-	resends bool // the client may send a command again after losing its reply
-}
+	client redis.UniversalClient
+	prefix string
+	keyTTL time.Duration
+	caller *rediskeys.Caller // nil when the client never sends a command again
 
-// callKeyTTL is how long a call's own marker is kept: long enough to outlast
-// the client's retries of one command.
-const callKeyTTL = time.Minute
+	replicas       int
+	replicaTimeout time.Duration
+}
 
 var _ inventory.StockManager = (*Manager)(nil)
 
@@ -68,6 +84,20 @@ func WithPrefix(p string) Option { return func(m *Manager) { m.prefix = p } }
 // millisecond. The default is [inventory.DefaultKeyTTL], 24 hours.
 func WithKeyTTL(d time.Duration) Option { return func(m *Manager) { m.keyTTL = d } }
 
+// WithReplicas makes every write (Init, and a Reduce or Return that moved
+// stock or found its key) wait until n replicas have it, with WAIT n timeout
+// on the same connection, before it is acknowledged. n must be at least 1
+// and timeout at least a millisecond. When fewer than n replicas
+// acknowledge within timeout the call returns an error wrapping neither
+// sentinel: Redis applied the move, but whether it survives a failover is
+// unknown; retry it with the same idempotency key, which returns
+// ErrDuplicate (after waiting again) instead of moving stock twice. The
+// default is no waiting. WAIT makes a failover lose nothing acknowledged only
+// if failover picks a replica that has the write; it does not fsync.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(m *Manager) { m.replicas, m.replicaTimeout = n, timeout }
+}
+
 // New returns a Manager that keeps stock in client. The caller owns client
 // and closes it.
 func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
@@ -81,9 +111,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if err := rediskeys.ValidatePrefix(m.prefix); err != nil {
 		return nil, fmt.Errorf("luascript: %w", err)
 	}
-	m.resends = resends(client)
 	if m.keyTTL < time.Millisecond {
 		return nil, fmt.Errorf("%w: luascript: key TTL %v is under 1ms", inventory.ErrInvalidArgument, m.keyTTL)
+	}
+	if m.replicas < 0 || m.replicas > 0 && m.replicaTimeout < time.Millisecond {
+		return nil, fmt.Errorf("%w: luascript: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
+			inventory.ErrInvalidArgument, m.replicas, m.replicaTimeout)
+	}
+	if rediskeys.Resends(client) {
+		m.caller = rediskeys.NewCaller()
 	}
 	return m, nil
 }
@@ -93,7 +129,25 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	if err := m.client.Set(ctx, rediskeys.Stock(m.prefix, sku), qty, 0).Err(); err != nil {
+	key := rediskeys.Stock(m.prefix, sku)
+	if m.replicas == 0 {
+		if err := m.client.Set(ctx, key, qty, 0).Err(); err != nil {
+			return fmt.Errorf("luascript: init %q: %w", sku, err)
+		}
+		return nil
+	}
+	var set *redis.StatusCmd
+	acked, err := rediskeys.Replicated(ctx, m.client, key, m.replicas, m.replicaTimeout, func(p redis.Pipeliner) {
+		set = p.Set(ctx, key, qty, 0)
+	})
+	if err == nil {
+		err = set.Err()
+	}
+	if err == nil && acked < int64(m.replicas) {
+		err = fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
+			rediskeys.ErrReplicas, acked, m.replicas, m.replicaTimeout)
+	}
+	if err != nil {
 		return fmt.Errorf("luascript: init %q: %w", sku, err)
 	}
 	return nil
@@ -130,17 +184,21 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		return 0, err
 	}
 	keys := []string{rediskeys.Stock(m.prefix, sku)}
-	hasCall, hasKey := "0", "0"
-	if m.resends {
-		keys = append(keys, rediskeys.Call(m.prefix, sku, rand.Text()))
-		hasCall = "1"
-	}
-	if o.Key != "" {
+	mode, arg := "none", ""
+	switch {
+	case o.Key != "":
 		keys = append(keys, rediskeys.Key(m.prefix, sku, dir, o.Key))
-		hasKey = "1"
+		mode = "key"
+		if m.caller != nil {
+			arg = m.caller.Token(sku)
+		}
+	case m.caller != nil:
+		keys = append(keys, m.caller.Window(m.prefix, sku))
+		mode, arg = "window", m.caller.Next(sku)
 	}
-	res, err := moveScript.Run(ctx, m.client, keys, string(dir), qty, inventory.MaxStock,
-		m.keyTTL.Milliseconds(), callKeyTTL.Milliseconds(), hasCall, hasKey).Slice()
+	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
+		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
+	res, acked, err := m.run(ctx, keys, args)
 	if err != nil {
 		return 0, fmt.Errorf("luascript: %s %q: %w", dir, sku, err)
 	}
@@ -148,9 +206,16 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	if err != nil {
 		return 0, fmt.Errorf("luascript: %s %q: %w", dir, sku, err)
 	}
+	if (status == "ok" || status == "dup") && acked < int64(m.replicas) {
+		return n, fmt.Errorf("luascript: %s %q: %w: %d of %d within %v; the move is on the primary, whether it survives a failover is unknown (retry with the same key)",
+			dir, sku, rediskeys.ErrReplicas, acked, m.replicas, m.replicaTimeout)
+	}
 	switch status {
 	case "ok":
 		return n, nil
+	case "stale":
+		return 0, fmt.Errorf("luascript: %s %q: refused: the call reached Redis after a call of this Manager on its SKU %d calls later, so whether an earlier copy of it took effect is unknown (retry with WithKey)",
+			dir, sku, rediskeys.WindowSize)
 	case "dup":
 		return n, fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, o.Key)
 	case "notfound":
@@ -163,16 +228,16 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	return 0, fmt.Errorf("luascript: %s %q: unknown script status %q", dir, sku, status)
 }
 
-// resends reports whether client may send a command again after losing its
-// reply: a *redis.Client retries on a broken connection unless its
-// MaxRetries is -1 (0 once the client is made); cluster and other clients
-// retry through redirects too, so they are taken to resend. Then every call
-// carries a random token, so the script never applies one call twice.
-func resends(client redis.UniversalClient) bool {
-	if c, ok := client.(*redis.Client); ok {
-		return c.Options().MaxRetries > 0
+// run runs the script, then, WithReplicas, waits for the replicas on the
+// same connection; it returns the script's reply and how many replicas
+// acknowledged.
+func (m *Manager) run(ctx context.Context, keys []string, args []any) ([]any, int64, error) {
+	cmd, acked, err := rediskeys.Run(ctx, m.client, moveScript, m.replicas, m.replicaTimeout, keys, args...)
+	if err != nil {
+		return nil, 0, err
 	}
-	return true
+	res, err := cmd.Slice()
+	return res, acked, err
 }
 
 func parseReply(res []any) (string, int64, error) {

@@ -17,29 +17,9 @@ import (
 	"github.com/stockkit/inventory/luascript"
 )
 
-// cleanup deletes every key under prefix when t ends.
-func cleanup(t testing.TB, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
-		}
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
-			return
-		}
-		_ = del(ctx, c)
-	})
-}
-
 func newManager(t *testing.T, c redis.UniversalClient, opts ...luascript.Option) *luascript.Manager {
 	t.Helper()
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
+	prefix := testenv.RedisPrefix(t, c)
 	m, err := luascript.New(c, append([]luascript.Option{luascript.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	return m
@@ -137,8 +117,7 @@ func TestServerDown(t *testing.T) {
 func TestCorruptStockValue(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Redis(t)
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
+	prefix := testenv.RedisPrefix(t, c)
 	m, err := luascript.New(c, luascript.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, c.Set(ctx, rediskeys.Stock(prefix, "shoe"), "lots", 0).Err())
@@ -149,4 +128,39 @@ func TestCorruptStockValue(t *testing.T) {
 	_, err = m.Get(ctx, "shoe")
 	require.Error(t, err)
 	require.False(t, errors.Is(err, inventory.ErrNotFound))
+}
+
+// TestExactNearMaxStock moves stock near MaxStock (2^53-1), where a double
+// formatted by Lua's tostring (%.14g) loses digits: every value read back,
+// returned, or recorded with a key must be exact.
+func TestExactNearMaxStock(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, testenv.Redis(t))
+	const max = inventory.MaxStock
+	require.NoError(t, m.Init(ctx, "big", max))
+	check := func(got int64, err error, want int64, what string) {
+		t.Helper()
+		require.NoError(t, err, what)
+		require.Equal(t, want, got, what)
+		n, err := m.Get(ctx, "big")
+		require.NoError(t, err, what)
+		require.Equal(t, want, n, "%s: read back", what)
+	}
+	left, err := m.Reduce(ctx, "big", 1)
+	check(left, err, max-1, "reduce 1")
+	left, err = m.Return(ctx, "big", 1)
+	check(left, err, max, "return 1")
+	left, err = m.Reduce(ctx, "big", 3, inventory.WithKey("b"))
+	check(left, err, max-3, "keyed reduce 3")
+	left, err = m.Reduce(ctx, "big", 3, inventory.WithKey("b"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.Equal(t, max-3, left, "the key recorded the exact remaining")
+	left, err = m.Reduce(ctx, "big", max-4)
+	check(left, err, 1, "reduce MaxStock-4")
+	left, err = m.Return(ctx, "big", max-7, inventory.WithKey("r"))
+	check(left, err, max-6, "keyed return MaxStock-7")
+	_, err = m.Return(ctx, "big", 7)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "past MaxStock")
+	left, err = m.Return(ctx, "big", 6)
+	check(left, err, max, "return to MaxStock")
 }

@@ -14,14 +14,16 @@ import (
 
 // A Store is the storage half of a lock strategy.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	// ContextTimeoutEnabled: each call's ctx bounds its network I/O.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
+	defer removeKeys(client, "example-redisstore") // what this example wrote
 
-	store, err := redisstore.New(client, redisstore.WithPrefix("shop"))
+	store, err := redisstore.New(client, redisstore.WithPrefix("example-redisstore"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	stock, err := redislock.New(client, store)
+	stock, err := redislock.New(client, store, redislock.WithPrefix("example-redisstore"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,13 +36,15 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println("left:", left)
+	// Output: left: 9
 }
 
 // CompareAndSet writes only if the stock is still what was read.
 func ExampleStore_CompareAndSet() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	store, err := redisstore.New(client, redisstore.WithPrefix("shop"))
+	defer removeKeys(client, "example-cas") // what this example wrote
+	store, err := redisstore.New(client, redisstore.WithPrefix("example-cas"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -57,4 +61,14 @@ func ExampleStore_CompareAndSet() {
 		log.Fatal(err)
 	}
 	fmt.Println("written:", ok)
+	// Output: written: true
+}
+
+// removeKeys deletes every key that begins with prefix.
+func removeKeys(client *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		client.Unlink(ctx, iter.Val())
+	}
 }

@@ -10,10 +10,19 @@
 //
 // Clients retry: go-redis, by default, sends a command again when its reply
 // was cut short, though Redis may have run it. So that a write runs at most
-// once, each CompareAndSet carries a random token that the script keeps in
-// the SKU's write marker, PREFIX{tag}:w:SKU (kept as long as idempotency
-// keys); a script that finds its own token there wrote already and reports
-// success without writing again.
+// once, a keyed CompareAndSet keeps a token of the call in its idempotency
+// key, and an unkeyed one carries the Store's random id and a sequence
+// number that the script keeps in the Store's resend window for the SKU (a
+// ring of 4096 slots in one string per minute, PREFIX{tag}:r:ID:MINUTE:SKU,
+// expiring two minutes after it was made; see luascript). A copy of a write
+// that finds its own seq reports success without writing again; a copy whose
+// slot a later write took is refused with an error whose outcome is unknown.
+// Redis memory for this is at most 2 x 32 KB per live Store and SKU it wrote
+// in the last two minutes, whatever the call rate. A client with MaxRetries
+// -1 never resends, and pays for neither.
+//
+// Durability is Redis's: see luascript's package doc. [WithReplicas] makes
+// a write wait for n replicas (WAIT) before it is acknowledged.
 //
 // The client is any [redis.UniversalClient]: a plain client, a failover
 // (Sentinel) client or a Redis Cluster client. Every key of one SKU carries
@@ -22,10 +31,10 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +54,10 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	keyTTL time.Duration
+	caller *rediskeys.Caller // nil when the client never sends a command again
+
+	replicas       int
+	replicaTimeout time.Duration
 }
 
 // Option configures a Store.
@@ -58,6 +71,17 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 // WithKeyTTL sets how long idempotency keys are kept; at least one
 // millisecond. The default is [inventory.DefaultKeyTTL], 24 hours.
 func WithKeyTTL(d time.Duration) Option { return func(s *Store) { s.keyTTL = d } }
+
+// WithReplicas makes every write (Init, and a CompareAndSet that wrote or
+// found its key) wait until n replicas have it, with WAIT n timeout on the
+// same connection, before it is acknowledged. n must be at least 1 and
+// timeout at least a millisecond. When fewer than n replicas acknowledge
+// within timeout the call returns an error wrapping no sentinel: Redis
+// applied the write, but whether it survives a failover is unknown; a retry
+// with the same idempotency key is safe. The default is no waiting.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(s *Store) { s.replicas, s.replicaTimeout = n, timeout }
+}
 
 // New returns a Store over client. The caller owns client and closes it.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
@@ -74,6 +98,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if s.keyTTL < time.Millisecond {
 		return nil, fmt.Errorf("%w: redisstore: key TTL %v is under 1ms", inventory.ErrInvalidArgument, s.keyTTL)
 	}
+	if s.replicas < 0 || s.replicas > 0 && s.replicaTimeout < time.Millisecond {
+		return nil, fmt.Errorf("%w: redisstore: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
+			inventory.ErrInvalidArgument, s.replicas, s.replicaTimeout)
+	}
+	if rediskeys.Resends(client) {
+		s.caller = rediskeys.NewCaller()
+	}
 	return s, nil
 }
 
@@ -83,7 +114,24 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	if err := s.client.Set(ctx, rediskeys.Stock(s.prefix, sku), qty, 0).Err(); err != nil {
+	key := rediskeys.Stock(s.prefix, sku)
+	if s.replicas == 0 {
+		if err := s.client.Set(ctx, key, qty, 0).Err(); err != nil {
+			return fmt.Errorf("redisstore: init %q: %w", sku, err)
+		}
+		return nil
+	}
+	var set *redis.StatusCmd
+	acked, err := rediskeys.Replicated(ctx, s.client, key, s.replicas, s.replicaTimeout, func(p redis.Pipeliner) {
+		set = p.Set(ctx, key, qty, 0)
+	})
+	if err == nil {
+		err = set.Err()
+	}
+	if err == nil {
+		err = s.checkReplicas(acked)
+	}
+	if err != nil {
 		return fmt.Errorf("redisstore: init %q: %w", sku, err)
 	}
 	return nil
@@ -121,12 +169,19 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 	if key == "" {
 		return 0, false, fmt.Errorf("%w: redisstore: empty idempotency key", inventory.ErrInvalidArgument)
 	}
-	n, err := s.client.Get(ctx, rediskeys.Key(s.prefix, sku, dir, key)).Int64()
+	v, err := s.client.Get(ctx, rediskeys.Key(s.prefix, sku, dir, key)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("redisstore: %s %q: read key %q: %w", dir, sku, key, err)
+	}
+	// The value is the remaining stock, then, if the writer's client may
+	// resend, ":" and the writing call's token.
+	rem, _, _ := strings.Cut(v, ":")
+	n, err := strconv.ParseInt(rem, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("redisstore: %s %q: key %q holds %q: %w", dir, sku, key, v, err)
 	}
 	return n, true, nil
 }
@@ -143,26 +198,60 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	if newStock < 0 || newStock > inventory.MaxStock {
 		return false, fmt.Errorf("%w: redisstore: new stock %d outside 0..%d", inventory.ErrInvalidArgument, newStock, inventory.MaxStock)
 	}
-	stock := rediskeys.Stock(s.prefix, sku)
-	keys := []string{stock, writeMarker(stock, sku)}
-	if key != "" {
+	keys := []string{rediskeys.Stock(s.prefix, sku)}
+	mode, arg := "none", ""
+	switch {
+	case key != "":
 		keys = append(keys, rediskeys.Key(s.prefix, sku, dir, key))
+		mode = "key"
+		if s.caller != nil {
+			arg = s.caller.Token(sku)
+		}
+	case s.caller != nil:
+		keys = append(keys, s.caller.Window(s.prefix, sku))
+		mode, arg = "window", s.caller.Next(sku)
 	}
-	res, err := casScript.Run(ctx, s.client, keys, version, newStock, s.keyTTL.Milliseconds(), rand.Text()).Int()
+	args := []any{version, newStock, s.keyTTL.Milliseconds(), mode, arg,
+		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
+	res, acked, err := s.run(ctx, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %s %q: write: %w", dir, sku, err)
 	}
-	if res < 0 {
-		return false, fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, key)
+	switch res {
+	case -1:
+		err = fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, key)
+	case -2:
+		return false, fmt.Errorf("redisstore: %s %q: write refused: it reached Redis after a write of this Store on its SKU %d writes later, so whether an earlier copy of it took effect is unknown",
+			dir, sku, rediskeys.WindowSize)
 	}
-	return res == 1, nil
+	if res != 0 {
+		if rerr := s.checkReplicas(acked); rerr != nil {
+			return false, fmt.Errorf("redisstore: %s %q: write: %w", dir, sku, rerr)
+		}
+	}
+	return res == 1, err
 }
 
-// writeMarker returns the key of the SKU's write marker,
-// PREFIX{tag}:w:SKU, given its stock key PREFIX{tag}:s:SKU: the same hash
-// tag, so the same cluster slot.
-func writeMarker(stock, sku string) string {
-	return strings.TrimSuffix(stock, ":s:"+sku) + ":w:" + sku
+// checkReplicas returns an error when WithReplicas asked for more replicas
+// than acknowledged.
+func (s *Store) checkReplicas(acked int64) error {
+	if acked >= int64(s.replicas) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
+		rediskeys.ErrReplicas, acked, s.replicas, s.replicaTimeout)
+}
+
+// run runs the script, then, WithReplicas, waits for the replicas on the
+// same connection; it returns the script's reply and how many replicas
+// acknowledged.
+func (s *Store) run(ctx context.Context, keys []string, args []any) (int64, int64, error) {
+	cmd, acked, err := rediskeys.Run(ctx, s.client, casScript, s.replicas, s.replicaTimeout, keys, args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	res, err := cmd.Int64()
+	return res, acked, err
 }
 
 // validate checks sku, dir and, unless it is empty, key.

@@ -20,29 +20,9 @@ import (
 
 func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
 
-// cleanup deletes every key under prefix when t ends.
-func cleanup(t *testing.T, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
-		}
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
-			return
-		}
-		_ = del(ctx, c)
-	})
-}
-
 func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) (*redisstore.Store, string) {
 	t.Helper()
-	prefix := testenv.Prefix()
-	cleanup(t, c, prefix)
+	prefix := testenv.RedisPrefix(t, c)
 	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	return s, prefix

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -54,4 +55,51 @@ func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, stock, rem)
+}
+
+// TestStalledRedis freezes a private Redis (SIGSTOP): every Store method,
+// over a client with ContextTimeoutEnabled, returns within its deadline
+// plus inventory.DeadlineSlack with an error; after SIGCONT the store
+// serves again and no write was applied twice.
+func TestStalledRedis(t *testing.T) {
+	ctx := context.Background()
+	srv := faulttest.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}) // MaxRetries: the default
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c)
+	require.NoError(t, err)
+	require.NoError(t, s.Init(ctx, "shoe", 10))
+	srv.Pause()
+	const d = 500 * time.Millisecond
+	for name, call := range map[string]func(ctx context.Context) error{
+		"init": func(ctx context.Context) error { return s.Init(ctx, "other", 1) },
+		"get":  func(ctx context.Context) error { _, err := s.Get(ctx, "shoe"); return err },
+		"read": func(ctx context.Context) error { _, _, err := s.Read(ctx, "shoe"); return err },
+		"seen": func(ctx context.Context) error {
+			_, _, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+			return err
+		},
+		"cas": func(ctx context.Context) error {
+			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "k")
+			return err
+		},
+		"cas unkeyed": func(ctx context.Context) error {
+			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "")
+			return err
+		},
+	} {
+		_, err := faulttest.CheckLate(t, name, d, call)
+		require.Error(t, err, name)
+	}
+	srv.Resume()
+	// The stalled writes may run once Redis continues; the key tells.
+	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+	require.NoError(t, err)
+	n, err := s.Get(ctx, "shoe")
+	require.NoError(t, err)
+	require.True(t, n == 10 || n == 9, "at most one of the two CAS 10->9 ran: %d", n)
+	if found {
+		require.EqualValues(t, 9, rem)
+		require.EqualValues(t, 9, n)
+	}
 }

@@ -3,10 +3,11 @@
 #
 #   scripts/services.sh            install what is missing, start what does not answer
 #   scripts/services.sh stop       stop what this script manages: Redis 6380-6382,
-#                                  the Redis Cluster on 7000-7002 and ZooKeeper
+#                                  the replica on 6390, the Redis Cluster on
+#                                  7000-7002 and ZooKeeper
 #   scripts/services.sh stop all   the same, plus Redis 6379, MariaDB and PostgreSQL
 #
-# Servers:  Redis 6379 | Redlock Redis 6380 6381 6382 | Redis Cluster 7000-7002
+# Servers:  Redis 6379 and its replica 6390 | Redlock Redis 6380 6381 6382 | Redis Cluster 7000-7002
 #           MariaDB 3306 (root, no password, db test) | PostgreSQL 5432 (trust, db test)
 #           ZooKeeper 2181 (standalone)
 #
@@ -25,6 +26,7 @@ MARIADB_LOG=/var/log/mysql/error.log
 APT_LOG=/tmp/services-apt.log
 LOCK_FILE=/tmp/services.sh.lock
 REDIS_PORTS=(6379 6380 6381 6382)
+REPLICA_PORT=6390                        # a replica of 6379, for tests of WAIT
 CLUSTER_PORTS=(7000 7001 7002)
 PACKAGES=(redis-server redis-tools mariadb-server postgresql zookeeper zookeeperd default-jre-headless)
 
@@ -124,6 +126,29 @@ svc_redis() {
 	start_redis "$port" "$REDIS_DIR"
 	wait_until "redis 127.0.0.1:$port" "$REDIS_DIR/redis-$port.log" redis_up "$port"
 	say redis "127.0.0.1:$port" "started ($(since "$t0"))"
+}
+
+# replica_up: 6390 answers and replicates 6379 with its link up.
+replica_up() {
+	local info
+	info=$(rcli "$REPLICA_PORT" info replication 2>/dev/null) || return 1
+	[[ $info == *master_host:127.0.0.1* && $info == *master_port:6379* &&
+		$info == *master_link_status:up* ]]
+}
+
+svc_replica() {
+	local t0
+	t0=$(now)
+	if replica_up; then
+		say redis-replica "127.0.0.1:$REPLICA_PORT" "already running"
+		return
+	fi
+	if ! redis_up "$REPLICA_PORT"; then
+		start_redis "$REPLICA_PORT" "$REDIS_DIR" --replicaof 127.0.0.1 6379
+	fi
+	wait_until "redis replica 127.0.0.1:$REPLICA_PORT (master_link_status:up)" \
+		"$REDIS_DIR/redis-$REPLICA_PORT.log" replica_up
+	say redis-replica "127.0.0.1:$REPLICA_PORT" "started ($(since "$t0"))"
 }
 
 # ---------------------------------------------------------------- Redis Cluster
@@ -379,6 +404,7 @@ start_all() {
 	for port in "${REDIS_PORTS[@]}"; do jobs+=("svc_redis $port"); done
 	jobs+=(svc_cluster svc_mariadb svc_postgres svc_zookeeper)
 	in_parallel "${jobs[@]}"
+	in_parallel svc_replica # after 6379 answers
 }
 
 # stop_one NAME ADDR UPCMD STOPCMD...: run STOPCMD if UPCMD says it runs; report.
@@ -400,6 +426,7 @@ stop_all() {
 	for port in "${REDIS_PORTS[@]:1}"; do
 		stop_one redis "127.0.0.1:$port" "redis_up $port" stop_redis "$port"
 	done
+	stop_one redis-replica "127.0.0.1:$REPLICA_PORT" "redis_up $REPLICA_PORT" stop_redis "$REPLICA_PORT"
 	stop_one redis-cluster "127.0.0.1:${CLUSTER_PORTS[0]}-${CLUSTER_PORTS[-1]}" cluster_any_up stop_cluster
 	stop_one zookeeper 127.0.0.1:2181 zk_pid stop_zookeeper
 	[[ ${1:-} == all ]] || return 0

@@ -30,11 +30,13 @@ func ValidatePrefix(p string) error {
 	return nil
 }
 
-func tag(sku string) string {
+func hash(sku string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(sku))
-	return fmt.Sprintf("{%016x}", h.Sum64())
+	return h.Sum64()
 }
+
+func tag(sku string) string { return fmt.Sprintf("{%016x}", hash(sku)) }
 
 // Stock is the key holding the stock of sku, as a decimal integer string:
 // PREFIX{tag}:s:SKU.
@@ -49,10 +51,12 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 	return prefix + tag(sku) + ":k:" + string(dir) + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + key
 }
 
-// Call is the key marking that the call with this random token took effect
-// on sku; its value is the remaining stock the call returned:
-// PREFIX{tag}:t:TOKEN. A client library that re-sends a command whose reply
-// was lost finds it and does not apply the call twice.
-func Call(prefix, sku, token string) string {
-	return prefix + tag(sku) + ":t:" + token
+// Window is the string in which the scripts keep the recent calls of one
+// client (a [Caller], named by its id) on sku during one minute (epoch: Unix
+// minutes), so that a command the client library sent again after losing
+// its reply is answered, not applied twice: PREFIX{tag}:r:ID:EPOCH:SKU. It
+// is a ring of fixed-size slots (see [WindowSize]). The id has a fixed
+// length, so the key is unambiguous.
+func Window(prefix, sku, id string, epoch int64) string {
+	return prefix + tag(sku) + ":r:" + id + ":" + strconv.FormatInt(epoch, 10) + ":" + sku
 }

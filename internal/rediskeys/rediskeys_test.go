@@ -32,7 +32,7 @@ func TestKeysAreDistinct(t *testing.T) {
 	keys := []string{"b", "1:b", "a:b", ":b", "b:"}
 	for _, s := range skus {
 		add(rediskeys.Stock("inv", s), "stock "+s)
-		add(rediskeys.Call("inv", s, "tok"), "call "+s)
+		add(rediskeys.Window("inv", s, "0123456789abcdef", 29000000), "window "+s)
 		for _, d := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
 			for _, k := range keys {
 				add(rediskeys.Key("inv", s, d, k), "key "+s+" "+string(d)+" "+k)
