@@ -64,7 +64,8 @@ soak: services overlay
 
 # banned fails if the root go.mod requires any of BANNED, directly or not.
 banned:
-	@bad="$$(GOWORK=off $(GO) list -m all | grep -F -e '$(firstword $(BANNED))' $(patsubst %,-e '%',$(wordlist 2,99,$(BANNED))) || true)"; \
+	@mods="$$(GOWORK=off $(GO) list -m all)" || exit 1; \
+	bad="$$(echo "$$mods" | grep -F $(patsubst %,-e '%',$(BANNED)) || true)"; \
 	if [ -n "$$bad" ]; then echo "the root go.mod requires banned modules (move their importers to integration/ or examples/):"; echo "$$bad"; exit 1; fi
 
 lint: overlay modules banned
