@@ -13,7 +13,6 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/inventorytest"

@@ -10,7 +10,6 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
-	_ "modernc.org/sqlite" // registers "sqlite"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/optimistic"

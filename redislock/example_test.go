@@ -10,7 +10,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/redislock"

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/jmoiron/sqlx"
-	_ "modernc.org/sqlite" // registers "sqlite"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/sqlstore"

@@ -10,8 +10,10 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite" // registers "sqlite"
 )
 
 // Environment variables and their defaults.
@@ -162,8 +163,17 @@ func Postgres(t testing.TB) *sqlx.DB {
 
 // SQLite returns a pool on a fresh SQLite file in t's temporary directory,
 // in WAL mode with a busy timeout, as concurrent writers need.
+//
+// The root module does not require modernc.org/sqlite (a module that imports
+// the library must not find it in its go.sum), so no file here registers the
+// "sqlite" driver: `make test` links it into every test binary through an
+// overlay kept in the integration module (integration/sqlite). Without it,
+// SQLite is a missing server: skipped, or failed when CI=true.
 func SQLite(t testing.TB) *sqlx.DB {
 	t.Helper()
+	if !slices.Contains(sql.Drivers(), "sqlite") {
+		Missing(t, "SQLite", errorString(`no "sqlite" driver linked: run through make test (it adds integration/sqlite/driver.go.in as an overlay)`))
+	}
 	dsn := "file:" + t.TempDir() + "/stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
 	db := openSQL(t, "sqlite", dsn, "SQLite")
 	db.SetMaxOpenConns(8)

@@ -4,17 +4,18 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stockkit/inventory/integration/internal/sqlfault"
+
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
 // casManager moves stock as the lock strategies do, minus the lock: Read,
 // then CompareAndSet, again until it wins. It is the Store methods under
-// test, as a StockManager for sqltest.Stall.
+// test, as a StockManager for sqlfault.Stall.
 type casManager struct{ *sqlstore.Store }
 
 func (m casManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
@@ -47,7 +48,7 @@ func (m casManager) move(ctx context.Context, sku string, delta int64, dir inven
 // inventory.DeadlineSlack, and what they wrote is applied at most once, as
 // the keyed retries show.
 func TestStalledServer(t *testing.T) {
-	sqltest.Stall(t, "sqlstore", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
+	sqlfault.Stall(t, "sqlstore", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
 		s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 		require.NoError(t, err)
 		return casManager{s}

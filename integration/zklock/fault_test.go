@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -194,7 +196,7 @@ func restartMidSale(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 		{"session expires", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			conn, events := session(t, p.Addr())
 			r := "/inventory-test/" + testenv.Prefix()
 			m, err := zklock.New(conn, store, zklock.WithRoot(r), zklock.WithSessionEvents(events))
@@ -233,31 +235,31 @@ func restartMidSale(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 	for _, tc := range []struct {
 		name  string
-		fault func(p *faulttest.Proxy, expired func() bool)
+		fault func(p *netfault.Proxy, expired func() bool)
 		// fails: the fault must fail some calls; expires: and end the
 		// session.
 		fails, expires bool
 	}{
 		// Slow, not dead: the session holds.
-		{"latency", func(p *faulttest.Proxy, _ func() bool) {
+		{"latency", func(p *netfault.Proxy, _ func() bool) {
 			p.Latency(100 * time.Millisecond)
 			time.Sleep(time.Second)
 		}, false, false},
 		// The server stops answering, until the session has expired.
-		{"blackhole until the session expires", func(p *faulttest.Proxy, expired func() bool) {
+		{"blackhole until the session expires", func(p *netfault.Proxy, expired func() bool) {
 			p.Blackhole()
 			for deadline := time.Now().Add(20 * time.Second); !expired() && time.Now().Before(deadline); {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}, true, true},
 		// Every connection is reset for a second.
-		{"connection reset", func(p *faulttest.Proxy, _ func() bool) {
+		{"connection reset", func(p *netfault.Proxy, _ func() bool) {
 			p.ResetPeer(0)
 			time.Sleep(time.Second)
 		}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			conn, events := session(t, p.Addr())
 			watcher, _ := session(t, srv.Addr())
 			r := "/inventory-test/" + testenv.Prefix()
@@ -324,7 +326,7 @@ func pausedHolder(t *testing.T, srv *faulttest.Process) {
 		t.Run(st.name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			store := st.open(t)
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			connA, eventsA := session(t, p.Addr())
 			connB, _ := session(t, srv.Addr())
 			r := root(t, connB)

@@ -1,4 +1,8 @@
-package faulttest
+// Package netfault puts an in-process toxiproxy between a test and a server,
+// to add network faults to the traffic. It lives in the integration module so
+// that the root module does not require toxiproxy (nor, through it,
+// prometheus, zerolog and gorilla/mux).
+package netfault
 
 import (
 	"context"

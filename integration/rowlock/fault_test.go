@@ -1,10 +1,13 @@
-package optimistic_test
+package rowlock_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/stockkit/inventory/integration/internal/netfault"
+	"github.com/stockkit/inventory/integration/internal/sqlfault"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
@@ -13,28 +16,20 @@ import (
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
-	"github.com/stockkit/inventory/optimistic"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// bothModes runs the version compare-and-set and the single statement on
-// the same rows, call by call in turn.
-func bothModes(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) *sqltest.Alternate {
-	return &sqltest.Alternate{Managers: []inventory.StockManager{
-		newManager(t, db, schema), newManager(t, db, schema, optimistic.WithSingleStatement()),
-	}}
-}
-
 // TestBackendsKilledMidSale kills the test's own server connections, again
 // and again, in the middle of a sale: MariaDB KILL CONNECTION, PostgreSQL
-// pg_terminate_backend.
+// pg_terminate_backend. A connection killed while it holds the row lock
+// takes its transaction with it.
 func TestBackendsKilledMidSale(t *testing.T) {
-	for _, srv := range sqltest.Servers {
+	for _, srv := range sqlfault.Servers {
 		t.Run(srv.Name, func(t *testing.T) {
 			p := srv.Open(t, "")
-			schema := sqltest.Schema(t, p.Admin)
-			killed, kill := sqltest.KillFor(t, p, time.Second, 20*time.Millisecond)
-			sale := faulttest.Sale{Manager: bothModes(t, p.DB, schema), SKU: testenv.Prefix(), Stock: 150, Buyers: 400, Refund: 7}
+			killed, kill := sqlfault.KillFor(t, p, time.Second, 20*time.Millisecond)
+			sale := faulttest.Sale{Manager: newManager(t, p.DB, sqltest.Schema(t, p.Admin)), SKU: testenv.Prefix(),
+				Stock: 150, Buyers: 400, Refund: 7}
 			res := sale.Run(t, kill, func() {})
 			t.Logf("%d connections killed", killed.Load())
 			require.Positive(t, killed.Load())
@@ -48,17 +43,16 @@ func TestBackendsKilledMidSale(t *testing.T) {
 // run at once as the pool has connections, so the fault finds each of them
 // at some step of its transaction.
 func TestNetworkFaults(t *testing.T) {
-	for _, srv := range sqltest.Servers {
+	for _, srv := range sqlfault.Servers {
 		t.Run(srv.Name, func(t *testing.T) {
-			px := faulttest.NewProxy(t, srv.Addr(t))
+			px := netfault.NewProxy(t, srv.Addr(t))
 			p := srv.Open(t, px.Addr())
-			schema := sqltest.Schema(t, p.Admin)
-			m := sqltest.Checked{StockManager: bothModes(t, p.DB, schema), T: t, Pkg: "optimistic"}
+			m := sqlfault.Checked{StockManager: newManager(t, p.DB, sqltest.Schema(t, p.Admin)), T: t, Pkg: "rowlock"}
 			var unknown int
-			for _, tc := range sqltest.NetworkFaults {
+			for _, tc := range sqlfault.NetworkFaults {
 				t.Run(tc.Name, func(t *testing.T) {
 					sale := faulttest.Sale{Manager: m, SKU: testenv.Prefix(), Stock: 120, Buyers: 120, Refund: 5,
-						Workers: sqltest.Conns, CallTimeout: sqltest.CallTimeout}
+						Workers: sqltest.Conns, CallTimeout: sqlfault.CallTimeout}
 					res := sale.Run(t, func() {
 						tc.Fault(px)
 						time.Sleep(tc.For)
@@ -77,29 +71,27 @@ func TestNetworkFaults(t *testing.T) {
 // TestErrorsUnderFaultAreWrapped: while the network is down a call ends with
 // its context, with an error that claims nothing about the stock.
 func TestErrorsUnderFaultAreWrapped(t *testing.T) {
-	for _, srv := range sqltest.Servers {
+	for _, srv := range sqlfault.Servers {
 		t.Run(srv.Name, func(t *testing.T) {
-			px := faulttest.NewProxy(t, srv.Addr(t))
+			px := netfault.NewProxy(t, srv.Addr(t))
 			p := srv.Open(t, px.Addr())
-			schema := sqltest.Schema(t, p.Admin)
+			m := newManager(t, p.DB, sqltest.Schema(t, p.Admin))
 			ctx := context.Background()
 			sku := testenv.Prefix()
-			for _, m := range bothModes(t, p.DB, schema).Managers {
-				require.NoError(t, m.Init(ctx, sku, 5))
-				px.Blackhole()
-				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				_, err := m.Reduce(cctx, sku, 1, inventory.WithKey("k"))
-				cancel()
-				require.ErrorIs(t, err, context.DeadlineExceeded)
-				for _, s := range []error{inventory.ErrInsufficientStock, inventory.ErrNotFound, inventory.ErrDuplicate} {
-					require.False(t, errors.Is(err, s), "%v", err)
-				}
-				px.Clear()
-				px.Reconnect()
-				n, err := m.Get(ctx, sku)
-				require.NoError(t, err)
-				require.EqualValues(t, 5, n, "a blackholed call before any write changes nothing")
+			require.NoError(t, m.Init(ctx, sku, 5))
+			px.Blackhole()
+			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, err := m.Reduce(cctx, sku, 1, inventory.WithKey("k"))
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			for _, s := range []error{inventory.ErrInsufficientStock, inventory.ErrNotFound, inventory.ErrDuplicate} {
+				require.False(t, errors.Is(err, s), "%v", err)
 			}
+			px.Clear()
+			px.Reconnect()
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			require.EqualValues(t, 5, n, "a blackholed call before any write changes nothing")
 		})
 	}
 }
@@ -111,21 +103,14 @@ func TestErrorsUnderFaultAreWrapped(t *testing.T) {
 func TestLateCommit(t *testing.T) {
 	db := testenv.Postgres(t)
 	schema := sqltest.Schema(t, db)
-	sqltest.LateCommit(t, db, schema, bothModes(t, db, schema).Managers...)
+	sqlfault.LateCommit(t, db, schema, newManager(t, db, schema))
 }
 
 // TestStalledServer: while the server hangs, every call returns within its
-// deadline plus inventory.DeadlineSlack, in both modes, and the calls that
-// failed are applied at most once, as their keyed retries show.
+// deadline plus inventory.DeadlineSlack, and the calls that failed are
+// applied at most once, as their keyed retries show.
 func TestStalledServer(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		opts []optimistic.Option
-	}{{"combining", nil}, {"single", []optimistic.Option{optimistic.WithSingleStatement()}}} {
-		t.Run(mode.name, func(t *testing.T) {
-			sqltest.Stall(t, "optimistic", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
-				return newManager(t, db, schema, mode.opts...)
-			})
-		})
-	}
+	sqlfault.Stall(t, "rowlock", func(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) inventory.StockManager {
+		return newManager(t, db, schema)
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -22,7 +24,7 @@ import (
 func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	ctx := context.Background()
 	srv := faulttest.StartRedis(t)
-	p := faulttest.NewProxy(t, srv.Addr())
+	p := netfault.NewProxy(t, srv.Addr())
 	var redials atomic.Int64
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {

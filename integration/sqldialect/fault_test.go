@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+	"github.com/stockkit/inventory/integration/internal/sqlfault"
+
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -19,9 +21,9 @@ import (
 // dead connection forever) and, since the server got the COMMIT, its write
 // is there afterwards: the outcome the client could not know.
 func TestCommitLost(t *testing.T) {
-	for _, srv := range sqltest.Servers {
+	for _, srv := range sqlfault.Servers {
 		t.Run(srv.Name, func(t *testing.T) {
-			px := faulttest.NewProxy(t, srv.Addr(t))
+			px := netfault.NewProxy(t, srv.Addr(t))
 			p := srv.Open(t, px.Addr())
 			tb, err := sqldialect.New(p.DB, sqldialect.Config{Pkg: "test",
 				Schema: sqldialect.Schema(sqltest.Schema(t, p.Admin)), KeyTTL: time.Minute})

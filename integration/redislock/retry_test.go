@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+	"github.com/stockkit/inventory/redisstore"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +24,7 @@ import (
 func TestAcquireWhenTheClientRetries(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	srv := faulttest.StartRedis(t)
-	p := faulttest.NewProxy(t, srv.Addr())
+	p := netfault.NewProxy(t, srv.Addr())
 	var redials atomic.Int64
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -31,16 +34,26 @@ func TestAcquireWhenTheClientRetries(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		}})
 	t.Cleanup(func() { c.Close() })
-	l := newLocker(t, c, "inv", redislock.WithTTL(time.Minute), redislock.WithAcquireTimeout(2*time.Second))
-	// Load the scripts, so that the reply cut is the acquire's, not NOSCRIPT.
-	le, err := l.Acquire(ctx, "shoe")
+	// The hook-free form of this test: a Manager whose lock client is c,
+	// over a store on a client of its own, so that only lock traffic
+	// crosses the proxy. (NewLocker is an export_test.go hook of package
+	// redislock, out of reach from this module.)
+	store := faulttest.StartRedis(t)
+	sc := redis.NewClient(&redis.Options{Addr: store.Addr()})
+	t.Cleanup(func() { sc.Close() })
+	s, err := redisstore.New(sc)
 	require.NoError(t, err)
-	require.NoError(t, le.Release(ctx))
+	m, err := redislock.New(c, s, redislock.WithPrefix("inv"), redislock.WithTTL(time.Minute), redislock.WithAcquireTimeout(2*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, m.Init(ctx, "shoe", 10))
+	// Load the scripts, so that the reply cut is the acquire's, not NOSCRIPT.
+	_, err = m.Reduce(ctx, "shoe", 1)
+	require.NoError(t, err)
 
 	redials.Store(0)
 	p.CutAfterBytes(3) // of ":-1\r\n"
-	le, err = l.Acquire(ctx, "shoe")
+	left, err := m.Reduce(ctx, "shoe", 1)
 	require.Positive(t, redials.Load(), "the reply was cut and the client sent the script again")
 	require.NoError(t, err, "the retried acquire found its own lock")
-	require.NoError(t, le.Release(ctx))
+	require.EqualValues(t, 8, left)
 }

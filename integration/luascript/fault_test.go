@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -51,18 +53,18 @@ func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	for _, tc := range []struct {
 		name  string
-		fault func(p *faulttest.Proxy)
+		fault func(p *netfault.Proxy)
 		// unknown: some calls must fail after the server applied them,
 		// the case only the idempotency key makes safe to retry.
 		unknown bool
 	}{
-		{"latency past the timeout", func(p *faulttest.Proxy) { p.Latency(300 * time.Millisecond) }, true},
-		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }, true},
+		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(300 * time.Millisecond) }, true},
+		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
+		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
+		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			sale := faulttest.Sale{Manager: faultManager(t, p.Addr()), SKU: t.Name(), Stock: 200, Buyers: 800, Refund: 5,
 				CallTimeout: 200 * time.Millisecond}
 			res := sale.Run(t, func() {
@@ -85,7 +87,7 @@ func TestNetworkFaults(t *testing.T) {
 // claims to know the stock.
 func TestErrorsUnderFaultAreWrapped(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	p := faulttest.NewProxy(t, srv.Addr())
+	p := netfault.NewProxy(t, srv.Addr())
 	m := faultManager(t, p.Addr())
 	ctx := context.Background()
 	require.NoError(t, m.Init(ctx, "shoe", 5))

@@ -1,4 +1,4 @@
-package sqltest
+package sqlfault
 
 import (
 	"context"
@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -39,9 +42,9 @@ func Stall(t *testing.T, pkg string, newManager func(t *testing.T, db *sqlx.DB, 
 	worst := map[string]time.Duration{}
 	for _, srv := range Servers {
 		t.Run(srv.Name, func(t *testing.T) {
-			px := faulttest.NewProxy(t, srv.Addr(t))
+			px := netfault.NewProxy(t, srv.Addr(t))
 			p := srv.Open(t, px.Addr())
-			m := newManager(t, p.DB, Schema(t, p.Admin))
+			m := newManager(t, p.DB, sqltest.Schema(t, p.Admin))
 			ctx := context.Background()
 			sku := testenv.Prefix()
 			const initial, calls = 1000, 12

@@ -1,4 +1,7 @@
-package sqltest
+// Package sqlfault breaks the SQL test servers from inside a test: private
+// pools to kill, proxies to add network faults, and the stall checks. It
+// lives in the integration module because it uses toxiproxy (netfault).
+package sqlfault
 
 import (
 	"context"
@@ -14,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -21,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -238,7 +243,7 @@ func (c Checked) check(err error) error {
 // NetworkFault is a fault of the network between a pool and its server.
 type NetworkFault struct {
 	Name  string
-	Fault func(*faulttest.Proxy)
+	Fault func(*netfault.Proxy)
 	// For is how long the fault lasts: past the call timeout where calls
 	// hang, briefly where they fail at once.
 	For time.Duration
@@ -247,10 +252,10 @@ type NetworkFault struct {
 // NetworkFaults are the faults every SQL strategy's sale runs through: the
 // server's answers late past the call timeout, lost, reset, cut short.
 var NetworkFaults = []NetworkFault{
-	{"latency past the timeout", func(p *faulttest.Proxy) { p.Latency(CallTimeout + 500*time.Millisecond) }, CallTimeout + 250*time.Millisecond},
-	{"blackhole", (*faulttest.Proxy).Blackhole, CallTimeout + 250*time.Millisecond},
-	{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(5 * time.Millisecond) }, 250 * time.Millisecond},
-	{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }, 250 * time.Millisecond},
+	{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(CallTimeout + 500*time.Millisecond) }, CallTimeout + 250*time.Millisecond},
+	{"blackhole", (*netfault.Proxy).Blackhole, CallTimeout + 250*time.Millisecond},
+	{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, 250 * time.Millisecond},
+	{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, 250 * time.Millisecond},
 }
 
 // CallTimeout bounds each call of a sale under a network fault. It must
@@ -310,4 +315,10 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		require.NoError(t, err)
 		require.EqualValues(t, 9, n, "manager %d: the stock moved once", i)
 	}
+}
+
+func sized(db *sqlx.DB) *sqlx.DB {
+	db.SetMaxOpenConns(sqltest.Conns)
+	db.SetMaxIdleConns(sqltest.Conns)
+	return db
 }

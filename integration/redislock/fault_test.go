@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -162,18 +164,18 @@ func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	for _, tc := range []struct {
 		name  string
-		fault func(p *faulttest.Proxy)
+		fault func(p *netfault.Proxy)
 		// unknown: the struck write reached Redis and its answer was lost,
 		// the case only the idempotency key makes safe to retry.
 		unknown bool
 	}{
-		{"latency past the timeout", func(p *faulttest.Proxy) { p.Latency(400 * time.Millisecond) }, true},
-		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }, true},
+		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(400 * time.Millisecond) }, true},
+		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
+		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
+		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			var ss *strikeStore
 			m := newAudit(faultManager(t, faultClient(t, p.Addr()), func(s redislock.Store) redislock.Store {
 				ss = &strikeStore{Store: s}
@@ -214,14 +216,14 @@ func TestErrorsUnderFaultAreWrapped(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	for _, tc := range []struct {
 		name  string
-		fault func(p *faulttest.Proxy)
+		fault func(p *netfault.Proxy)
 	}{
-		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }},
-		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(0) }},
-		{"cut mid-reply", func(p *faulttest.Proxy) { p.CutAfterBytes(3) }},
+		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }},
+		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(0) }},
+		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, srv.Addr())
+			p := netfault.NewProxy(t, srv.Addr())
 			m := faultManager(t, faultClient(t, p.Addr()), nil)
 			sku := t.Name()
 			require.NoError(t, m.Init(ctx, sku, 5))
@@ -256,7 +258,7 @@ func TestErrorsUnderFaultAreWrapped(t *testing.T) {
 func TestDeadlineHonouredUnderBlackhole(t *testing.T) {
 	ctx := context.Background()
 	srv := faulttest.StartRedis(t)
-	p := faulttest.NewProxy(t, srv.Addr())
+	p := netfault.NewProxy(t, srv.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	var ss *strikeStore

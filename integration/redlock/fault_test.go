@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/netfault"
+
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -185,15 +187,15 @@ func TestNetworkFaults(t *testing.T) {
 	store := privateStore(t)
 	for _, tc := range []struct {
 		name  string
-		fault func(p *faulttest.Proxy)
+		fault func(p *netfault.Proxy)
 	}{
-		{"latency", func(p *faulttest.Proxy) { p.Latency(50 * time.Millisecond) }},
-		{"latency past the node timeout", func(p *faulttest.Proxy) { p.Latency(300 * time.Millisecond) }},
-		{"blackhole", func(p *faulttest.Proxy) { p.Blackhole() }},
-		{"connection reset", func(p *faulttest.Proxy) { p.ResetPeer(0) }},
+		{"latency", func(p *netfault.Proxy) { p.Latency(50 * time.Millisecond) }},
+		{"latency past the node timeout", func(p *netfault.Proxy) { p.Latency(300 * time.Millisecond) }},
+		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }},
+		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(0) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := faulttest.NewProxy(t, nodes[0].Addr())
+			p := netfault.NewProxy(t, nodes[0].Addr())
 			clients := []redis.UniversalClient{faultClient(t, p.Addr()), faultClient(t, nodes[1].Addr()), faultClient(t, nodes[2].Addr())}
 			m, err := redlock.New(clients, store, redlock.WithExpiry(faultExpiry), redlock.WithPrefix(testenv.Prefix()+":"))
 			require.NoError(t, err)
@@ -252,10 +254,10 @@ func TestPausedHolder(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			store := st.open(t)
 			direct := nodes(t)
-			var proxies []*faulttest.Proxy
+			var proxies []*netfault.Proxy
 			var cut []redis.UniversalClient
 			for _, c := range direct {
-				p := faulttest.NewProxy(t, c.(*redis.Client).Options().Addr)
+				p := netfault.NewProxy(t, c.(*redis.Client).Options().Addr)
 				proxies = append(proxies, p)
 				cut = append(cut, faultClient(t, p.Addr()))
 			}

@@ -1,0 +1,11 @@
+// Package sqldialect_test holds the tests of sqldialect that need the integration
+// module's dependencies (toxiproxy, SQLite): network faults and stalls.
+package sqldialect_test
+
+import (
+	"testing"
+
+	"github.com/stockkit/inventory/internal/faulttest"
+)
+
+func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
