@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 
+	_ "github.com/go-sql-driver/mysql" // registers "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 
@@ -16,22 +16,19 @@ import (
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// A shop on an embedded SQLite database: create the tables once, then sell.
+// A shop on MariaDB/MySQL: create the tables once, then sell. (Here the
+// tables are named for this run and dropped at the end.)
 func Example() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "shop")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sqlx.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+
-		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate")
+	db, err := sqlx.Open("mysql", "root@tcp(127.0.0.1:3306)/test")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
+	schema := sqlstore.Schema{Table: fmt.Sprintf("shop_%d", os.Getpid()), Ledger: fmt.Sprintf("shop_keys_%d", os.Getpid())}
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
 
-	store, err := sqlstore.New(db) // default names: tables stock and stock_ledger
+	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -40,7 +37,7 @@ func Example() {
 	}
 
 	var m inventory.StockManager
-	m, err = optimistic.New(db)
+	m, err = optimistic.New(db, optimistic.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
@@ -67,19 +67,17 @@ func Example_sql() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 	defer deleteKeys(client, "example-redislock-sql*")
-	dir, err := os.MkdirTemp("", "stock")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sqlx.Open("sqlite", "file:"+filepath.Join(dir, "stock.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	db, err := sqlx.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
+	// Tables named for this run, dropped at the end.
+	schema := sqlstore.Schema{Table: fmt.Sprintf("stock_%d", os.Getpid()), Ledger: fmt.Sprintf("stock_keys_%d", os.Getpid())}
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
 
 	ctx := context.Background()
-	store, err := sqlstore.New(db)
+	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}

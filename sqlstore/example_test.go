@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
@@ -17,17 +17,15 @@ import (
 // hold a SKU's lock.
 func Example() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "store")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sqlx.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=busy_timeout(5000)")
+	db, err := sqlx.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	s, err := sqlstore.New(db)
+	// Tables named for this run, dropped at the end.
+	schema := sqlstore.Schema{Table: fmt.Sprintf("store_%d", os.Getpid()), Ledger: fmt.Sprintf("store_keys_%d", os.Getpid())}
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)
 	}
