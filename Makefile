@@ -52,7 +52,7 @@ modules:
 	have="$$($(GO) list -m -f '{{.Dir}}' | xargs -n1 sh -c 'cd "$$0" && pwd -P' | sort)"; \
 	if [ "$$want" != "$$have" ]; then echo "MODULES ($(MODULES)) and go.work differ:"; echo "$$have"; exit 1; fi
 
-test: services overlay modules
+test: services overlay modules banned
 	set -e; for m in $(MODULES); do (cd $$m && $(GOTEST) -race -count=1 -timeout 25m $(PKG)); done
 	$(GOTEST) -count=1 -timeout 5m -run '$(NORACE_TESTS)' $(NORACE_PKGS)
 
