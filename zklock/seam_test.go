@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -54,4 +55,26 @@ func TestLockerConformance(t *testing.T) {
 			c.(*zk.Conn).Close()
 		},
 	})
+}
+
+// session connects to ZooKeeper at addr and waits for the session, closed
+// when t ends.
+func session(t *testing.T, addr string) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	conn, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return conn, events
+			}
+		case <-deadline:
+			t.Fatalf("no session with ZooKeeper at %s within 10s", addr)
+		}
+	}
 }
