@@ -1,11 +1,36 @@
 // Package lockmgr is the generic lock manager behind the lock strategies
-// (redislock, redlock, zklock): lock the SKU, read, check, write, unlock.
+// (redislock, redlock, zklock, sqllock): lock the SKU, read, check, write,
+// unlock.
 //
 // The write is a compare-and-set on what was read (a version or the stock
 // value itself), so a lock that lapses while its holder is paused (a GC
 // pause, a network stall) ends in a clean retry or [inventory.ErrContention],
 // never in an oversell. The strategies differ only in their [Locker]; where
 // the stock lives is the [Store] chosen at construction.
+//
+// # Writing a lock or a store
+//
+// The two interfaces below are the plug-in seams. A third party that writes
+// a new [Locker] (for a lock service this module does not know) or a new
+// [Store] (for a database it does not know) gets a complete
+// [inventory.StockManager] from [New], with validation, idempotency keys,
+// retries and the error contract of package inventory done here:
+//
+//	m := lockmgr.New(myLocker, sqlstoreOrMyStore)
+//	var _ inventory.StockManager = m
+//
+// Each method's doc says what it must return in which case, as a driver
+// contract. The public suites in package
+// [github.com/stockkit/inventory/lockmgr/lockmgrtest] check them:
+// RunLocker (exclusion across Lockers, a lapse reported, a lapsed lease's
+// Release refused, ctx honoured, byte-exact names) and RunStore (versions,
+// the atomic ledger, duplicates, byte-exact SKUs, MaxStock, ctx).
+// Run inventorytest.Run over the resulting Manager too.
+//
+// The Manager calls a Store only with valid SKUs (1..255 bytes of UTF-8,
+// no control characters), quantities already checked against 0..MaxStock,
+// and keys valid as SKUs are (1..MaxSKULen bytes), or "" for no key: a Store
+// need not validate again.
 package lockmgr
 
 import (
@@ -18,47 +43,97 @@ import (
 )
 
 // Store keeps stock rows and the idempotency ledger. redisstore.Store and
-// sqlstore.Store implement it.
+// sqlstore.Store implement it. A Store is used by many goroutines at once,
+// and by other processes on the same backend: every method must be safe
+// for concurrent use, and every guarantee below must hold across processes.
+//
+// Every method honours ctx: once ctx is done it returns an error wrapping
+// ctx.Err() (or the driver's timeout) within [inventory.DeadlineSlack] of
+// the deadline, even if the backend hangs. A method that returns an error
+// other than those named below must have written nothing, unless the
+// outcome is unknown (the backend may have applied a write whose reply was
+// lost); the Manager then reports the error and the caller's retry with the
+// same idempotency key settles it through the ledger. SKUs compare byte by
+// byte: no case folding, no trailing-space padding, no Unicode
+// normalisation (mind SQL collations).
 type Store interface {
-	// Init sets the stock of sku to qty, creating the SKU if absent.
+	// Init sets the stock of sku to qty, creating the SKU if absent, and
+	// moves its version on, so that a compare-and-set of an earlier Read
+	// fails. It leaves the ledger as it is. It returns only backend errors.
 	Init(ctx context.Context, sku string, qty int64) error
 
-	// Get returns the stock of sku; the error wraps inventory.ErrNotFound
-	// when sku is unknown.
+	// Get returns the committed stock of sku. It must return an error
+	// wrapping inventory.ErrNotFound, and no other sentinel, when sku was
+	// never initialised.
 	Get(ctx context.Context, sku string) (int64, error)
 
-	// Read returns the committed stock of sku and its version; the error
-	// wraps inventory.ErrNotFound when sku is unknown.
+	// Read returns the committed stock of sku and a version for
+	// CompareAndSet. The version must change whenever the stock changes
+	// (a counter, or the stock value itself where the write is a
+	// compare-and-set on the value: then equal stock may repeat a version,
+	// which is safe because the write's outcome is the same). It must
+	// return an error wrapping inventory.ErrNotFound when sku was never
+	// initialised.
 	Read(ctx context.Context, sku string) (stock, version int64, err error)
 
-	// Seen reports the remaining stock recorded for an unexpired ledger
-	// entry (sku, dir, key).
+	// Seen reports the remaining stock recorded in the ledger for an
+	// unexpired entry (sku, dir, key): found is false, with a nil error,
+	// when there is none. Entries of another SKU, direction or key (byte by
+	// byte) are not this one.
 	Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error)
 
 	// CompareAndSet sets the stock of sku to newStock if its version is
 	// still version and, when key != "", records (sku, dir, key) ->
-	// newStock in the ledger, all in one atomic step. ok is false when the
-	// version moved; nothing was written. When the key is already recorded
-	// nothing is written and the error wraps inventory.ErrDuplicate.
+	// newStock in the ledger, all in one atomic step: no reader, in this
+	// process or another, may see the stock written without the ledger
+	// entry or the reverse. It returns:
+	//   - ok true, nil: both were written.
+	//   - ok false, nil: the version moved; nothing was written.
+	//   - an error wrapping inventory.ErrDuplicate when key != "" and
+	//     (sku, dir, key) is already recorded; nothing was written. Of
+	//     concurrent calls with the same key, at most one may succeed.
+	//   - any other error: a backend failure; nothing was written, or the
+	//     outcome is unknown (see the type's doc).
+	// Of concurrent calls with the same version, at most one may succeed.
 	CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error)
 }
 
-// Locker takes a mutual-exclusion lock per name.
+// Locker takes a mutual-exclusion lock per name, across every Locker on the
+// same backend (one per process, or several in one process). It is used by
+// many goroutines at once and must be safe for concurrent use.
 type Locker interface {
-	// Acquire blocks until the lock on name is held, ctx is done (the error
-	// wraps ctx.Err()) or the Locker gave up (the error wraps
-	// inventory.ErrContention). name is a SKU, verbatim: any valid SKU
-	// bytes; each Locker encodes it safely for its own keyspace.
+	// Acquire blocks until the lock on name is held, and returns its Lease.
+	// Of all Leases on one name, across Lockers and processes, at most one
+	// may be held (not yet released, not lapsed) at any moment. It returns:
+	//   - an error wrapping ctx.Err() once ctx is done, within
+	//     [inventory.DeadlineSlack] of the deadline even if the backend
+	//     hangs; nothing is left held (a lock taken after the caller gave
+	//     up must be freed, or expire, without blocking the name forever).
+	//   - an error wrapping inventory.ErrContention when the Locker gives up
+	//     waiting by its own bound (an acquire timeout).
+	//   - any other error: the backend failed; no lock is held.
+	// name is a SKU, verbatim: any valid SKU bytes, compared byte by byte;
+	// each Locker encodes it safely for its own keyspace (a hash, base64).
 	Acquire(ctx context.Context, name string) (Lease, error)
 }
 
-// Lease is a held lock.
+// Lease is a held lock. A Lease is used by one goroutine (its holder) and
+// by the Locker's own renewal.
 type Lease interface {
-	// Lost is closed once the lock may no longer be held: renewal failed or
-	// the session expired.
+	// Lost returns a channel that is closed once the lock may no longer be
+	// held: renewal failed, the session or connection that held it ended,
+	// or its time ran out. It must be closed before another holder can take
+	// the lock, as far as the Locker can know; where it cannot know (a
+	// holder paused past its TTL), the Store's compare-and-set catches the
+	// late write. It is never closed by a successful Release alone.
 	Lost() <-chan struct{}
 
-	// Release stops renewal and frees the lock. It is called exactly once.
+	// Release stops renewal and frees the lock. The Manager calls it
+	// exactly once per Lease, even after Lost, with a ctx that outlives the
+	// caller's by a bounded time. It must never free a lock that is no
+	// longer this Lease's (one that lapsed and was taken by another): it
+	// then frees nothing and returns an error. A Release that fails leaves
+	// the lock to expire on its own.
 	Release(ctx context.Context) error
 }
 
