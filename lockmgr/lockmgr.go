@@ -58,8 +58,10 @@ import (
 // normalisation (mind SQL collations).
 type Store interface {
 	// Init sets the stock of sku to qty, creating the SKU if absent, and
-	// moves its version on, so that a compare-and-set of an earlier Read
-	// fails. It leaves the ledger as it is. It returns only backend errors.
+	// moves its version on as any write does (see Read), so that a
+	// compare-and-set of an earlier Read fails unless it would write over
+	// the same value. It leaves the ledger as it is. It returns only
+	// backend errors.
 	Init(ctx context.Context, sku string, qty int64) error
 
 	// Get returns the committed stock of sku. It must return an error
