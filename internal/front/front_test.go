@@ -82,3 +82,31 @@ func TestErrorsAreWrappedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(7), n)
 }
+
+// TestNoAllocation checks that the front adds no allocation to a call that
+// succeeds, beyond what inventory.ValidateMove itself costs (its collected
+// options escape through the Option funcs): luascript's hot path must not
+// pay for the front.
+func TestNoAllocation(t *testing.T) {
+	f := front.New("strat", &fake{})
+	ctx := context.Background()
+	key := inventory.WithKey("k")
+	opts := []inventory.Option{key}
+	validate := testing.AllocsPerRun(1000, func() {
+		if _, err := inventory.ValidateMove("shoe", 1, opts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	reduce := testing.AllocsPerRun(1000, func() {
+		if _, err := f.Reduce(ctx, "shoe", 1, opts...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	get := testing.AllocsPerRun(1000, func() {
+		if _, err := f.Get(ctx, "shoe"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Equal(t, validate, reduce, "Reduce allocates what ValidateMove does, no more")
+	require.Zero(t, get)
+}
