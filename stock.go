@@ -28,6 +28,16 @@
 //
 // Test every error with [errors.Is]: an error may carry both a sentinel of
 // this package and the backend's own cause, reachable with [errors.As].
+//
+// # Options
+//
+// Every constructor of this module (the strategies' New, the stores' New,
+// the lockers' NewLocker) takes variadic functional options, WithX(...),
+// under one rule: a nil option is ignored; an out-of-range value (such as
+// WithMaxAttempts(0), a zero or negative timeout, an empty prefix) makes the
+// constructor return an error wrapping [ErrInvalidArgument], before any
+// I/O; the last of two options that set the same thing wins. Leaving an
+// option out gives its default, which every option's documentation states.
 package inventory
 
 import (

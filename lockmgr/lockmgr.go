@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
 )
 
 // Store keeps stock rows and the idempotency ledger. redisstore.Store and
@@ -152,6 +153,7 @@ const releaseTimeout = 5 * time.Second
 // Manager is an [inventory.StockManager] that moves stock under a lock with
 // a conditional write. It is safe for concurrent use.
 type Manager struct {
+	f           front.Front // validates, checks ctx, wraps errors; calls *backend
 	locker      Locker
 	store       Store
 	maxAttempts int
@@ -161,64 +163,85 @@ type Manager struct {
 
 var _ inventory.StockManager = (*Manager)(nil)
 
-// Option configures a Manager.
-type Option func(*Manager)
+type config struct {
+	name        string
+	maxAttempts int
+}
+
+// Option configures a Manager. A nil Option is ignored.
+type Option func(*config)
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
 // its conditional write finds the stock moved (its lock had lapsed), before
-// it gives up with inventory.ErrContention. Values below 1 mean 1. The
-// default is [DefaultMaxAttempts].
+// it gives up with inventory.ErrContention. The default is
+// [DefaultMaxAttempts]. New has no error to return, so it treats values
+// below 1 as 1; the lock packages refuse them (see [inventory] "Options").
 func WithMaxAttempts(n int) Option {
-	return func(m *Manager) { m.maxAttempts = max(n, 1) }
+	return func(c *config) { c.maxAttempts = max(n, 1) }
+}
+
+// WithName sets the name that prefixes the Manager's errors, as in
+// `redislock: reduce "sku": ...`. The default is "lockmgr".
+func WithName(name string) Option {
+	return func(c *config) { c.name = name }
 }
 
 // New returns a Manager that locks with l and keeps stock in s.
 func New(l Locker, s Store, opts ...Option) *Manager {
-	m := &Manager{locker: l, store: s, maxAttempts: DefaultMaxAttempts}
+	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts}
 	for _, o := range opts {
-		o(m)
+		if o != nil {
+			o(&c)
+		}
 	}
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts}
+	m.f = front.New(c.name, (*backend)(m))
 	return m
 }
 
 // Init implements [inventory.StockManager]. It goes straight to the store.
 func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
-		return err
-	}
-	return m.store.Init(ctx, sku, qty)
+	return m.f.Init(ctx, sku, qty)
 }
 
 // Get implements [inventory.StockManager]. It goes straight to the store.
 func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	return m.store.Get(ctx, sku)
+	return m.f.Get(ctx, sku)
 }
 
 // Reduce implements [inventory.StockManager].
 func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
+	return m.f.Reduce(ctx, sku, qty, opts...)
 }
 
 // Return implements [inventory.StockManager].
 func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+	return m.f.Return(ctx, sku, qty, opts...)
 }
 
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
+// backend is the Manager seen by its front.
+type backend Manager
+
+// Init implements [front.Backend].
+func (b *backend) Init(ctx context.Context, sku string, qty int64) error {
+	return b.store.Init(ctx, sku, qty)
+}
+
+// Get implements [front.Backend].
+func (b *backend) Get(ctx context.Context, sku string) (int64, error) {
+	return b.store.Get(ctx, sku)
+}
+
+// Move implements [front.Backend]: it tries up to maxAttempts times.
+func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	m := (*Manager)(b)
 	for range m.maxAttempts {
-		rem, done, err := m.attempt(ctx, sku, qty, dir, o.Key)
+		rem, done, err := m.attempt(ctx, sku, qty, dir, key)
 		if done {
 			return rem, err
 		}
 	}
-	return 0, fmt.Errorf("%w: %s %q: the stock moved under the lock %d times", inventory.ErrContention, dir, sku, m.maxAttempts)
+	return 0, fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, m.maxAttempts)
 }
 
 // attempt locks sku, reads, checks and writes conditionally. done is false
@@ -227,7 +250,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, done bool, err error) {
 	lease, err := m.locker.Acquire(ctx, sku)
 	if err != nil {
-		return 0, true, fmt.Errorf("%s %q: lock: %w", dir, sku, err)
+		return 0, true, fmt.Errorf("lock: %w", err)
 	}
 	defer func() {
 		// The outcome stands whatever Release says: a lock it failed to
@@ -249,7 +272,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 
 	if key != "" {
 		if r, found, err := m.store.Seen(ctx, sku, dir, key); err != nil || found {
-			return r, true, duplicate(err, dir, sku, key)
+			return r, true, duplicate(err, key)
 		}
 	}
 	cur, version, err := m.store.Read(ctx, sku)
@@ -259,7 +282,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 	next := cur + qty
 	if dir == inventory.DirReduce {
 		if cur < qty {
-			return cur, true, fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
+			return cur, true, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, cur, qty)
 		}
 		next = cur - qty
 	} else if err := inventory.CheckReturn(cur, qty); err != nil {
@@ -268,7 +291,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 
 	select {
 	case <-lease.Lost():
-		return 0, true, fmt.Errorf("%w: %s %q: lock lost before the write", inventory.ErrContention, dir, sku)
+		return 0, true, fmt.Errorf("%w: lock lost before the write", inventory.ErrContention)
 	default:
 	}
 	if m.beforeWrite != nil {
@@ -283,7 +306,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 		if serr == nil && !found { // and the entry expired since: start over
 			return 0, false, nil
 		}
-		return r, true, duplicate(serr, dir, sku, key)
+		return r, true, duplicate(serr, key)
 	case err != nil:
 		return 0, true, err
 	case !ok:
@@ -293,9 +316,9 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 }
 
 // duplicate is the error of a Seen that found an entry, or failed with err.
-func duplicate(err error, dir inventory.Direction, sku, key string) error {
+func duplicate(err error, key string) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, key)
+	return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 }

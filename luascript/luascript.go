@@ -50,6 +50,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -61,33 +62,42 @@ var moveScript = redis.NewScript(moveLua)
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
 type Manager struct {
+	f      front.Front // validates, checks ctx, wraps errors; calls *backend
 	client redis.UniversalClient
-	prefix string
-	keyTTL time.Duration
+	config
 	caller *rediskeys.Caller // nil when the client never sends a command again
-
-	replicas       int
-	replicaTimeout time.Duration
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
 
-// Option configures a Manager.
-type Option func(*Manager)
+type config struct {
+	prefix         string
+	keyTTL         time.Duration
+	replicas       int
+	replicaTimeout time.Duration
+	replicasSet    bool // WithReplicas was given
+}
+
+// Option configures a Manager. Options follow the rule of the root package
+// (see [inventory] "Options"): a nil Option is ignored, and an out-of-range
+// value makes [New] fail with an error wrapping
+// [inventory.ErrInvalidArgument].
+type Option func(*config)
 
 // WithPrefix sets the prefix of every key the Manager writes. It must be 1
 // to 64 bytes of UTF-8 without braces or control characters. The default is
 // "inv", giving keys such as inv{3f2a...}:s:SKU.
-func WithPrefix(p string) Option { return func(m *Manager) { m.prefix = p } }
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithKeyTTL sets how long idempotency keys are kept; at least one
 // millisecond. The default is [inventory.DefaultKeyTTL], 24 hours.
-func WithKeyTTL(d time.Duration) Option { return func(m *Manager) { m.keyTTL = d } }
+func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.keyTTL = d } }
 
 // WithReplicas makes every write (Init, and a Reduce or Return that moved
 // stock or found its key) wait until n replicas have it, with WAIT n timeout
 // on the same connection, before it is acknowledged. n must be at least 1
-// and timeout at least a millisecond. When fewer than n replicas
+// and timeout at least a millisecond (WithReplicas(0, ...) is out of
+// range too: leave the option out for no waiting). When fewer than n replicas
 // acknowledge within timeout the call returns an error wrapping neither
 // sentinel: Redis applied the move, but whether it survives a failover is
 // unknown; retry it with the same idempotency key, which returns
@@ -95,7 +105,7 @@ func WithKeyTTL(d time.Duration) Option { return func(m *Manager) { m.keyTTL = d
 // default is no waiting. WAIT makes a failover lose nothing acknowledged only
 // if failover picks a replica that has the write; it does not fsync.
 func WithReplicas(n int, timeout time.Duration) Option {
-	return func(m *Manager) { m.replicas, m.replicaTimeout = n, timeout }
+	return func(c *config) { c.replicas, c.replicaTimeout, c.replicasSet = n, timeout, true }
 }
 
 // New returns a Manager that keeps stock in client. The caller owns client
@@ -104,37 +114,58 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: luascript: nil Redis client", inventory.ErrInvalidArgument)
 	}
-	m := &Manager{client: client, prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
+	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
 	for _, o := range opts {
-		o(m)
+		if o != nil {
+			o(&c)
+		}
 	}
-	if err := rediskeys.ValidatePrefix(m.prefix); err != nil {
+	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
 		return nil, fmt.Errorf("luascript: %w", err)
 	}
-	if m.keyTTL < time.Millisecond {
-		return nil, fmt.Errorf("%w: luascript: key TTL %v is under 1ms", inventory.ErrInvalidArgument, m.keyTTL)
+	if c.keyTTL < time.Millisecond {
+		return nil, fmt.Errorf("%w: luascript: key TTL %v is under 1ms", inventory.ErrInvalidArgument, c.keyTTL)
 	}
-	if m.replicas < 0 || m.replicas > 0 && m.replicaTimeout < time.Millisecond {
+	if c.replicasSet && (c.replicas < 1 || c.replicaTimeout < time.Millisecond) {
 		return nil, fmt.Errorf("%w: luascript: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
-			inventory.ErrInvalidArgument, m.replicas, m.replicaTimeout)
+			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
 	}
+	m := &Manager{client: client, config: c}
 	if rediskeys.Resends(client) {
 		m.caller = rediskeys.NewCaller()
 	}
+	m.f = front.New("luascript", (*backend)(m))
 	return m, nil
 }
 
+// backend is the Manager seen by its front.
+type backend Manager
+
 // Init implements [inventory.StockManager].
 func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
-		return err
-	}
+	return m.f.Init(ctx, sku, qty)
+}
+
+// Get implements [inventory.StockManager].
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	return m.f.Get(ctx, sku)
+}
+
+// Reduce implements [inventory.StockManager].
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.f.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return implements [inventory.StockManager].
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.f.Return(ctx, sku, qty, opts...)
+}
+
+// Init implements [front.Backend].
+func (m *backend) Init(ctx context.Context, sku string, qty int64) error {
 	key := rediskeys.Stock(m.prefix, sku)
 	if m.replicas == 0 {
-		if err := m.client.Set(ctx, key, qty, 0).Err(); err != nil {
-			return fmt.Errorf("luascript: init %q: %w", sku, err)
-		}
-		return nil
+		return m.client.Set(ctx, key, qty, 0).Err()
 	}
 	var set *redis.StatusCmd
 	acked, err := rediskeys.Replicated(ctx, m.client, key, m.replicas, m.replicaTimeout, func(p redis.Pipeliner) {
@@ -147,47 +178,28 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 		err = fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
 			rediskeys.ErrReplicas, acked, m.replicas, m.replicaTimeout)
 	}
-	if err != nil {
-		return fmt.Errorf("luascript: init %q: %w", sku, err)
-	}
-	return nil
+	return err
 }
 
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
-		return 0, err
-	}
+// Get implements [front.Backend].
+func (m *backend) Get(ctx context.Context, sku string) (int64, error) {
 	n, err := m.client.Get(ctx, rediskeys.Stock(m.prefix, sku)).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return 0, fmt.Errorf("%w: %q", inventory.ErrNotFound, sku)
+		return 0, inventory.ErrNotFound
 	case err != nil:
-		return 0, fmt.Errorf("luascript: get %q: %w", sku, err)
+		return 0, err
 	}
 	return n, nil
 }
 
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
-}
-
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
+// Move implements [front.Backend].
+func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	keys := []string{rediskeys.Stock(m.prefix, sku)}
 	mode, arg := "none", ""
 	switch {
-	case o.Key != "":
-		keys = append(keys, rediskeys.Key(m.prefix, sku, dir, o.Key))
+	case key != "":
+		keys = append(keys, rediskeys.Key(m.prefix, sku, dir, key))
 		mode = "key"
 		if m.caller != nil {
 			arg = m.caller.Token(sku)
@@ -198,34 +210,34 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	}
 	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
 		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
-	res, acked, err := m.run(ctx, keys, args)
+	res, acked, err := (*Manager)(m).run(ctx, keys, args)
 	if err != nil {
-		return 0, fmt.Errorf("luascript: %s %q: %w", dir, sku, err)
+		return 0, err
 	}
 	status, n, err := parseReply(res)
 	if err != nil {
-		return 0, fmt.Errorf("luascript: %s %q: %w", dir, sku, err)
+		return 0, err
 	}
 	if (status == "ok" || status == "dup") && acked < int64(m.replicas) {
-		return n, fmt.Errorf("luascript: %s %q: %w: %d of %d within %v; the move is on the primary, whether it survives a failover is unknown (retry with the same key)",
-			dir, sku, rediskeys.ErrReplicas, acked, m.replicas, m.replicaTimeout)
+		return n, fmt.Errorf("%w: %d of %d within %v; the move is on the primary, whether it survives a failover is unknown (retry with the same key)",
+			rediskeys.ErrReplicas, acked, m.replicas, m.replicaTimeout)
 	}
 	switch status {
 	case "ok":
 		return n, nil
 	case "stale":
-		return 0, fmt.Errorf("luascript: %s %q: refused: the call reached Redis after a call of this Manager on its SKU %d calls later, so whether an earlier copy of it took effect is unknown (retry with WithKey)",
-			dir, sku, rediskeys.WindowSize)
+		return 0, fmt.Errorf("refused: the call reached Redis after a call of this Manager on its SKU %d calls later, so whether an earlier copy of it took effect is unknown (retry with WithKey)",
+			rediskeys.WindowSize)
 	case "dup":
-		return n, fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, o.Key)
+		return n, fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 	case "notfound":
-		return 0, fmt.Errorf("%w: %q", inventory.ErrNotFound, sku)
+		return 0, inventory.ErrNotFound
 	case "insufficient":
-		return n, fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, n, qty)
+		return n, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, n, qty)
 	case "overflow":
 		return n, inventory.CheckReturn(n, qty)
 	}
-	return 0, fmt.Errorf("luascript: %s %q: unknown script status %q", dir, sku, status)
+	return 0, fmt.Errorf("unknown script status %q", status)
 }
 
 // run runs the script, then, WithReplicas, waits for the replicas on the

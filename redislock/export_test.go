@@ -1,18 +1,6 @@
 package redislock
 
-import (
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/stockkit/inventory/lockmgr"
-)
-
-// NewLocker returns the Locker a Manager made with opts would use.
-func NewLocker(client redis.UniversalClient, opts ...Option) (lockmgr.Locker, error) {
-	l, _, err := newLocker(client, opts)
-	return l, err
-}
+import "time"
 
 // WithMaxWait sets how long a waiter waits for a release message before it
 // tries again regardless: the safety net. A test that sets it long proves

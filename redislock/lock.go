@@ -55,25 +55,17 @@ type locker struct {
 	acquireTimeout time.Duration
 	maxWait        time.Duration // the constant maxWait, unless a test says otherwise
 
-	mu     sync.Mutex
-	queues map[string]*queue
+	// queue admits one in-process holder of a name at a time, in arrival
+	// order, so only one goroutine per process contends for the Redis lock;
+	// a holder that releases while others wait hands them the lock it
+	// holds, saving the round trips of a release and a new acquire.
+	queue *lockmgr.Queue[*lease]
 }
 
 // maxHandoffs bounds how many times in a row a held lock passes straight
 // to the next waiter of the same process, so that other processes get
 // their turn.
 const maxHandoffs = 16
-
-// A queue admits one in-process holder of a name at a time, in arrival
-// order, so only one goroutine per process contends for the Redis lock. A
-// holder that releases while others wait hands them the lock it holds,
-// saving the round trips of a release and a new acquire.
-type queue struct {
-	name    string
-	sem     chan struct{} // holds a token while this process holds or takes the lock
-	handoff chan *lease   // passes a held lock (and the token) to the next waiter
-	refs    int           // goroutines holding or waiting, guarded by locker.mu
-}
 
 // Acquire implements [lockmgr.Locker].
 func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
@@ -82,55 +74,23 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, l.acquireTimeout, errAcquireTimeout)
 	defer cancel()
-	q, le, err := l.enter(ctx, name)
+	turn, le, handed, err := l.queue.Enter(ctx, name)
 	switch {
 	case err != nil:
-		return nil, err
-	case le != nil:
+		return nil, l.waitErr(ctx, name, err)
+	case handed:
+		le.turn = turn
 		return le, nil
 	}
 	if le, err = l.obtain(ctx, name); err != nil {
-		<-q.sem
-		l.leave(q)
+		turn.Leave(ctx)
 		return nil, err
 	}
-	le.q = q
+	le.turn = turn
 	le.mu.Lock()
 	le.timer = time.AfterFunc(l.ttl/3, le.renew)
 	le.mu.Unlock()
 	return le, nil
-}
-
-// enter waits for its turn in name's in-process queue. It returns the lease
-// when a holder handed it over; otherwise the caller is to take the Redis
-// lock.
-func (l *locker) enter(ctx context.Context, name string) (*queue, *lease, error) {
-	l.mu.Lock()
-	q := l.queues[name]
-	if q == nil {
-		q = &queue{name: name, sem: make(chan struct{}, 1), handoff: make(chan *lease)}
-		l.queues[name] = q
-	}
-	q.refs++
-	l.mu.Unlock()
-	select {
-	case q.sem <- struct{}{}:
-		return q, nil, nil
-	case le := <-q.handoff:
-		return q, le, nil
-	case <-ctx.Done():
-		l.leave(q)
-		return nil, nil, l.waitErr(ctx, name, ctx.Err())
-	}
-}
-
-// leave drops a goroutine from q.
-func (l *locker) leave(q *queue) {
-	l.mu.Lock()
-	if q.refs--; q.refs == 0 {
-		delete(l.queues, q.name)
-	}
-	l.mu.Unlock()
 }
 
 // obtain takes the Redis lock on name, waiting for its holder to release it.
@@ -212,9 +172,8 @@ func (l *locker) waitErr(ctx context.Context, name string, err error) error {
 type lease struct {
 	l          *locker
 	key, token string
-	q          *queue        // the in-process queue
-	handoffs   int           // times handed over in a row
-	lost       chan struct{} // closed when the lock may be gone
+	turn       *lockmgr.Turn[*lease] // this holder's place in the in-process queue
+	lost       chan struct{}         // closed when the lock may be gone
 
 	mu      sync.Mutex  // held while renewing
 	timer   *time.Timer // runs renew
@@ -251,28 +210,23 @@ func (le *lease) renew() {
 
 // Release implements [lockmgr.Lease]. If another goroutine of this
 // process waits for the lock, and the lease is neither lost nor handed over
-// maxHandoffs times in a row, it passes to that goroutine still held.
+// maxHandoffs times in a row, it passes to that goroutine still held (the
+// receiver's Acquire sets turn before anyone else sees the lease).
 // Otherwise Release stops renewal, frees the lock if it is still this
 // lease's, and lets the next in-process waiter take it anew.
 func (le *lease) Release(ctx context.Context) error {
-	defer le.l.leave(le.q)
-	if le.handoffs < maxHandoffs {
-		le.handoffs++
-		select {
-		case <-le.lost:
-		default:
-			select {
-			case le.q.handoff <- le:
-				return nil
-			default:
-			}
+	select {
+	case <-le.lost:
+	default:
+		if le.turn.HandOver(le) {
+			return nil
 		}
 	}
 	le.mu.Lock() // waits for a renewal under way
 	le.stopped = true
 	le.timer.Stop()
 	le.mu.Unlock()
-	defer func() { <-le.q.sem }()
+	defer le.turn.Leave(ctx)
 	return le.free(ctx)
 }
 

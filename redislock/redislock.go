@@ -45,7 +45,6 @@
 package redislock
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -71,21 +70,21 @@ const (
 
 // Manager is an [inventory.StockManager] that locks each SKU in Redis while
 // it reads and writes the stock in its Store. It is safe for concurrent use.
-type Manager struct {
-	m *lockmgr.Manager
-}
-
-var _ inventory.StockManager = (*Manager)(nil)
+// It is the generic [lockmgr.Manager] over this package's lock.
+type Manager = lockmgr.Manager
 
 type config struct {
 	prefix         string
 	ttl            time.Duration
 	acquireTimeout time.Duration
 	maxWait        time.Duration
-	mgrOpts        []lockmgr.Option
+	maxAttempts    int
 }
 
-// Option configures a Manager.
+// Option configures a Manager or a Locker. Options follow the rule of the
+// root package (see [inventory] "Options"): a nil Option is ignored, and an
+// out-of-range value makes [New] and [NewLocker] fail with an error
+// wrapping [inventory.ErrInvalidArgument].
 type Option func(*config)
 
 // WithPrefix sets the prefix of the lock keys. It must be 1 to 64 bytes of
@@ -105,13 +104,12 @@ func WithAcquireTimeout(d time.Duration) Option { return func(c *config) { c.acq
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
 // its write finds the stock moved (its lock had lapsed) before it fails with
-// [inventory.ErrContention]. Values below 1 mean 1. The default is 3.
-func WithMaxAttempts(n int) Option {
-	return func(c *config) { c.mgrOpts = append(c.mgrOpts, lockmgr.WithMaxAttempts(n)) }
-}
+// [inventory.ErrContention]. It must be at least 1. The default is
+// [lockmgr.DefaultMaxAttempts], 3. A Locker ignores it.
+func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
 
 // New returns a Manager that locks in client and keeps stock in store. The
-// caller owns both and closes them.
+// caller owns both and closes them. New does no I/O.
 func New(client redis.UniversalClient, store Store, opts ...Option) (*Manager, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: redislock: nil store", inventory.ErrInvalidArgument)
@@ -120,13 +118,26 @@ func New(client redis.UniversalClient, store Store, opts ...Option) (*Manager, e
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{m: lockmgr.New(l, store, c.mgrOpts...)}, nil
+	return lockmgr.New(l, store, lockmgr.WithName("redislock"), lockmgr.WithMaxAttempts(c.maxAttempts)), nil
+}
+
+// NewLocker returns the lock a Manager made with opts uses, to use on its
+// own: a SET NX PX lock per name, with renewal, in-process queueing and
+// hand-over as the package documentation describes. It does no I/O.
+func NewLocker(client redis.UniversalClient, opts ...Option) (lockmgr.Locker, error) {
+	l, _, err := newLocker(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 func newLocker(client redis.UniversalClient, opts []Option) (*locker, config, error) {
-	c := config{prefix: rediskeys.DefaultPrefix, ttl: DefaultTTL, acquireTimeout: DefaultAcquireTimeout, maxWait: maxWait}
+	c := config{prefix: rediskeys.DefaultPrefix, ttl: DefaultTTL, acquireTimeout: DefaultAcquireTimeout, maxWait: maxWait, maxAttempts: lockmgr.DefaultMaxAttempts}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	switch err := rediskeys.ValidatePrefix(c.prefix); {
 	case client == nil:
@@ -137,28 +148,11 @@ func newLocker(client redis.UniversalClient, opts []Option) (*locker, config, er
 		return nil, c, fmt.Errorf("%w: redislock: lock TTL %v is under 30ms", inventory.ErrInvalidArgument, c.ttl)
 	case c.acquireTimeout <= 0:
 		return nil, c, fmt.Errorf("%w: redislock: acquire timeout %v is not positive", inventory.ErrInvalidArgument, c.acquireTimeout)
+	case c.maxAttempts < 1:
+		return nil, c, fmt.Errorf("%w: redislock: max attempts %d is below 1", inventory.ErrInvalidArgument, c.maxAttempts)
+	case c.maxWait <= 0:
+		return nil, c, fmt.Errorf("%w: redislock: max wait %v is not positive", inventory.ErrInvalidArgument, c.maxWait)
 	}
-	return &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait, queues: map[string]*queue{}}, c, nil
-}
-
-// Init implements [inventory.StockManager]. It writes to the store without
-// locking.
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.m.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager]. It reads the store without
-// locking.
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.m.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.m.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.m.Return(ctx, sku, qty, opts...)
+	return &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait,
+		queue: lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs})}, c, nil
 }

@@ -52,35 +52,43 @@ var casScript = redis.NewScript(casLua)
 // Store keeps stock in Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
-	prefix string
-	keyTTL time.Duration
+	config
 	caller *rediskeys.Caller // nil when the client never sends a command again
-
-	replicas       int
-	replicaTimeout time.Duration
 }
 
-// Option configures a Store.
-type Option func(*Store)
+type config struct {
+	prefix         string
+	keyTTL         time.Duration
+	replicas       int
+	replicaTimeout time.Duration
+	replicasSet    bool // WithReplicas was given
+}
+
+// Option configures a Store. Options follow the rule of the root package
+// (see [inventory] "Options"): a nil Option is ignored, and an out-of-range
+// value makes [New] fail with an error wrapping
+// [inventory.ErrInvalidArgument].
+type Option func(*config)
 
 // WithPrefix sets the prefix of every key the Store reads and writes. It
 // must be 1 to 64 bytes of UTF-8 without braces or control characters. The
 // default is "inv", as for luascript, giving keys such as inv{3f2a...}:s:SKU.
-func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithKeyTTL sets how long idempotency keys are kept; at least one
 // millisecond. The default is [inventory.DefaultKeyTTL], 24 hours.
-func WithKeyTTL(d time.Duration) Option { return func(s *Store) { s.keyTTL = d } }
+func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.keyTTL = d } }
 
 // WithReplicas makes every write (Init, and a CompareAndSet that wrote or
 // found its key) wait until n replicas have it, with WAIT n timeout on the
 // same connection, before it is acknowledged. n must be at least 1 and
-// timeout at least a millisecond. When fewer than n replicas acknowledge
+// timeout at least a millisecond (WithReplicas(0, ...) is out of range
+// too: leave the option out for no waiting). When fewer than n replicas acknowledge
 // within timeout the call returns an error wrapping no sentinel: Redis
 // applied the write, but whether it survives a failover is unknown; a retry
 // with the same idempotency key is safe. The default is no waiting.
 func WithReplicas(n int, timeout time.Duration) Option {
-	return func(s *Store) { s.replicas, s.replicaTimeout = n, timeout }
+	return func(c *config) { c.replicas, c.replicaTimeout, c.replicasSet = n, timeout, true }
 }
 
 // New returns a Store over client. The caller owns client and closes it.
@@ -88,20 +96,23 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil Redis client", inventory.ErrInvalidArgument)
 	}
-	s := &Store{client: client, prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
+	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(&c)
+		}
 	}
-	if err := rediskeys.ValidatePrefix(s.prefix); err != nil {
+	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	if s.keyTTL < time.Millisecond {
-		return nil, fmt.Errorf("%w: redisstore: key TTL %v is under 1ms", inventory.ErrInvalidArgument, s.keyTTL)
+	if c.keyTTL < time.Millisecond {
+		return nil, fmt.Errorf("%w: redisstore: key TTL %v is under 1ms", inventory.ErrInvalidArgument, c.keyTTL)
 	}
-	if s.replicas < 0 || s.replicas > 0 && s.replicaTimeout < time.Millisecond {
+	if c.replicasSet && (c.replicas < 1 || c.replicaTimeout < time.Millisecond) {
 		return nil, fmt.Errorf("%w: redisstore: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
-			inventory.ErrInvalidArgument, s.replicas, s.replicaTimeout)
+			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
 	}
+	s := &Store{client: client, config: c}
 	if rediskeys.Resends(client) {
 		s.caller = rediskeys.NewCaller()
 	}

@@ -48,7 +48,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -77,14 +76,14 @@ const MinNodes = 3
 type Store = lockmgr.Store
 
 // Manager is an [inventory.StockManager] that moves stock under a Redlock.
-// It is safe for concurrent use.
-type Manager struct {
-	m *lockmgr.Manager
-}
+// It is safe for concurrent use. It is the generic [lockmgr.Manager] over
+// this package's lock.
+type Manager = lockmgr.Manager
 
-var _ inventory.StockManager = (*Manager)(nil)
-
-// Option configures a Manager.
+// Option configures a Manager or a Locker. Options follow the rule of the
+// root package (see [inventory] "Options"): a nil Option is ignored, and an
+// out-of-range value makes [New] and [NewLocker] fail with an error
+// wrapping [inventory.ErrInvalidArgument].
 type Option func(*config)
 
 type config struct {
@@ -93,7 +92,7 @@ type config struct {
 	acquireTimeout     time.Duration
 	minDelay, maxDelay time.Duration
 	redsyncOpts        []redsync.Option
-	mgrOpts            []lockmgr.Option
+	maxAttempts        int
 	err                error
 }
 
@@ -158,14 +157,14 @@ func WithRetryDelay(lo, hi time.Duration) Option {
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
 // its conditional write finds that the stock moved (its lock had lapsed),
-// before it gives up with [inventory.ErrContention]. The default is
-// [lockmgr.DefaultMaxAttempts], 3.
+// before it gives up with [inventory.ErrContention]. It must be at least 1.
+// The default is [lockmgr.DefaultMaxAttempts], 3. A Locker ignores it.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) {
 		if n < 1 {
 			c.refuse("max attempts %d is below 1", n)
 		}
-		c.mgrOpts = append(c.mgrOpts, lockmgr.WithMaxAttempts(n))
+		c.maxAttempts = n
 	}
 }
 
@@ -174,7 +173,7 @@ func WithMaxAttempts(n int) Option {
 // [WithExpiry], and redsync.WithSetNXOnExtend; redsync.WithFailFast(true) for
 // unlocking only), or add others such as redsync.WithDriftFactor or
 // redsync.WithTimeoutFactor. Retries are this package's (see
-// [WithRetryDelay]); redsync.WithTries has no effect.
+// [WithRetryDelay]); redsync.WithTries has no effect. The default is none.
 func WithRedsyncOptions(opts ...redsync.Option) Option {
 	return func(c *config) { c.redsyncOpts = append(c.redsyncOpts, opts...) }
 }
@@ -186,38 +185,25 @@ func WithRedsyncOptions(opts ...redsync.Option) Option {
 // New does no I/O. An invalid argument or option gives an error wrapping
 // [inventory.ErrInvalidArgument].
 func New(clients []redis.UniversalClient, store Store, opts ...Option) (*Manager, error) {
-	l, mgrOpts, err := newLocker(clients, opts)
+	l, err := newLocker(clients, opts)
 	if err != nil {
 		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: redlock: nil store", inventory.ErrInvalidArgument)
 	}
-	return &Manager{m: lockmgr.New(l, store, mgrOpts...)}, nil
+	return lockmgr.New(l, store, lockmgr.WithName("redlock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts)), nil
 }
 
-// Init sets the stock of sku to qty, creating it if absent. It goes straight
-// to the store, without a lock. See [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.m.Init(ctx, sku, qty)
-}
-
-// Get returns the stock of sku, straight from the store. See
-// [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.m.Get(ctx, sku)
-}
-
-// Reduce takes qty units of sku under the SKU's lock. See
-// [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.m.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return gives qty units of sku back under the SKU's lock. See
-// [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.m.Return(ctx, sku, qty, opts...)
+// NewLocker returns the lock a Manager with these arguments uses, to use on
+// its own: a Redlock per name, extended while held, with in-process
+// queueing as the package documentation describes. It does no I/O.
+func NewLocker(clients []redis.UniversalClient, opts ...Option) (lockmgr.Locker, error) {
+	l, err := newLocker(clients, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // locker takes Redlocks; it is the [lockmgr.Locker] of a Manager.
@@ -227,18 +213,19 @@ type locker struct {
 	cfg     config
 	mutexes []redsync.Option // to lock and extend
 	unlocks []redsync.Option // to unlock, but for the token
-	queues  queues
+	queue   *lockmgr.Queue[*lease]
 }
 
 var _ lockmgr.Locker = (*locker)(nil)
 
-func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, []lockmgr.Option, error) {
+func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, error) {
 	cfg := config{
 		prefix:         DefaultPrefix,
 		expiry:         DefaultExpiry,
 		acquireTimeout: DefaultAcquireTimeout,
 		minDelay:       DefaultMinRetryDelay,
 		maxDelay:       DefaultMaxRetryDelay,
+		maxAttempts:    lockmgr.DefaultMaxAttempts,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -246,15 +233,15 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, []lockm
 		}
 	}
 	if cfg.err != nil {
-		return nil, nil, cfg.err
+		return nil, cfg.err
 	}
 	if len(clients) < MinNodes {
-		return nil, nil, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)
+		return nil, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)
 	}
 	pools := make([]redsyncredis.Pool, len(clients))
 	for i, c := range clients {
 		if c == nil {
-			return nil, nil, fmt.Errorf("%w: redlock: Redis client %d is nil", inventory.ErrInvalidArgument, i)
+			return nil, fmt.Errorf("%w: redlock: Redis client %d is nil", inventory.ErrInvalidArgument, i)
 		}
 		pools[i] = goredis.NewPool(c)
 	}
@@ -270,9 +257,9 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, []lockm
 		cfg:     cfg,
 		mutexes: slices.Concat(base, cfg.redsyncOpts),
 		unlocks: slices.Concat(base, []redsync.Option{redsync.WithFailFast(true)}, cfg.redsyncOpts),
+		queue:   lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1}),
 	}
-	l.queues.m = map[string]*queue{}
-	return l, cfg.mgrOpts, nil
+	return l, nil
 }
 
 // Acquire takes the lock on name: it waits for its turn among this
@@ -285,7 +272,7 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 	}
 	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
 	defer cancel()
-	leave, err := l.queues.enter(actx, name)
+	turn, _, _, err := l.queue.Enter(actx, name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
@@ -294,10 +281,10 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 	}
 	le, err := l.lock(ctx, actx, name)
 	if err != nil {
-		leave()
+		turn.Leave(ctx)
 		return nil, err
 	}
-	le.leave = leave
+	le.turn = turn
 	return le, nil
 }
 
@@ -383,55 +370,14 @@ func taken(err error) bool {
 	return errors.As(err, &all) || errors.As(err, &one) || errors.Is(err, redsync.ErrFailed)
 }
 
-// queues line up the callers of one process per name.
-type queues struct {
-	mu sync.Mutex
-	m  map[string]*queue
-}
-
-// queue is the line for one name: its token is taken by the caller whose
-// turn it is. Go serves blocked senders in arrival order.
-type queue struct {
-	token   chan struct{}
-	callers int // in line or holding the token, guarded by queues.mu
-}
-
-// enter waits for the caller's turn on name. It returns the function that
-// ends the turn, or ctx.Err().
-func (qs *queues) enter(ctx context.Context, name string) (leave func(), err error) {
-	qs.mu.Lock()
-	q := qs.m[name]
-	if q == nil {
-		q = &queue{token: make(chan struct{}, 1)}
-		qs.m[name] = q
-	}
-	q.callers++
-	qs.mu.Unlock()
-	select {
-	case q.token <- struct{}{}:
-		return func() { <-q.token; qs.exit(name, q) }, nil
-	case <-ctx.Done():
-		qs.exit(name, q)
-		return nil, ctx.Err()
-	}
-}
-
-func (qs *queues) exit(name string, q *queue) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if q.callers--; q.callers == 0 {
-		delete(qs.m, name)
-	}
-}
-
 // lease is a held Redlock, extended by a goroutine until released.
 type lease struct {
-	mu    *redsync.Mutex // holds and extends the lock
-	unmu  *redsync.Mutex // the same lock and token, unlocking in fail-fast mode
-	lost  chan struct{}  // closed when an extension failed
-	stop  chan struct{}  // closed by Release
-	done  chan struct{}  // closed when the extension goroutine has returned
-	leave func()         // ends the caller's turn in its process's queue
+	mu   *redsync.Mutex        // holds and extends the lock
+	unmu *redsync.Mutex        // the same lock and token, unlocking in fail-fast mode
+	lost chan struct{}         // closed when an extension failed
+	stop chan struct{}         // closed by Release
+	done chan struct{}         // closed when the extension goroutine has returned
+	turn *lockmgr.Turn[*lease] // the caller's place in its process's queue
 }
 
 func newLease(mu, unmu *redsync.Mutex, expiry time.Duration) *lease {
@@ -475,7 +421,7 @@ func (l *lease) Release(ctx context.Context) error {
 	close(l.stop)
 	<-l.done
 	ok, err := l.unmu.UnlockContext(context.WithoutCancel(ctx))
-	l.leave()
+	l.turn.Leave(ctx)
 	if !ok {
 		if err == nil {
 			err = redsync.ErrLockAlreadyExpired

@@ -50,6 +50,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -61,6 +62,7 @@ const DefaultLockTimeout = 5 * time.Second
 // Manager implements [inventory.StockManager] with a row lock per call. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
+	f    front.Front // validates, checks ctx, wraps errors; calls *backend
 	t    *sqldialect.Tables
 	wait time.Duration
 
@@ -77,7 +79,9 @@ type config struct {
 	wait   time.Duration
 }
 
-// Option configures [New].
+// Option configures [New]. Options follow the rule of the root package
+// (see [inventory] "Options"): a nil Option is ignored, and an out-of-range
+// value makes New fail with an error wrapping [inventory.ErrInvalidArgument].
 type Option func(*config)
 
 // WithSchema names the tables and columns; see [sqlstore.Schema]. The
@@ -112,44 +116,50 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{t: t, wait: c.wait}, nil
+	m := &Manager{t: t, wait: c.wait}
+	m.f = front.New("rowlock", (*backend)(m))
+	return m, nil
 }
 
 // Init implements [inventory.StockManager].
 func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
-		return err
-	}
-	return m.t.Init(ctx, sku, qty)
+	return m.f.Init(ctx, sku, qty)
 }
 
 // Get implements [inventory.StockManager].
 func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	return m.t.Get(ctx, sku)
+	return m.f.Get(ctx, sku)
 }
 
 // Reduce implements [inventory.StockManager].
 func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
+	return m.f.Reduce(ctx, sku, qty, opts...)
 }
 
 // Return implements [inventory.StockManager].
 func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+	return m.f.Return(ctx, sku, qty, opts...)
 }
 
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, m.t.Err(ctx, string(dir), err)
-	}
-	key := o.Key
+// backend is the Manager seen by its front.
+type backend Manager
+
+// Init implements [front.Backend].
+func (b *backend) Init(ctx context.Context, sku string, qty int64) error {
+	return b.t.Init(ctx, sku, qty)
+}
+
+// Get implements [front.Backend].
+func (b *backend) Get(ctx context.Context, sku string) (int64, error) {
+	return b.t.Get(ctx, sku)
+}
+
+// Move implements [front.Backend].
+func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	return (*Manager)(b).move(ctx, sku, qty, dir, key)
+}
+
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
 		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
 		switch {

@@ -63,7 +63,9 @@ type config struct {
 	ttl    time.Duration
 }
 
-// Option configures [New].
+// Option configures [New]. Options follow the rule of the root package
+// (see [inventory] "Options"): a nil Option is ignored, and an out-of-range
+// value makes New fail with an error wrapping [inventory.ErrInvalidArgument].
 type Option func(*config)
 
 // WithSchema names the tables and columns. The default is the zero Schema:

@@ -1,0 +1,112 @@
+package front_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fake counts the calls that reach it and fails with err.
+type fake struct {
+	calls int
+	key   string
+	err   error
+}
+
+func (f *fake) Init(context.Context, string, int64) error { f.calls++; return f.err }
+func (f *fake) Get(context.Context, string) (int64, error) {
+	f.calls++
+	return 7, f.err
+}
+func (f *fake) Move(_ context.Context, _ string, _ int64, _ inventory.Direction, key string) (int64, error) {
+	f.calls++
+	f.key = key
+	return 3, f.err
+}
+
+func TestBadInputNeverReachesTheBackend(t *testing.T) {
+	b := &fake{}
+	f := front.New("strat", b)
+	ctx := context.Background()
+	for _, err := range []error{
+		f.Init(ctx, "", 1),
+		f.Init(ctx, "a", -1),
+		func() error { _, err := f.Get(ctx, "a\x00"); return err }(),
+		func() error { _, err := f.Reduce(ctx, "a", 0); return err }(),
+		func() error { _, err := f.Return(ctx, "a", inventory.MaxStock+1); return err }(),
+		func() error { _, err := f.Reduce(ctx, "a", 1, inventory.WithKey("")); return err }(),
+	} {
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+		require.True(t, strings.HasPrefix(err.Error(), "strat: "), err.Error())
+	}
+	require.Zero(t, b.calls)
+}
+
+func TestDoneContextNeverReachesTheBackend(t *testing.T) {
+	b := &fake{}
+	f := front.New("strat", b)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := f.Reduce(ctx, "a", 1)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, f.Init(ctx, "a", 1), context.Canceled)
+	_, err = f.Get(ctx, "a")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, b.calls)
+}
+
+func TestErrorsAreWrappedOnce(t *testing.T) {
+	b := &fake{err: inventory.ErrInsufficientStock}
+	f := front.New("strat", b)
+	n, err := f.Reduce(context.Background(), "shoe", 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	require.Equal(t, int64(3), n, "the backend's value comes with its error")
+	require.Equal(t, `strat: reduce "shoe": inventory: insufficient stock`, err.Error())
+	require.Equal(t, "k", b.key)
+
+	b.err = errors.New("strat: already named")
+	_, err = f.Return(context.Background(), "shoe", 1)
+	require.Equal(t, "strat: already named", err.Error())
+
+	b.err = nil
+	n, err = f.Get(context.Background(), "shoe")
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n)
+}
+
+// TestNoAllocation checks that the front adds no allocation to a call that
+// succeeds, beyond what inventory.ValidateMove itself costs (its collected
+// options escape through the Option funcs): luascript's hot path must not
+// pay for the front.
+func TestNoAllocation(t *testing.T) {
+	f := front.New("strat", &fake{})
+	ctx := context.Background()
+	key := inventory.WithKey("k")
+	opts := []inventory.Option{key}
+	validate := testing.AllocsPerRun(1000, func() {
+		if _, err := inventory.ValidateMove("shoe", 1, opts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	reduce := testing.AllocsPerRun(1000, func() {
+		if _, err := f.Reduce(ctx, "shoe", 1, opts...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	get := testing.AllocsPerRun(1000, func() {
+		if _, err := f.Get(ctx, "shoe"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Equal(t, validate, reduce, "Reduce allocates what ValidateMove does, no more")
+	require.Zero(t, get)
+}

@@ -1,0 +1,161 @@
+package zklock
+
+// This file: the Locker and its Lease: a place in the in-process queue
+// (lockmgr.Queue), then a node in ZooKeeper's line (recipe.go), held until
+// Release.
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/lockmgr"
+)
+
+// locker runs the lock recipe; it is the [lockmgr.Locker] of a Manager.
+type locker struct {
+	conn    *zk.Conn
+	cfg     config
+	session *session // nil without WithSessionEvents
+
+	// queue admits up to the queue depth of callers of one SKU into
+	// ZooKeeper's line, in arrival order. A holder that leaves the lock
+	// directory to the callers behind it marks the SKU (Turn.Share); the
+	// last of them to leave then deletes the directory if it is empty.
+	queue *lockmgr.Queue[struct{}]
+}
+
+var _ lockmgr.Locker = (*locker)(nil)
+
+func newLocker(conn *zk.Conn, opts []Option) (*locker, error) {
+	cfg := config{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), acquireTimeout: DefaultAcquireTimeout, depth: DefaultQueueDepth, maxAttempts: lockmgr.DefaultMaxAttempts}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("%w: zklock: nil *zk.Conn", inventory.ErrInvalidArgument)
+	}
+	l := &locker{conn: conn, cfg: cfg}
+	l.queue = lockmgr.NewQueue[struct{}](lockmgr.QueueConfig{
+		Depth:   cfg.depth,
+		Cleanup: func(ctx context.Context, name string) { l.removeDir(ctx, l.dir(name)) },
+	})
+	if cfg.events != nil {
+		l.session = watchSession(cfg.events)
+	}
+	return l, nil
+}
+
+// dir is the lock directory of name.
+func (l *locker) dir(name string) string {
+	return l.cfg.root + "/" + base64.RawURLEncoding.EncodeToString([]byte(name))
+}
+
+// Acquire waits for a place in ZooKeeper's line among this process's
+// callers, joins the line of name's lock and waits until it comes first, ctx
+// is done or the acquire timeout passes; in the last two cases it withdraws.
+func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zklock: lock %q: %w", name, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
+	defer cancel()
+	turn, _, _, err := l.queue.Enter(actx, name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("zklock: lock %q: %w", name, ctx.Err())
+		}
+		return nil, fmt.Errorf("zklock: lock %q: %w: still queued behind this process's other callers after %v", name, inventory.ErrContention, l.cfg.acquireTimeout)
+	}
+	le, err := l.lock(ctx, actx, name, turn)
+	if err != nil {
+		turn.Leave(ctx)
+		return nil, err
+	}
+	return le, nil
+}
+
+// lock joins the line of name's lock, as Acquire. Every request is bounded
+// by actx; ctx is the caller's.
+func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn[struct{}]) (*lease, error) {
+	// A connection still in its handshake has no session yet: wait for it,
+	// so that the lease belongs to the session that makes the node.
+	if err := l.awaitSession(actx); err != nil {
+		return nil, l.lockErr(ctx, actx, name, err)
+	}
+	// Taken before the node exists, so that a session lost at any point
+	// from here on marks the lease lost.
+	down := l.session.current()
+	sid := l.conn.SessionID()
+
+	dir := l.dir(name)
+	node, err := l.create(actx, dir, turn.Alone())
+	if err != nil {
+		return nil, l.lockErr(ctx, actx, name, err)
+	}
+	solo, err := l.wait(actx, dir, node, down)
+	if err != nil {
+		// Withdraw, even though ctx may be done: a node left in line
+		// would hold up everyone behind it.
+		werr := l.withdraw(ctx, dir, node)
+		return nil, l.lockErr(ctx, actx, name, errors.Join(err, werr))
+	}
+	return &lease{l: l, turn: turn, dir: dir, node: node, solo: solo, down: down, sid: sid}, nil
+}
+
+// lockErr is the error of a lock that failed with err: the caller's ctx
+// error when it is done, ErrContention when the acquire timeout passed.
+func (l *locker) lockErr(ctx, actx context.Context, name string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		err = errors.Join(ctx.Err(), err)
+	case actx.Err() != nil:
+		err = fmt.Errorf("%w: still waiting in line after %v (%v)", inventory.ErrContention, l.cfg.acquireTimeout, err)
+	}
+	return fmt.Errorf("zklock: lock %q: %w", name, err)
+}
+
+// lease is a held lock: this caller's node is the lowest in its directory.
+type lease struct {
+	l         *locker
+	turn      *lockmgr.Turn[struct{}] // the caller's place in the in-process queue
+	dir, node string
+	solo      bool            // node was alone in dir when it came first
+	down      <-chan struct{} // closed when the session was (maybe) lost
+	sid       int64           // the session that made node
+}
+
+// Release deletes the lease's node, which wakes the next in line, and then
+// the lock directory if nobody waits. It retries over a lost connection
+// until ctx is done or CleanupTimeout passes.
+func (le *lease) Release(ctx context.Context) error {
+	l := le.l
+	defer le.turn.Leave(ctx)
+	var err error
+	switch {
+	case le.turn.Share(): // the next caller of this process reuses dir
+		err = l.delete(ctx, le.node)
+	case le.solo:
+		// Probably nobody else is in line: delete node and dir in one
+		// write, which fails as a whole if someone joined since.
+		if _, err = l.conn.Multi(&zk.DeleteRequest{Path: le.node, Version: -1}, &zk.DeleteRequest{Path: le.dir, Version: -1}); err == nil {
+			return nil
+		}
+		fallthrough
+	default:
+		err = l.remove(ctx, le.dir, le.node)
+	}
+	if err != nil {
+		return fmt.Errorf("zklock: unlock: %w", err)
+	}
+	return nil
+}

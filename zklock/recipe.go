@@ -1,0 +1,244 @@
+package zklock
+
+// This file: the lock recipe itself: create an ephemeral sequential node,
+// list the directory, watch the predecessor, delete the node (and the
+// directory when it is empty).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// create makes this caller's ephemeral sequential node in dir, creating dir
+// (and the root) when missing, and returns its path. With fresh, dir is
+// probably missing (no other caller of this process is at it), and create
+// makes dir and the node in one write. A create given up on when ctx is
+// done is undone once its outcome is known.
+func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, error) {
+	var g [8]byte
+	if _, err := rand.Read(g[:]); err != nil {
+		return "", err
+	}
+	guid := hex.EncodeToString(g[:])
+	mine := &zk.CreateRequest{Path: dir + "/" + guid + "-", Acl: l.cfg.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}
+	for range 10 {
+		var node string
+		both := fresh
+		err := do(ctx, func() error {
+			if !both {
+				var err error
+				node, err = l.conn.Create(mine.Path, nil, mine.Flags, mine.Acl)
+				return err
+			}
+			res, err := l.conn.Multi(&zk.CreateRequest{Path: dir, Acl: l.cfg.acl}, mine)
+			if err == nil && len(res) == 2 {
+				node = res[1].String
+			}
+			return err
+		}, func(err error) { l.discard(dir, guid, node, err) })
+		switch {
+		case err == nil && node != "":
+			return node, nil
+		case ctx.Err() != nil: // given up: discard deletes the node, if any
+			return "", err
+		case errors.Is(err, zk.ErrNodeExists): // dir is there after all
+			fresh = false
+			continue
+		case errors.Is(err, zk.ErrNoNode) && fresh: // the root is missing
+			if err := l.mkdirs(ctx, l.cfg.root); err != nil {
+				return "", err
+			}
+			continue
+		case errors.Is(err, zk.ErrNoNode): // dir is gone: its last holder deleted it
+			fresh = true
+			continue
+		case err == nil:
+			return "", errors.New("ZooKeeper did not return the created node")
+		case definite(err):
+			return "", err
+		}
+		// The reply was lost: the server may have made the node. Find it by
+		// its GUID; if it is there, it is ours, in line like any other.
+		found, lerr := l.find(ctx, dir, guid)
+		switch {
+		case found != "":
+			return found, nil
+		case lerr != nil:
+			if ctx.Err() != nil {
+				go l.discard(dir, guid, "", err)
+			}
+			return "", errors.Join(err, lerr)
+		}
+		return "", err
+	}
+	return "", fmt.Errorf("%s keeps vanishing", dir)
+}
+
+// find returns the node in dir whose name carries guid, or "" when there
+// is none; it retries over a lost connection, within ctx.
+func (l *locker) find(ctx context.Context, dir, guid string) (string, error) {
+	var found string
+	err := l.settle(ctx, func() error {
+		return do(ctx, func() error {
+			children, _, err := l.conn.Children(dir)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			for _, c := range children {
+				if strings.HasPrefix(c, guid+"-") {
+					found = dir + "/" + c
+				}
+			}
+			return err
+		}, nil)
+	})
+	return found, err
+}
+
+// discard undoes a create that was given up on, once its outcome err is
+// known: it deletes the node the create made (node, or when the reply was
+// lost, the node in dir that carries guid), then dir if it is empty. It runs
+// in the background, until it is done, CleanupTimeout passes or the
+// connection is closed.
+func (l *locker) discard(dir, guid, node string, err error) {
+	if node == "" {
+		if err == nil || definite(err) {
+			return // nothing was made
+		}
+		var ferr error
+		if node, ferr = l.find(context.Background(), dir, guid); node == "" || ferr != nil {
+			return // nothing was made, or its session ends it
+		}
+	}
+	_ = l.remove(context.Background(), dir, node)
+}
+
+// mkdirs creates p and its missing parents as persistent nodes.
+func (l *locker) mkdirs(ctx context.Context, p string) error {
+	mk := func() error {
+		return do(ctx, func() error { _, err := l.conn.Create(p, nil, 0, l.cfg.acl); return err }, nil)
+	}
+	err := mk()
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := l.mkdirs(ctx, path.Dir(p)); err != nil {
+			return err
+		}
+		err = mk()
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	return nil
+}
+
+// seq returns the sequence number of a lock node name, GUID-SEQ.
+func seq(name string) (int64, bool) {
+	_, s, ok := strings.Cut(name, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// wait returns once node is the lowest in dir, or with an error when ctx is
+// done, the session was lost or node vanished. solo reports that node was
+// then alone in dir.
+func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (solo bool, err error) {
+	me, _ := seq(path.Base(node))
+	for {
+		var children []string
+		err := do(ctx, func() (err error) { children, _, err = l.conn.Children(dir); return err }, nil)
+		if err != nil {
+			return false, err
+		}
+		pred, predSeq, mine := "", int64(-1), false
+		for _, c := range children {
+			s, ok := seq(c)
+			switch {
+			case !ok:
+			case dir+"/"+c == node:
+				mine = true
+			case s < me && s > predSeq:
+				pred, predSeq = c, s
+			}
+		}
+		switch {
+		case !mine:
+			return false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
+		case pred == "":
+			return len(children) == 1, nil
+		}
+		var exists bool
+		var ch <-chan zk.Event
+		err = do(ctx, func() (err error) { exists, _, ch, err = l.conn.ExistsW(dir + "/" + pred); return err }, nil)
+		if err != nil {
+			return false, err
+		}
+		if !exists {
+			continue
+		}
+		select {
+		case ev := <-ch:
+			if ev.Err != nil {
+				return false, ev.Err
+			}
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-down:
+			return false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
+		}
+	}
+}
+
+// withdraw deletes node, then dir if it is empty, as remove, waiting for it
+// while ctx lives; past that it goes on in the background, until it is
+// done, CleanupTimeout passes or the connection is closed.
+func (l *locker) withdraw(ctx context.Context, dir, node string) error {
+	return do(ctx, func() error { return l.remove(context.Background(), dir, node) }, nil)
+}
+
+// remove deletes node, then dir if it is empty.
+func (l *locker) remove(ctx context.Context, dir, node string) error {
+	if err := l.delete(ctx, node); err != nil {
+		return err
+	}
+	l.removeDir(ctx, dir)
+	return nil
+}
+
+// removeDir deletes dir if it is empty, waiting for it while ctx lives.
+// Best effort, and only when dir looks empty: a failed delete costs the
+// server a logged write like any other. Another caller may be joining
+// right now; it then recreates dir.
+func (l *locker) removeDir(ctx context.Context, dir string) {
+	_ = do(ctx, func() error {
+		if ok, st, err := l.conn.Exists(dir); err == nil && ok && st.NumChildren == 0 {
+			_ = l.conn.Delete(dir, -1)
+		}
+		return nil
+	}, nil)
+}
+
+// delete deletes node, retrying over a lost connection.
+func (l *locker) delete(ctx context.Context, node string) error {
+	err := l.settle(ctx, func() error {
+		err := l.conn.Delete(node, -1)
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrSessionExpired) {
+			return nil // gone already, or with its session
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", node, err)
+	}
+	return nil
+}
