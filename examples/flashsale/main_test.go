@@ -172,10 +172,12 @@ func TestRealServers(t *testing.T) {
 			assert.Contains(t, rows, s+"/"+store)
 		}
 	}
+	assert.Contains(t, rows, "sqllock/mysql")
+	assert.Contains(t, rows, "sqllock/postgres")
 	for name, r := range rows {
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
 	}
-	assert.Len(t, rows, 2+9+6)
+	assert.Len(t, rows, 2+9+2+6)
 }
 
 func TestRealRedisCluster(t *testing.T) {
