@@ -42,5 +42,5 @@ func Example() {
 	fmt.Println(m.Reduce(ctx, "sneaker-42", 8))
 	// Output:
 	// 7 <nil>
-	// 7 inventory: insufficient stock: "sneaker-42" has 7, asked 8
+	// 7 sqllock: reduce "sneaker-42": inventory: insufficient stock: has 7, asked 8
 }

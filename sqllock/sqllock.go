@@ -73,7 +73,7 @@ func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, er
 	if err != nil {
 		return nil, err
 	}
-	return lockmgr.New(l, store), nil
+	return lockmgr.New(l, store, lockmgr.WithName("sqllock")), nil
 }
 
 // key is the advisory lock's argument for name.
