@@ -29,13 +29,12 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 	"github.com/stockkit/inventory/rowlock"
-	"github.com/stockkit/inventory/sqllock"
 	"github.com/stockkit/inventory/sqlstore"
 	"github.com/stockkit/inventory/zklock"
 )
 
 // strategyNames lists what -strategies accepts, in the order of the report.
-const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
+const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, redislock, redlock, zklock"
 
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
@@ -126,27 +125,6 @@ func (b *backends) targets() []target {
 				return rowlock.New(db, rowlock.WithSchema(b.schema()), rowlock.WithKeyTTL(cfg.keyTTL))
 			}),
 		)
-		if store != "sqlite" { // advisory locks: MariaDB/MySQL and PostgreSQL
-			ts = append(ts, target{strategy: "sqllock", store: store, open: func(ctx context.Context) (inventory.StockManager, error) {
-				db, err := b.sql(ctx, store)
-				if err != nil {
-					return nil, err
-				}
-				s, err := sqlstore.New(db, sqlstore.WithSchema(b.schema()), sqlstore.WithKeyTTL(cfg.keyTTL))
-				if err != nil {
-					return nil, err
-				}
-				// The locks get a pool of their own: a held advisory lock
-				// pins a connection, and waiters poll with one each.
-				locks, err := sqlx.Open(db.DriverName(), b.dsn(store))
-				if err != nil {
-					return nil, err
-				}
-				b.closes = append(b.closes, func() { locks.Close() })
-				locks.SetMaxOpenConns(32)
-				return sqllock.New(locks, s)
-			}})
-		}
 	}
 	for _, store := range cfg.lockStores {
 		// lockTarget is strategy over store, built by lock from the store.
@@ -274,27 +252,16 @@ func (b *backends) store(ctx context.Context, name string) (redislock.Store, err
 }
 
 // sql returns a pool on the SQL database called name, its tables created.
-// dsn is the data source name of the SQL server name ("mysql", "postgres").
-func (b *backends) dsn(name string) string {
-	switch name {
-	case "mysql":
-		return b.cfg.mysql
-	case "postgres":
-		return b.cfg.postgres
-	}
-	return ""
-}
-
 func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
 	if db := b.dbs[name]; db != nil {
 		return db, nil
 	}
-	driver, dsn, conns := "", b.dsn(name), 64
+	driver, dsn, conns := "", "", 64
 	switch name {
 	case "mysql":
-		driver = "mysql"
+		driver, dsn = "mysql", b.cfg.mysql
 	case "postgres":
-		driver = "pgx"
+		driver, dsn = "pgx", b.cfg.postgres
 	case "sqlite":
 		path := b.cfg.sqlite
 		if path == "" {

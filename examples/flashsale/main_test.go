@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -172,12 +171,10 @@ func TestRealServers(t *testing.T) {
 			assert.Contains(t, rows, s+"/"+store)
 		}
 	}
-	assert.Contains(t, rows, "sqllock/mysql")
-	assert.Contains(t, rows, "sqllock/postgres")
 	for name, r := range rows {
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
 	}
-	assert.Len(t, rows, 2+9+2+6)
+	assert.Len(t, rows, 2+9+6)
 }
 
 func TestRealRedisCluster(t *testing.T) {
@@ -418,41 +415,11 @@ func TestHelpShowsBooleans(t *testing.T) {
 	}
 }
 
-// hungRedis accepts connections and never answers, as a stalled server.
-func hungRedis(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // The sale's Redis clients honour each call's deadline while the server
 // hangs (ContextTimeoutEnabled), and Redlock nodes never resend a command
 // (MaxRetries -1).
 func TestRedisClients(t *testing.T) {
-	cfg, err := parseFlags([]string{"-redis", hungRedis(t)}, io.Discard)
+	cfg, err := parseFlags([]string{"-redis", faulttest.HungServer(t)}, io.Discard)
 	require.NoError(t, err)
 	env := newBackends(cfg)
 	defer env.close()

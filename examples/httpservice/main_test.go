@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -278,41 +277,11 @@ func TestSQLPoolIsBounded(t *testing.T) {
 	require.ErrorIs(t, run(context.Background(), []string{"-sql-conns", "0"}, io.Discard, io.Discard), errUsage)
 }
 
-// hungRedis accepts connections and never answers, as a stalled server.
-func hungRedis(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // Every Redis client the service makes honours its call's deadline while
 // the server hangs (ContextTimeoutEnabled), and Redlock nodes never resend
 // a command (MaxRetries -1).
 func TestRedisClientsHonourDeadline(t *testing.T) {
-	addr := hungRedis(t)
+	addr := faulttest.HungServer(t)
 	b := &backends{cfg: &config{}}
 	defer b.close()
 	for name, c := range map[string]redis.UniversalClient{
