@@ -44,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -248,4 +249,263 @@ func CheckReturn(cur, qty int64) error {
 		return fmt.Errorf("%w: returning %d to stock %d passes MaxStock %d", ErrInvalidArgument, qty, cur, MaxStock)
 	}
 	return nil
+}
+
+// # Orders
+//
+// A shop sells orders, not counters: several SKUs at once, held while the
+// buyer pays, released when the payment never comes, and written in the
+// same transaction as the order row. [OrderManager] is that contract.
+// Every strategy of this module implements it beside [StockManager]; test
+// for it with a type assertion, as for any optional interface:
+//
+//	om, ok := m.(inventory.OrderManager)
+//
+// The stock of a SKU is then split three ways: available (what Get
+// returns, what Reduce takes from), held (in live or not yet released
+// holds, see [OrderManager.Held]) and gone (sold). For every SKU, at every
+// moment, initial - available == sold - returned + held.
+
+// MaxLines is the most lines one multi-SKU call takes.
+const MaxLines = 100
+
+// MinHoldTTL and MaxHoldTTL bound the TTL of a hold ([OrderManager.Reserve]).
+const (
+	MinHoldTTL = time.Millisecond
+	MaxHoldTTL = 30 * 24 * time.Hour
+)
+
+// Line is one SKU and quantity of a multi-SKU call. Qty is in 1..MaxStock.
+type Line struct {
+	SKU string
+	Qty int64
+}
+
+// More sentinel errors, of the order calls.
+var (
+	// ErrHoldReleased reports that Confirm found its hold expired or
+	// cancelled: its units are back in the available stock and nothing
+	// changed.
+	ErrHoldReleased = errors.New("inventory: hold expired or cancelled")
+
+	// ErrHoldConfirmed reports that Cancel found its hold confirmed: the
+	// units are sold, and giving them back is a Return (a refund). Nothing
+	// changed.
+	ErrHoldConfirmed = errors.New("inventory: hold already confirmed")
+)
+
+// Shortfall is one line of a multi-SKU call that did not fit, with the
+// available stock the strategy saw for its SKU.
+type Shortfall struct {
+	Line
+	Available int64
+}
+
+// InsufficientError is the error of ReduceLines and Reserve when some line
+// did not fit. It wraps [ErrInsufficientStock]; reach it with [errors.As].
+// Nothing changed on any SKU of the call.
+type InsufficientError struct {
+	// Short lists the lines that did not fit, at least one, in the order
+	// of the call's lines. A strategy that checks the lines one by one
+	// (the lock strategies, a Redis Cluster across slots) lists the first
+	// line it found short; one that checks them together lists them all.
+	Short []Shortfall
+}
+
+// Error implements error.
+func (e *InsufficientError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrInsufficientStock.Error())
+	for i, s := range e.Short {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q has %d, asked %d", s.SKU, s.Available, s.Qty)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrInsufficientStock.
+func (e *InsufficientError) Unwrap() error { return ErrInsufficientStock }
+
+// OrderManager moves several SKUs at once and holds stock for orders. Its
+// methods follow StockManager's rules: arguments are checked before any
+// I/O (an error wrapping ErrInvalidArgument, nothing changed), ctx is
+// honoured within DeadlineSlack, backend errors are wrapped, and a call
+// that returns an error did not take effect (ErrDuplicate says an earlier
+// call did), or, where the outcome cannot be known, its retry (with the
+// same key or hold id) is safe.
+//
+// Lines: a call takes 1..[MaxLines] lines, each with a valid SKU listed
+// once and a qty in 1..MaxStock; ValidateLines checks them.
+//
+// Atomicity: every line or none. SQL and a single Redis (or lines in one
+// Redis Cluster slot) move all lines in one atomic step. Where lines span
+// shards or per-SKU locks, the strategy holds the lines one by one and
+// gives back what it took when a line is refused; a crash midway leaves
+// only holds, which expire: never an oversell, never a lost unit, and the
+// final effect is all lines or none.
+//
+// Clocks: a hold's TTL runs on the backend's clock (Redis TIME, the
+// database's clock), never the client's.
+type OrderManager interface {
+	// ReduceLines takes every line or none.
+	//
+	// With WithKey(k), the call takes effect at most once per (k,
+	// DirReduce) among multi-line calls (apart from the keys of
+	// single-SKU Reduce calls): a repeat changes nothing and returns
+	// ErrDuplicate.
+	//
+	// Errors:
+	//   - *InsufficientError (wraps ErrInsufficientStock): some line did
+	//     not fit; nothing changed on any SKU.
+	//   - ErrNotFound: some SKU was never initialised; nothing changed.
+	//   - ErrInvalidArgument: bad lines or option; checked before any I/O.
+	//   - ErrContention: the strategy gave up; nothing changed.
+	//   - ErrDuplicate: see above.
+	//   - backend errors and ctx.Err(), wrapped; nothing changed.
+	ReduceLines(ctx context.Context, lines []Line, opts ...Option) error
+
+	// ReturnLines gives every line back, or none: as ReduceLines, with
+	// ErrInvalidArgument (not ErrInsufficientStock) when a line would
+	// raise its stock past MaxStock.
+	ReturnLines(ctx context.Context, lines []Line, opts ...Option) error
+
+	// Reserve takes every line (or none) out of the available stock at
+	// once and holds the units under id until Confirm(id) sells them,
+	// Cancel(id) gives them back, or ttl passes on the backend's clock,
+	// which gives them back with no caller action. id follows the SKU
+	// rules; ttl is in MinHoldTTL..MaxHoldTTL.
+	//
+	// Errors: as ReduceLines, and ErrDuplicate when id is held or was
+	// used by a hold that ended less than the strategy's key TTL ago
+	// (DefaultKeyTTL unless configured); nothing changed. A Reserve that
+	// failed does not use up its id.
+	Reserve(ctx context.Context, id string, lines []Line, ttl time.Duration) error
+
+	// Confirm sells the units held under id for good. Of a Confirm and
+	// the hold's expiry, exactly one wins.
+	//
+	// Errors:
+	//   - ErrDuplicate: the hold is already confirmed; nothing changed.
+	//   - ErrHoldReleased: the hold expired or was cancelled; its units
+	//     are back; nothing changed.
+	//   - ErrNotFound: no hold has id (or it ended more than the key TTL
+	//     ago).
+	//   - ErrInvalidArgument, ErrContention, backend errors: as above.
+	Confirm(ctx context.Context, id string) error
+
+	// Cancel gives the units held under id back. It is idempotent: Cancel
+	// of a cancelled or expired hold returns nil and changes nothing.
+	//
+	// Errors:
+	//   - ErrHoldConfirmed: the hold is confirmed (a refund is a Return);
+	//     nothing changed.
+	//   - ErrNotFound: no hold has id (or it ended more than the key TTL
+	//     ago).
+	//   - ErrInvalidArgument, ErrContention, backend errors: as above.
+	Cancel(ctx context.Context, id string) error
+
+	// Held returns the units of sku in holds not yet released. A hold
+	// past its TTL counts until it is released, so that available + held
+	// stays exact: expired holds of a SKU are released inside the atomic
+	// step of any later call that moves the SKU (Reduce, Return, the
+	// lines calls, Reserve), and by Sweep.
+	//
+	// Errors: ErrNotFound; ErrInvalidArgument; backend errors, wrapped.
+	Held(ctx context.Context, sku string) (int64, error)
+
+	// Sweep releases every hold whose TTL has passed, on every SKU, and
+	// returns how many holds it released. It is safe to run from many
+	// processes at once: each hold is released once. See [Reap] for a
+	// background loop.
+	Sweep(ctx context.Context) (released int, err error)
+}
+
+// ValidateLines checks the lines of a multi-SKU call: 1..MaxLines lines,
+// each SKU valid and listed once, each qty in 1..MaxStock. The error wraps
+// [ErrInvalidArgument].
+func ValidateLines(lines []Line) error {
+	if len(lines) == 0 || len(lines) > MaxLines {
+		return fmt.Errorf("%w: %d lines, want 1..%d", ErrInvalidArgument, len(lines), MaxLines)
+	}
+	seen := make(map[string]struct{}, len(lines))
+	for i, l := range lines {
+		if err := ValidateSKU(l.SKU); err != nil {
+			return fmt.Errorf("line %d: %w", i, err)
+		}
+		if l.Qty < 1 || l.Qty > MaxStock {
+			return fmt.Errorf("%w: line %d (%q): quantity %d outside 1..%d", ErrInvalidArgument, i, l.SKU, l.Qty, MaxStock)
+		}
+		if _, dup := seen[l.SKU]; dup {
+			return fmt.Errorf("%w: line %d: sku %q listed twice", ErrInvalidArgument, i, l.SKU)
+		}
+		seen[l.SKU] = struct{}{}
+	}
+	return nil
+}
+
+// ValidateLinesCall checks the lines and options of ReduceLines and
+// ReturnLines, and returns the collected options. The error wraps
+// [ErrInvalidArgument].
+func ValidateLinesCall(lines []Line, opts []Option) (CallOptions, error) {
+	o := Apply(opts)
+	if err := ValidateLines(lines); err != nil {
+		return o, err
+	}
+	if o.keyed {
+		if err := validateID("idempotency key", o.Key); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// ValidateHoldID checks a hold id: it follows the SKU rules. The error
+// wraps [ErrInvalidArgument].
+func ValidateHoldID(id string) error {
+	return validateID("hold id", id)
+}
+
+// ValidateReserve checks the arguments of Reserve. The error wraps
+// [ErrInvalidArgument].
+func ValidateReserve(id string, lines []Line, ttl time.Duration) error {
+	if err := ValidateHoldID(id); err != nil {
+		return err
+	}
+	if ttl < MinHoldTTL || ttl > MaxHoldTTL {
+		return fmt.Errorf("%w: hold ttl %v outside %v..%v", ErrInvalidArgument, ttl, MinHoldTTL, MaxHoldTTL)
+	}
+	return ValidateLines(lines)
+}
+
+// Sweeper is the part of [OrderManager] that [Reap] needs.
+type Sweeper interface {
+	Sweep(ctx context.Context) (released int, err error)
+}
+
+// Reap calls s.Sweep every period until ctx is done, and then returns
+// ctx's error. A hold is therefore released at most one period (plus one
+// Sweep's duration) after its TTL passes, even when nobody touches its SKU
+// again. Run it in a goroutine of your own; cancelling ctx stops it and
+// leaves no goroutine behind. onErr, if not nil, receives each failed
+// Sweep's error (the loop carries on); Sweep runs with ctx.
+func Reap(ctx context.Context, s Sweeper, period time.Duration, onErr func(error)) error {
+	if period <= 0 {
+		return fmt.Errorf("%w: reap period %v is not positive", ErrInvalidArgument, period)
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && onErr != nil && ctx.Err() == nil {
+				onErr(err)
+			}
+		}
+	}
 }
