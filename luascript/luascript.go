@@ -57,7 +57,8 @@ import (
 //go:embed move.lua
 var moveLua string
 
-var moveScript = redis.NewScript(moveLua)
+// moveScript runs orders_holds.lua first, for the lazy release of holds.
+var moveScript = redis.NewScript(holdsLua + moveLua)
 
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
@@ -76,6 +77,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	replicasSet    bool // WithReplicas was given
+	orders              // orders.go
 }
 
 // Option configures a Manager. Options follow the rule of the root package
@@ -114,7 +116,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: luascript: nil Redis client", inventory.ErrInvalidArgument)
 	}
-	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
+	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL, orders: defaultOrders}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -208,6 +210,7 @@ func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 		keys = append(keys, m.caller.Window(m.prefix, sku))
 		mode, arg = "window", m.caller.Next(sku)
 	}
+	keys = append(keys, rediskeys.Holds(m.prefix, sku)) // orders.go: the last key
 	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
 		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
 	res, acked, err := (*Manager)(m).run(ctx, keys, args)

@@ -2,6 +2,7 @@
 -- KEYS[1]  the stock key
 -- KEYS[2]  ARGV[5] "key": the idempotency key; "window": the resend window
 --          of the calling Manager on this SKU (see internal/rediskeys)
+-- KEYS[#KEYS] the SKU's holds set (orders.go), absent without holds
 -- ARGV[1]  "reduce" or "return"
 -- ARGV[2]  the quantity, 1..MaxStock
 -- ARGV[3]  MaxStock
@@ -27,6 +28,7 @@ if mode == 'key' then
     return {'dup', rem}
   end
 end
+release_due(KEYS[#KEYS]) -- orders_holds.lua: expired holds go back first
 local raw = redis.call('GET', KEYS[1])
 if not raw then
   return {'notfound', 0}
