@@ -67,6 +67,7 @@ type Manager struct {
 	client redis.UniversalClient
 	config
 	caller *rediskeys.Caller // nil when the client never sends a command again
+	marks  *slotMarks        // orders.go; nil but on a Cluster
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -132,7 +133,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("%w: luascript: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
 			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
 	}
-	m := &Manager{client: client, config: c}
+	m := &Manager{client: client, config: c, marks: newSlotMarks(client)}
 	if rediskeys.Resends(client) {
 		m.caller = rediskeys.NewCaller()
 	}

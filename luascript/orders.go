@@ -453,6 +453,9 @@ func (m *Manager) orderFromRecord(rec string, nonce, sl, ki any) (*order, error)
 // makePart makes part i of o: kind "hold", "reduce" or "return".
 func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, ttl time.Duration, dir inventory.Direction) error {
 	g := o.groups[i]
+	if err := m.mark(ctx, g.slot); err != nil {
+		return err
+	}
 	primary := "0"
 	if i == 0 {
 		primary = "1"
@@ -523,6 +526,9 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
 	gs := m.group(lines)
 	if m.oneStep(gs, kindHold, id) {
+		if err := m.mark(ctx, gs[0].slot); err != nil {
+			return err
+		}
 		rec := rediskeys.Order(m.prefix, kindHold, id)
 		keys := m.lineKeys(lines, rec, m.index(gs[0]))
 		res, st, err := m.eval(ctx, keys, lineArgs("reserve", lines, ttl.Milliseconds(), m.keyTTL.Milliseconds(),
@@ -762,86 +768,98 @@ func (m *Manager) Sweep(ctx context.Context) (int, error) {
 }
 
 func (m *Manager) sweep(ctx context.Context) (int, error) {
-	cc, ok := m.client.(*redis.ClusterClient)
-	if !ok {
-		return m.sweepIndex(ctx, m.client, rediskeys.SweepIndex(m.prefix))
+	if !m.cluster() {
+		n, _, err := m.sweepIndex(ctx, m.client, rediskeys.SweepIndex(m.prefix))
+		return n, err
 	}
-	var total atomic.Int64
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		slots, err := ownSlots(ctx, c)
+	set := rediskeys.SweepSlots(m.prefix)
+	slots, err := m.client.ZRange(ctx, set, 0, -1).Result()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, s := range slots {
+		slot, err := strconv.Atoi(s)
+		if err != nil || slot < 0 || slot >= rediskeys.Slots {
+			return total, fmt.Errorf("slot set %s holds %q", set, s)
+		}
+		n, left, err := m.sweepIndex(ctx, m.client, rediskeys.SlotSweepIndex(m.prefix, slot))
+		total += n
 		if err != nil {
-			return err
+			return total, err
 		}
-		now, err := c.Time(ctx).Result()
-		if err != nil {
-			return err
-		}
-		max := strconv.FormatInt(now.UnixMilli(), 10)
-		cmds := make([]*redis.StringSliceCmd, len(slots))
-		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, s := range slots {
-				cmds[i] = p.ZRangeByScore(ctx, rediskeys.SlotSweepIndex(m.prefix, s),
-					&redis.ZRangeBy{Min: "-inf", Max: max, Count: 1})
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		for i, s := range slots {
-			if len(cmds[i].Val()) == 0 {
-				continue
-			}
-			n, err := m.sweepIndex(ctx, c, rediskeys.SlotSweepIndex(m.prefix, s))
-			total.Add(int64(n))
-			if err != nil {
-				return err
+		if left == 0 {
+			if _, _, err := m.eval(ctx, []string{set}, "unmark", s, slotMarkAge.Milliseconds()); err != nil {
+				return total, err
 			}
 		}
-		return nil
-	})
-	return int(total.Load()), err
+	}
+	return total, nil
 }
 
-// ownSlots returns the slots that master c serves.
-func ownSlots(ctx context.Context, c *redis.Client) ([]int, error) {
-	id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
-	if err != nil {
-		return nil, err
+// The set of Cluster slots to sweep: a writer names a slot (mark) before
+// it makes a part there, at most once per slotMarkFresh per Manager; Sweep
+// takes a slot out once its index is empty and nobody named it for
+// slotMarkAge. A part made more than slotMarkAge - slotMarkFresh after
+// its writer named the slot could be missed by Sweep (traffic on its SKUs
+// still releases it); calls take far less.
+const (
+	slotMarkFresh = 10 * time.Second
+	slotMarkAge   = time.Minute
+)
+
+// mark names slot in the set of slots to sweep, unless this Manager did
+// within slotMarkFresh.
+func (m *Manager) mark(ctx context.Context, slot int) error {
+	if m.marks == nil {
+		return nil
 	}
-	ranges, err := c.ClusterSlots(ctx).Result()
-	if err != nil {
-		return nil, err
+	now := time.Since(m.marks.epoch).Nanoseconds() + 1
+	if last := m.marks.at[slot].Load(); last != 0 && now-last < slotMarkFresh.Nanoseconds() {
+		return nil
 	}
-	var slots []int
-	for _, r := range ranges {
-		if len(r.Nodes) > 0 && r.Nodes[0].ID == id {
-			for s := r.Start; s <= r.End; s++ {
-				slots = append(slots, int(s))
-			}
-		}
+	if _, _, err := m.eval(ctx, []string{rediskeys.SweepSlots(m.prefix)}, "mark", slot); err != nil {
+		return err
 	}
-	return slots, nil
+	m.marks.at[slot].Store(now)
+	return nil
+}
+
+// slotMarks is when a Manager last named each slot, in nanoseconds since
+// epoch (0: never).
+type slotMarks struct {
+	epoch time.Time
+	at    [rediskeys.Slots]atomic.Int64
+}
+
+// newSlotMarks returns the slot marks of a Manager over client: nil but on
+// a Cluster.
+func newSlotMarks(client redis.UniversalClient) *slotMarks {
+	if _, ok := client.(*redis.ClusterClient); !ok {
+		return nil
+	}
+	return &slotMarks{epoch: time.Now()}
 }
 
 // sweepIndex runs the sweep script on one index, on client c, up to
 // SweepRounds times, and settles the pinned parts it lists.
-func (m *Manager) sweepIndex(ctx context.Context, c redis.Scripter, idx string) (int, error) {
-	total := 0
+func (m *Manager) sweepIndex(ctx context.Context, c redis.Scripter, idx string) (total int, left int64, err error) {
 	for range SweepRounds {
 		res, st, err := eval(ctx, c, []string{idx}, "sweep", SweepBatch, m.pinGrace.Milliseconds())
 		if err != nil {
-			return total, err
+			return total, left, err
 		}
-		if st != "ok" || len(res) < 3 {
-			return total, fmt.Errorf("unknown orders script status %q", st)
+		if st != "ok" || len(res) < 4 {
+			return total, left, fmt.Errorf("unknown orders script status %q", st)
 		}
 		n, _ := toInt(res[1])
 		total += int(n)
-		for _, pk := range res[3:] {
+		left, _ = toInt(res[3])
+		for _, pk := range res[4:] {
 			k, _ := pk.(string)
 			released, err := m.settle(ctx, k)
 			if err != nil {
-				return total, err
+				return total, left, err
 			}
 			total += released
 		}
@@ -849,7 +867,7 @@ func (m *Manager) sweepIndex(ctx context.Context, c redis.Scripter, idx string) 
 			break
 		}
 	}
-	return total, nil
+	return total, left, nil
 }
 
 // settle ends pinned part pk as its record says, and returns 1 if that

@@ -127,11 +127,12 @@ end
 if op == 'sweep' then
   -- Releases at most ARGV[2] parts due in sweep index KEYS[1]. Pinned
   -- parts are listed for the caller to settle with their records, and
-  -- put back ARGV[3] ms. Replies {"ok", released, more, pinned...}.
+  -- put back ARGV[3] ms. Replies {"ok", released, more, parts left,
+  -- pinned...}.
   local idx = KEYS[1]
   local now = now_ms()
   local due = redis.call('ZRANGEBYSCORE', idx, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-  local res = {'ok', 0, #due == tonumber(ARGV[2]) and 1 or 0}
+  local res = {'ok', 0, #due == tonumber(ARGV[2]) and 1 or 0, 0}
   for _, pk in ipairs(due) do
     local p = redis.call('HMGET', pk, 'st', 'dl', 'p')
     if p[1] == 'held' then
@@ -145,7 +146,25 @@ if op == 'sweep' then
       redis.call('ZREM', idx, pk)
     end
   end
+  res[4] = redis.call('ZCARD', idx)
   return res
+end
+
+if op == 'mark' then
+  -- Names Cluster slot ARGV[2] in the set of slots to sweep, KEYS[1],
+  -- before a part is made there.
+  redis.call('ZADD', KEYS[1], now_ms(), ARGV[2])
+  return {'ok'}
+end
+
+if op == 'unmark' then
+  -- Takes slot ARGV[2] out of the set KEYS[1] (its sweep index was found
+  -- empty) unless a writer named it in the last ARGV[3] ms.
+  local at = redis.call('ZSCORE', KEYS[1], ARGV[2])
+  if at and tonumber(at) < now_ms() - tonumber(ARGV[3]) then
+    redis.call('ZREM', KEYS[1], ARGV[2])
+  end
+  return {'ok'}
 end
 
 -- The ops below are the steps of an order across Cluster slots: a record

@@ -293,8 +293,9 @@ func TestSweep(t *testing.T) {
 					}()
 				}
 				wg.Wait()
+				// No Reserve released an earlier one, so Sweep finds them all.
 				require.Less(t, time.Since(start), ttl, "the holds were made before any expired")
-				time.Sleep(ttl - time.Since(start) + 50*time.Millisecond)
+				time.Sleep(ttl + 50*time.Millisecond) // after the last one's TTL
 				ck.stock(s[0], 1000-holds-1, holds+1) // expired, not yet released
 				var total atomic.Int64
 				for range 4 {
@@ -342,37 +343,49 @@ func TestHoldsLeaveNothing(t *testing.T) {
 	servers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		prefix := testenv.RedisPrefix(t, c)
-		m, err := luascript.New(c, luascript.WithPrefix(prefix), luascript.WithKeyTTL(300*time.Millisecond))
+		const keyTTL = time.Second
+		m, err := luascript.New(c, luascript.WithPrefix(prefix), luascript.WithKeyTTL(keyTTL))
 		require.NoError(t, err)
-		s := skus("mem", 3, false)
-		for _, sku := range s {
+		s := skus("mem", 4, false)
+		one := s[3]
+		s = s[:3]
+		for _, sku := range append(s, one) {
 			require.NoError(t, m.Init(ctx, sku, 100))
 		}
 		require.NoError(t, m.Reserve(ctx, "confirmed", lines(s, 1, 1, 1), time.Minute))
 		require.NoError(t, m.Confirm(ctx, "confirmed"))
+		require.ErrorIs(t, m.Reserve(ctx, "confirmed", lines(s, 1, 1, 1), time.Minute), inventory.ErrDuplicate,
+			"the id is remembered for the key TTL")
 		require.NoError(t, m.Reserve(ctx, "cancelled", lines(s, 1, 1, 1), time.Minute))
 		require.NoError(t, m.Cancel(ctx, "cancelled"))
-		require.NoError(t, m.Reserve(ctx, "expired", lines(s, 1, 1, 1), 10*time.Millisecond))
-		require.NoError(t, m.Reserve(ctx, "one", lines(s[:1], 1), 10*time.Millisecond))
 		require.NoError(t, m.ReduceLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("k")))
+		require.ErrorIs(t, m.ReduceLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("k")), inventory.ErrDuplicate)
 		require.NoError(t, m.ReduceLines(ctx, lines(s, 1, 1, 1)))
+		// No call moves these SKUs after the two holds: Sweep releases them.
+		require.NoError(t, m.Reserve(ctx, "expired", lines(s, 1, 1, 1), 10*time.Millisecond))
+		require.NoError(t, m.Reserve(ctx, "one", lines([]string{one}, 1), 10*time.Millisecond))
 		time.Sleep(50 * time.Millisecond)
 		n, err := m.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
-		require.ErrorIs(t, m.Reserve(ctx, "confirmed", lines(s, 1, 1, 1), time.Minute), inventory.ErrDuplicate,
-			"the id is remembered for the key TTL")
-		require.ErrorIs(t, m.ReduceLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("k")), inventory.ErrDuplicate)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(keyTTL + 200*time.Millisecond)
 		var left []string
 		for _, k := range keys(t, c, prefix+"*") {
-			if !strings.Contains(k, "}:s:") {
+			// The stock, and on a Cluster the set of slots to sweep
+			// (at most one entry per slot, each gone a minute after its
+			// index empties).
+			if !strings.Contains(k, "}:s:") && k != rediskeys.SweepSlots(prefix) {
 				left = append(left, k)
 			}
 		}
 		require.Empty(t, left, "only stock keys remain")
 		require.NoError(t, m.Reserve(ctx, "confirmed", lines(s, 1, 1, 1), time.Minute), "the id is free again")
 		require.NoError(t, m.Cancel(ctx, "confirmed"))
+		ck := checker{t, m, ctx}
+		for _, sku := range s {
+			ck.stock(sku, 97, 0)
+		}
+		ck.stock(one, 100, 0)
 	})
 }
 

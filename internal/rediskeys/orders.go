@@ -49,6 +49,11 @@ func SlotSweepIndex(prefix string, slot int) string {
 	return prefix + "{" + slotTags()[slot] + "}:x"
 }
 
+// SweepSlots is the sorted set of the Cluster slots whose sweep index may
+// hold parts, scored by when a writer last named the slot (Redis TIME, ms):
+// PREFIX{sweep}:xs. Sweep visits these slots only.
+func SweepSlots(prefix string) string { return prefix + "{sweep}:xs" }
+
 // Slots is the number of Redis Cluster hash slots.
 const Slots = 16384
 
