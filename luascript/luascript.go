@@ -211,7 +211,7 @@ func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 		keys = append(keys, m.caller.Window(m.prefix, sku))
 		mode, arg = "window", m.caller.Next(sku)
 	}
-	keys = append(keys, rediskeys.Holds(m.prefix, sku)) // orders.go: the last key
+	keys = append(keys, rediskeys.HoldMarker(m.prefix, sku)) // orders.go: the last key
 	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
 		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
 	res, acked, err := (*Manager)(m).run(ctx, keys, args)

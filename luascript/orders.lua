@@ -8,6 +8,9 @@
 -- replies {"short", i, available, ...} (1-based line, available stock) or
 -- {"notfound", i}, having changed nothing but the release of expired holds.
 local op = ARGV[1]
+local H = holds()
+local FAR, now_ms, sku_key, mark, end_part, release_due = H.FAR, H.now_ms, H.sku_key, H.mark, H.end_part,
+  H.release_due
 
 -- check releases the expired holds of the n SKUs, then checks their lines
 -- for direction dir ("reduce" or "return"); it returns nil when all fit.
@@ -41,6 +44,7 @@ local function take(n, pk, score)
     redis.call('DECRBY', KEYS[i], ARGV[9 + i])
     redis.call('INCRBY', KEYS[2 * n + i], ARGV[9 + i])
     redis.call('ZADD', KEYS[n + i], score, pk)
+    mark(KEYS[n + i])
   end
 end
 
@@ -213,8 +217,9 @@ if op == 'pin' then
   end
   redis.call('HSET', pk, 'st', 'pinned')
   for sk in string.gmatch(p[4], '%d+ ([^\n]*)\n') do
-    local ek = sku_keys(sk)
+    local ek = sku_key(sk, 'e')
     redis.call('ZADD', ek, 'XX', FAR, pk)
+    mark(ek)
   end
   redis.call('ZADD', p[5], dl + tonumber(ARGV[3]), pk)
   return {'ok'}

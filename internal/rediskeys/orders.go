@@ -18,6 +18,13 @@ func Holds(prefix, sku string) string {
 	return prefix + tag(sku) + ":e:" + sku
 }
 
+// HoldMarker is the earliest score of the holds set of sku, a string that
+// exists exactly when the set does, so that a script reads it in the same
+// MGET as the stock: PREFIX{tag}:m:SKU.
+func HoldMarker(prefix, sku string) string {
+	return prefix + tag(sku) + ":m:" + sku
+}
+
 // Held is the number of units of sku in holds not yet released, as a
 // decimal integer string, absent when none: PREFIX{tag}:h:SKU.
 func Held(prefix, sku string) string {
