@@ -412,6 +412,30 @@ func keys(t *testing.T, c redis.UniversalClient, pattern string) []string {
 	return out
 }
 
+// TestOrderKeysShareTheSKUSlot checks on the Cluster that every key of a
+// SKU is in the slot rediskeys.Slot computes, and that a slot's sweep index
+// is in that slot.
+func TestOrderKeysShareTheSKUSlot(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.RedisCluster(t)
+	for _, sku := range []string{"plain", "}", "{x}", "a}b{c", "鞋"} {
+		for _, k := range []string{rediskeys.Stock("inv", sku), rediskeys.Holds("inv", sku),
+			rediskeys.HoldMarker("inv", sku), rediskeys.Held("inv", sku), rediskeys.Part("inv", sku, "n:h:id")} {
+			s, err := c.ClusterKeySlot(ctx, k).Result()
+			require.NoError(t, err)
+			require.EqualValues(t, rediskeys.Slot(sku), s, k)
+		}
+		s, err := c.ClusterKeySlot(ctx, rediskeys.Order("inv", "h", sku)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, rediskeys.OrderSlot("h", sku), s)
+	}
+	for _, slot := range []int{0, 1, 5460, 5461, 16383} {
+		s, err := c.ClusterKeySlot(ctx, rediskeys.SlotSweepIndex("inv", slot)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, slot, s)
+	}
+}
+
 // TestOrdersBadInput: bad arguments are refused before any I/O.
 func TestOrdersBadInput(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
