@@ -87,7 +87,11 @@ if op == 'reserve' then
   -- ms, ARGV[6] nonce, ARGV[7] ln, ARGV[8] the SKU lines ("QTY SKU\n").
   local n = tonumber(ARGV[2])
   local rec, idx = KEYS[3 * n + 1], KEYS[3 * n + 2]
-  if redis.call('EXISTS', rec) == 1 then
+  local old = redis.call('HMGET', rec, 'st', 'dl')
+  if old[1] == 'held' and now_ms() >= tonumber(old[2]) then
+    end_part(rec, 'release', tonumber(old[2])) -- it ended at dl: kept until dl + key TTL
+  end
+  if old[1] and redis.call('EXISTS', rec) == 1 then
     return {'dup'}
   end
   local r = check(n, 'reduce')

@@ -389,6 +389,31 @@ func TestHoldsLeaveNothing(t *testing.T) {
 	})
 }
 
+// TestExpiredIDFreeAfterKeyTTL: a hold that expired and that nothing
+// released frees its id once the key TTL has passed since its TTL.
+func TestExpiredIDFreeAfterKeyTTL(t *testing.T) {
+	servers(t, func(t *testing.T, c redis.UniversalClient) {
+		for _, same := range []bool{true, false} {
+			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
+				ctx := context.Background()
+				const keyTTL = 300 * time.Millisecond
+				m := newManager(t, c, luascript.WithKeyTTL(keyTTL))
+				s := skus("free", 2, same)
+				for _, sku := range s {
+					require.NoError(t, m.Init(ctx, sku, 10))
+				}
+				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 1, 1), 10*time.Millisecond))
+				time.Sleep(50 * time.Millisecond)
+				require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate,
+					"ended less than the key TTL ago")
+				time.Sleep(keyTTL)
+				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 2, 2), time.Minute))
+				checker{t, m, ctx}.stock(s[0], 8, 2)
+			})
+		}
+	})
+}
+
 // keys lists the keys matching pattern on every master.
 func keys(t *testing.T, c redis.UniversalClient, pattern string) []string {
 	ctx := context.Background()
