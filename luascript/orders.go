@@ -18,50 +18,6 @@ import (
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// # Orders
-//
-// Manager implements [inventory.OrderManager].
-//
-// On one Redis, and on a Redis Cluster when the lines (and the hold's
-// record) share one slot, every call is one run of orders.lua: all lines
-// move in one atomic step, a hold's TTL is read against Redis TIME inside
-// the script, and the expired holds of every SKU the step moves are
-// released in the same step. Reduce and Return (move.lua) release them
-// too: each SKU has a holds set, PREFIX{tag}:e:SKU, that exists only while
-// the SKU has holds, so a SKU without holds costs one lookup of a missing
-// key and no TIME.
-//
-// On a Cluster, lines across slots are held one slot at a time, each slot's
-// lines in one script (a part), under an order record in the slot of the
-// hold id; a refused part makes the call give back the parts it made. A
-// crash midway leaves parts that expire. Confirm pins every part (a pinned
-// part no longer expires by itself; one found past its time is released
-// and the Confirm fails), then confirms the record in one step, then sells
-// the parts: the record's state decides, so of a Confirm and the hold's
-// expiry exactly one wins. Lines calls across slots make their parts pinned
-// and confirm the record the same way. Sweep settles pinned parts whose
-// Confirm or call died, by their record: a confirmed record is sold, any
-// other is released, once the hold's (or call's) time has passed.
-//
-// Sweep releases, per index (one per Redis; one per Cluster slot, every
-// master visited with ForEachMaster), at most [SweepBatch] x [SweepRounds]
-// due parts per call. With Reap every period p, a hold is therefore
-// released at most p (plus one Sweep's duration) after its TTL passes, as
-// long as fewer than SweepBatch x SweepRounds holds per index fall due per
-// period; a larger backlog drains at that rate, and any call that moves a
-// SKU releases that SKU's expired holds at once. A part pinned by a
-// Confirm that died is settled PinGrace after the hold's TTL; a multi-slot
-// lines call that died, LinesTTL after it began.
-//
-// Memory: a hold's record lives until the hold ends (confirmed, cancelled,
-// or released after its TTL) and then for the key TTL ([WithKeyTTL]), from
-// its TTL for an expired hold; parts, holds-set entries and held counters
-// go when their hold ends. Keyed lines calls keep a record for the key TTL;
-// unkeyed ones keep nothing. Redis therefore holds at most one record per
-// hold not yet released plus one per hold or keyed call that ended within
-// the key TTL: no unbounded growth. Order calls do not wait for replicas
-// (WithReplicas covers Init, Reduce and Return).
-
 //go:embed orders_holds.lua
 var holdsLua string
 
@@ -72,7 +28,56 @@ var ordersScript = redis.NewScript(holdsLua + ordersLua)
 
 var _ inventory.OrderManager = (*Manager)(nil)
 
-// Bounds of the order protocol across Cluster slots and of Sweep.
+// Orders: Manager implements [inventory.OrderManager] as follows; the
+// constants below are the bounds it documents.
+//
+// One step. On one Redis, and on a Redis Cluster when the lines (and the
+// hold's record) share one slot, every call is one run of orders.lua: all
+// lines move in one atomic step, a hold's TTL is read against Redis TIME
+// inside the script, and the expired holds of every SKU the step moves are
+// released in the same step. Reduce and Return (move.lua) release them
+// too: each SKU with holds has a hold marker, PREFIX{tag}:m:SKU, holding
+// the earliest deadline of its holds, which move.lua reads in the same MGET
+// as the stock; a SKU without holds costs no extra command and no TIME.
+//
+// Across Cluster slots, the lines of each slot are held by one script (a
+// part, in that slot) under an order record in the slot of the hold id
+// (or of the call's key); a refused part makes the call give back the
+// parts it made, and a crash midway leaves parts that expire. Confirm pins
+// every part (a pinned part no longer expires by itself; one found past
+// its time is released and the Confirm fails with ErrHoldReleased), then
+// moves the record from held to confirmed in one step, then sells the
+// parts. The record decides: a Cancel, or Sweep settling an expired hold,
+// moves it from held to released in one step, so of a Confirm and the
+// hold's expiry exactly one wins. Lines calls across slots make pinned
+// parts and confirm their record the same way. Sweep settles a pinned part
+// whose Confirm or call died by its record: sold if the record is
+// confirmed, released otherwise, once the hold's (or call's) time has
+// passed. A Reserve or keyed lines call that died leaves its id busy
+// (ErrContention) until its time passes; then a new call takes the id
+// over. A pending multi-slot return reserves no room below MaxStock: a
+// plain Return racing it near MaxStock could push the stock past it.
+//
+// Sweep releases, per index (one per Redis; one per Cluster slot, visited
+// only for the slots writers named in PREFIX{sweep}:xs), at most
+// SweepBatch x SweepRounds due parts per call. With Reap every period p, a
+// hold is released at most p (plus one Sweep's duration) after its TTL
+// passes, as long as fewer than SweepBatch x SweepRounds holds per index
+// fall due per period; a larger backlog drains at that rate, and any call
+// that moves a SKU releases that SKU's expired holds at once. A part
+// pinned by a Confirm that died is settled PinGrace after the hold's TTL;
+// the parts of a multi-slot lines call that died, LinesTTL after it began.
+//
+// Memory: a hold's record lives until the hold ends (confirmed, cancelled,
+// or released after its TTL) and then for the key TTL ([WithKeyTTL]),
+// counted from its TTL for an expired hold; its parts, holds-set entries,
+// markers and held counters go when it ends. Keyed lines calls keep a
+// record for the key TTL, unkeyed ones nothing; the Cluster's slot set has
+// at most one entry per slot, dropped a minute after its index empties.
+// Redis holds therefore at most one record per hold not yet released plus
+// one per hold or keyed call that ended within the key TTL: no unbounded
+// growth. Order calls do not wait for replicas (WithReplicas covers Init,
+// Reduce and Return).
 const (
 	// LinesTTL is how long a multi-slot lines call may take before Sweep
 	// may settle its parts: a crashed call's units come back after it.
@@ -754,8 +759,8 @@ func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 	return n, nil
 }
 
-// Sweep implements [inventory.OrderManager]. See "Orders" in this file's
-// package documentation for its bound.
+// Sweep implements [inventory.OrderManager]. See [SweepBatch] for its
+// bound.
 func (m *Manager) Sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, m.fail("sweep", err)
