@@ -28,10 +28,11 @@ if mode == 'key' then
     return {'dup', rem}
   end
 end
-local raw, due = unpack(redis.call('MGET', KEYS[1], KEYS[#KEYS]))
-if due then -- orders_holds.lua: expired holds go back first
+local both = redis.call('MGET', KEYS[1], KEYS[#KEYS])
+local raw = both[1]
+if both[2] then -- orders_holds.lua: expired holds go back first
   local h = holds()
-  if h.release_due(h.sku_key(KEYS[#KEYS], 'e'), due) > 0 then
+  if h.release_due(h.sku_key(KEYS[#KEYS], 'e'), both[2]) > 0 then
     raw = redis.call('GET', KEYS[1])
   end
 end
