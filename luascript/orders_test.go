@@ -225,13 +225,19 @@ func TestConfirmRacesExpiry(t *testing.T) {
 						defer wg.Done()
 						defer func() { <-sem }()
 						id := fmt.Sprint("r", i)
-						ttl := time.Duration(1+i%5) * time.Millisecond
+						ttl := time.Duration(2+i%9) * time.Millisecond
 						if err := m.Reserve(ctx, id, lines(s, 1, 2), ttl); err != nil {
 							t.Error(err)
 							return
 						}
-						time.Sleep(time.Duration(i%7) * 500 * time.Microsecond)
-						go m.Sweep(ctx) //nolint:errcheck // races the Confirm
+						time.Sleep(time.Duration(i%11) * time.Millisecond)
+						wg.Add(1)
+						go func() { // races the Confirm
+							defer wg.Done()
+							if _, err := m.Sweep(ctx); err != nil {
+								t.Error(err)
+							}
+						}()
 						switch err := m.Confirm(ctx, id); {
 						case err == nil:
 							sold.Add(1)
