@@ -901,24 +901,27 @@ func (m *Manager) settle(ctx context.Context, pk string) (int, error) {
 		return 0, err
 	}
 	st, _ := v[0].(string)
+	flipped := false // this Sweep released the record
+	if st != "confirmed" && st != "released" {
+		if st, err = m.recordOp(ctx, o, "abort", "1", ""); err != nil || st == "live" {
+			return 0, err
+		}
+		if st == "ok" {
+			st, flipped = "released", true
+		}
+	}
 	switch st {
 	case "confirmed":
-		if err := m.endParts(ctx, o, "sell"); err != nil {
-			return 0, err
-		}
+		err = m.endParts(ctx, o, "sell")
 	case "released":
-		if err := m.endParts(ctx, o, "release"); err != nil {
-			return 0, err
-		}
-	default:
-		st, err := m.recordOp(ctx, o, "abort", "1", "")
-		if err != nil || st == "live" {
-			return 0, err
-		}
-		return m.settle(ctx, pk)
+		err = m.endParts(ctx, o, "release")
+	default: // the record changed under us: the next Sweep sees it
+		return 0, nil
 	}
-	_, err = m.recordOp(ctx, o, "finish", "")
-	if err != nil || st != "released" || o.kind != kindHold {
+	if err != nil {
+		return 0, err
+	}
+	if _, err = m.recordOp(ctx, o, "finish", ""); err != nil || !flipped || o.kind != kindHold {
 		return 0, err
 	}
 	return 1, nil
