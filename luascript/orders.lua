@@ -87,8 +87,8 @@ if op == 'reserve' then
   -- ms, ARGV[6] nonce, ARGV[7] ln, ARGV[8] the SKU lines ("QTY SKU\n").
   local n = tonumber(ARGV[2])
   local rec, idx = KEYS[3 * n + 1], KEYS[3 * n + 2]
-  local old = redis.call('HMGET', rec, 'st', 'dl')
-  if old[1] == 'held' and now_ms() >= tonumber(old[2]) then
+  local old = redis.call('HMGET', rec, 'st', 'dl', 'self')
+  if old[1] == 'held' and old[3] == '1' and now_ms() >= tonumber(old[2]) then
     end_part(rec, 'release', tonumber(old[2])) -- it ended at dl: kept until dl + key TTL
   end
   if old[1] and redis.call('EXISTS', rec) == 1 then
@@ -111,10 +111,10 @@ if op == 'end' then
   -- "cancel", ARGV[3] the SKU lines the caller read (a record made again
   -- since is told apart). The other keys are the lines' keys, declared.
   local rec = KEYS[1]
-  local p = redis.call('HMGET', rec, 'st', 'sl', 'dl')
+  local p = redis.call('HMGET', rec, 'st', 'sl', 'dl', 'self')
   if not p[1] then
     return {'notfound'}
-  elseif p[2] ~= ARGV[3] then
+  elseif p[2] ~= ARGV[3] or p[4] ~= '1' then
     return {'changed'}
   end
   local confirm = ARGV[2] == 'confirm'
