@@ -595,43 +595,29 @@ func (m *Manager) end(ctx context.Context, op, id string) error {
 
 func (m *Manager) endHold(ctx context.Context, confirm bool, id string) error {
 	rec := rediskeys.Order(m.prefix, kindHold, id)
-	how := map[bool]string{true: "confirm", false: "cancel"}[confirm]
-	for range 3 {
-		v, err := m.client.HMGet(ctx, rec, "st", "n", "sl", "self", "ki").Result()
-		if err != nil {
-			return err
-		}
-		if v[0] == nil {
-			return inventory.ErrNotFound
-		}
-		sl, _ := v[2].(string)
-		lines, err := parseLines(sl)
-		if err != nil {
-			return err
-		}
-		if v[3] == "1" {
-			gs := m.group(lines)
-			keys := append([]string{rec}, m.lineKeys(lines, m.index(gs[0]))...)
-			_, st, err := m.eval(ctx, keys, "end", how, sl)
-			if err != nil {
-				return err
-			}
-			if st == "changed" {
-				continue
-			}
-			return endStatus(st)
-		}
-		o, err := m.orderFromRecord(rec, v[1], v[2], v[4])
-		if err != nil {
-			return err
-		}
-		st, _ := v[0].(string)
-		if confirm {
-			return m.crossConfirm(ctx, o, st)
-		}
-		return m.crossCancel(ctx, o, st)
+	how := "cancel"
+	if confirm {
+		how = "confirm"
 	}
-	return fmt.Errorf("%w: the hold record kept changing", inventory.ErrContention)
+	res, st, err := m.eval(ctx, []string{rec}, "end", how)
+	if err != nil || st != "cross" {
+		if err != nil {
+			return err
+		}
+		return endStatus(st)
+	}
+	if len(res) != 5 {
+		return fmt.Errorf("orders script replied %d values to end", len(res))
+	}
+	o, err := m.orderFromRecord(rec, res[2], res[3], res[4])
+	if err != nil {
+		return err
+	}
+	state, _ := res[1].(string)
+	if confirm {
+		return m.crossConfirm(ctx, o, state)
+	}
+	return m.crossCancel(ctx, o, state)
 }
 
 func endStatus(st string) error {

@@ -107,15 +107,16 @@ if op == 'reserve' then
 end
 
 if op == 'end' then
-  -- Confirm or Cancel of a self record, KEYS[1]. ARGV[2] "confirm" or
-  -- "cancel", ARGV[3] the SKU lines the caller read (a record made again
-  -- since is told apart). The other keys are the lines' keys, declared.
+  -- Confirm (ARGV[2] "confirm") or Cancel ("cancel") of hold record
+  -- KEYS[1]. A one-slot record ends here, its lines' keys (named in the
+  -- record, all in its slot) reached from it; a multi-slot one replies
+  -- {"cross", state, nonce, SKU lines, KIND:ID} for the caller to go on.
   local rec = KEYS[1]
-  local p = redis.call('HMGET', rec, 'st', 'sl', 'dl', 'self')
+  local p = redis.call('HMGET', rec, 'st', 'dl', 'self', 'n', 'sl', 'ki')
   if not p[1] then
     return {'notfound'}
-  elseif p[2] ~= ARGV[3] or p[4] ~= '1' then
-    return {'changed'}
+  elseif p[3] ~= '1' then
+    return {'cross', p[1], p[4], p[5], p[6]}
   end
   local confirm = ARGV[2] == 'confirm'
   if p[1] == 'confirmed' then
@@ -123,7 +124,7 @@ if op == 'end' then
   elseif p[1] == 'released' then
     return {confirm and 'released' or 'ok'}
   end
-  local now, dl = now_ms(), tonumber(p[3])
+  local now, dl = now_ms(), tonumber(p[2])
   if now >= dl then
     end_part(rec, 'release', dl)
     return {confirm and 'released' or 'ok'}
