@@ -285,21 +285,21 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 	return in, nil
 }
 
-// outcomeIndex is the index of oc in outcome.All.
-var outcomeIndex = func() map[string]int {
-	m := map[string]int{}
-	for i, oc := range outcome.All {
-		m[oc] = i
-	}
-	return m
-}()
-
-// call is one call in progress.
+// call is one call in progress, and what its span will say.
 type call struct {
 	in   *instruments
 	op   op
 	span trace.Span
 	t0   time.Time
+
+	sku       string
+	lines     []inventory.Line
+	qty       int64 // the call's qty, or the sum of its lines
+	keyed     bool
+	remaining int64
+	hasRemain bool
+	hold      string
+	released  int
 }
 
 func (in *instruments) begin(ctx context.Context, o op) (context.Context, call) {
@@ -310,11 +310,11 @@ func (in *instruments) begin(ctx context.Context, o op) (context.Context, call) 
 
 // end records the call's outcome; moved is the units it moved (or held)
 // if it took effect.
-func (c call) end(ctx context.Context, err error, moved int64) {
+func (c *call) end(ctx context.Context, err error, moved int64) {
 	d := time.Since(c.t0)
 	in := c.in
 	oc := outcome.Of(err)
-	ms := in.byOutcome[c.op][outcomeIndex[oc]]
+	ms := in.byOutcome[c.op][outcomeIndex(oc)]
 	in.calls.Add(ctx, 1, ms.add...)
 	in.duration.Record(ctx, d.Seconds(), ms.record...)
 	in.active.Add(ctx, -1, in.byOp[c.op]...)
@@ -327,7 +327,31 @@ func (c call) end(ctx context.Context, err error, moved int64) {
 		}
 	}
 	if c.span.IsRecording() {
-		c.span.SetAttributes(KeyOperation.String(opNames[c.op]), KeyStrategy.String(in.strategy), KeyOutcome.String(oc))
+		var buf [10]attribute.KeyValue
+		attrs := append(buf[:0], KeyOperation.String(opNames[c.op]), KeyStrategy.String(in.strategy), KeyOutcome.String(oc))
+		switch {
+		case c.sku != "":
+			attrs = append(attrs, KeySKU.String(c.sku))
+		case c.lines != nil:
+			skus := make([]string, len(c.lines))
+			for i, l := range c.lines {
+				skus[i] = l.SKU
+			}
+			attrs = append(attrs, KeySKUs.StringSlice(skus))
+		}
+		if c.qty != 0 {
+			attrs = append(attrs, KeyQty.Int64(c.qty), KeyKeyed.Bool(c.keyed))
+		}
+		if c.hasRemain && (oc == outcome.OK || oc == outcome.Insufficient || oc == outcome.Duplicate) {
+			attrs = append(attrs, KeyRemaining.Int64(c.remaining))
+		}
+		if c.hold != "" {
+			attrs = append(attrs, KeyHoldID.String(c.hold))
+		}
+		if c.op == opSweep {
+			attrs = append(attrs, KeyReleased.Int(c.released))
+		}
+		c.span.SetAttributes(attrs...)
 		if outcome.Failed(oc) {
 			c.span.RecordError(err)
 			c.span.SetStatus(codes.Error, err.Error())
@@ -336,35 +360,27 @@ func (c call) end(ctx context.Context, err error, moved int64) {
 	c.span.End()
 }
 
+// outcomeIndex is the index of oc in outcome.All.
+func outcomeIndex(oc string) int {
+	for i, o := range outcome.All {
+		if o == oc {
+			return i
+		}
+	}
+	return len(outcome.All) - 1
+}
+
 func keyed(opts []inventory.Option) bool {
 	return len(opts) > 0 && inventory.Apply(opts).Key != ""
 }
 
-func (c call) single(sku string, qty int64, opts []inventory.Option) {
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeySKU.String(sku), KeyQty.Int64(qty), KeyKeyed.Bool(keyed(opts)))
-	}
-}
-
-func (c call) lines(lines []inventory.Line, opts []inventory.Option) int64 {
+func (c *call) setLines(lines []inventory.Line, opts []inventory.Option) int64 {
 	var total int64
 	for _, l := range lines {
 		total += l.Qty
 	}
-	if c.span.IsRecording() {
-		skus := make([]string, len(lines))
-		for i, l := range lines {
-			skus[i] = l.SKU
-		}
-		c.span.SetAttributes(KeySKUs.StringSlice(skus), KeyQty.Int64(total), KeyKeyed.Bool(keyed(opts)))
-	}
+	c.lines, c.qty, c.keyed = lines, total, keyed(opts)
 	return total
-}
-
-func (c call) remaining(n int64, err error) {
-	if c.span.IsRecording() && (err == nil || outcome.Of(err) == outcome.Insufficient || outcome.Of(err) == outcome.Duplicate) {
-		c.span.SetAttributes(KeyRemaining.Int64(n))
-	}
 }
 
 // Unwrap returns the wrapped manager.
@@ -373,7 +389,7 @@ func (in *instruments) Unwrap() inventory.StockManager { return in.inner }
 // Init implements [inventory.StockManager].
 func (in *instruments) Init(ctx context.Context, sku string, qty int64) error {
 	ctx, c := in.begin(ctx, opInit)
-	c.single(sku, qty, nil)
+	c.sku, c.qty = sku, qty
 	err := in.inner.Init(ctx, sku, qty)
 	c.end(ctx, err, 0)
 	return err
@@ -382,9 +398,9 @@ func (in *instruments) Init(ctx context.Context, sku string, qty int64) error {
 // Reduce implements [inventory.StockManager].
 func (in *instruments) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	ctx, c := in.begin(ctx, opReduce)
-	c.single(sku, qty, opts)
+	c.sku, c.qty, c.keyed = sku, qty, keyed(opts)
 	n, err := in.inner.Reduce(ctx, sku, qty, opts...)
-	c.remaining(n, err)
+	c.remaining, c.hasRemain = n, true
 	c.end(ctx, err, qty)
 	return n, err
 }
@@ -392,9 +408,9 @@ func (in *instruments) Reduce(ctx context.Context, sku string, qty int64, opts .
 // Return implements [inventory.StockManager].
 func (in *instruments) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	ctx, c := in.begin(ctx, opReturn)
-	c.single(sku, qty, opts)
+	c.sku, c.qty, c.keyed = sku, qty, keyed(opts)
 	n, err := in.inner.Return(ctx, sku, qty, opts...)
-	c.remaining(n, err)
+	c.remaining, c.hasRemain = n, true
 	c.end(ctx, err, qty)
 	return n, err
 }
@@ -402,9 +418,7 @@ func (in *instruments) Return(ctx context.Context, sku string, qty int64, opts .
 // Get implements [inventory.StockManager].
 func (in *instruments) Get(ctx context.Context, sku string) (int64, error) {
 	ctx, c := in.begin(ctx, opGet)
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeySKU.String(sku))
-	}
+	c.sku = sku
 	n, err := in.inner.Get(ctx, sku)
 	c.end(ctx, err, 0)
 	return n, err
@@ -419,7 +433,7 @@ type orders struct {
 // ReduceLines implements [inventory.OrderManager].
 func (o orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	ctx, c := o.begin(ctx, opReduceLines)
-	total := c.lines(lines, opts)
+	total := c.setLines(lines, opts)
 	err := o.om.ReduceLines(ctx, lines, opts...)
 	c.end(ctx, err, total)
 	return err
@@ -428,7 +442,7 @@ func (o orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ..
 // ReturnLines implements [inventory.OrderManager].
 func (o orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	ctx, c := o.begin(ctx, opReturnLines)
-	total := c.lines(lines, opts)
+	total := c.setLines(lines, opts)
 	err := o.om.ReturnLines(ctx, lines, opts...)
 	c.end(ctx, err, total)
 	return err
@@ -437,10 +451,8 @@ func (o orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ..
 // Reserve implements [inventory.OrderManager].
 func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
 	ctx, c := o.begin(ctx, opReserve)
-	total := c.lines(lines, nil)
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeyHoldID.String(id))
-	}
+	total := c.setLines(lines, nil)
+	c.hold = id
 	err := o.om.Reserve(ctx, id, lines, ttl)
 	c.end(ctx, err, total)
 	return err
@@ -449,9 +461,7 @@ func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, 
 // Confirm implements [inventory.OrderManager].
 func (o orders) Confirm(ctx context.Context, id string) error {
 	ctx, c := o.begin(ctx, opConfirm)
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeyHoldID.String(id))
-	}
+	c.hold = id
 	err := o.om.Confirm(ctx, id)
 	c.end(ctx, err, 0)
 	return err
@@ -460,9 +470,7 @@ func (o orders) Confirm(ctx context.Context, id string) error {
 // Cancel implements [inventory.OrderManager].
 func (o orders) Cancel(ctx context.Context, id string) error {
 	ctx, c := o.begin(ctx, opCancel)
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeyHoldID.String(id))
-	}
+	c.hold = id
 	err := o.om.Cancel(ctx, id)
 	c.end(ctx, err, 0)
 	return err
@@ -471,9 +479,7 @@ func (o orders) Cancel(ctx context.Context, id string) error {
 // Held implements [inventory.OrderManager].
 func (o orders) Held(ctx context.Context, sku string) (int64, error) {
 	ctx, c := o.begin(ctx, opHeld)
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeySKU.String(sku))
-	}
+	c.sku = sku
 	n, err := o.om.Held(ctx, sku)
 	c.end(ctx, err, 0)
 	return n, err
@@ -486,9 +492,7 @@ func (o orders) Sweep(ctx context.Context) (int, error) {
 	if n > 0 {
 		o.released.Add(ctx, int64(n), o.plain...)
 	}
-	if c.span.IsRecording() {
-		c.span.SetAttributes(KeyReleased.Int(n))
-	}
+	c.released = n
 	c.end(ctx, err, 0)
 	return n, err
 }
