@@ -234,4 +234,3 @@ func (b *bands) Plot(c draw.Canvas, p *plot.Plot) {
 func glyph(shape draw.GlyphDrawer, c color.Color) draw.GlyphStyle {
 	return draw.GlyphStyle{Shape: shape, Color: c, Radius: vg.Points(3.5)}
 }
-

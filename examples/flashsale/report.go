@@ -83,10 +83,10 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		if r.Embedded {
 			store += "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%.2fms\t%.2fms\t%.2fms\t%.2fms\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%s\t%s\t%s\t%s\t\n",
 			r.Strategy, store, r.Sold, r.Oversold, r.Lost, r.Left,
 			r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries,
-			r.ElapsedMS/1000, r.Throughput, r.P50MS, r.P90MS, r.P99MS, r.MaxMS)
+			r.ElapsedMS/1000, r.Throughput, msString(r.P50MS), msString(r.P90MS), msString(r.P99MS), msString(r.MaxMS))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -130,3 +130,10 @@ func writeMetricsTable(w io.Writer, results []result) error {
 	return err
 }
 
+// msString shows a latency with two decimals, or three below 0.1ms.
+func msString(v float64) string {
+	if v < 0.1 {
+		return strconv.FormatFloat(v, 'f', 3, 64) + "ms"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64) + "ms"
+}
