@@ -303,7 +303,7 @@ type call struct {
 }
 
 func (in *instruments) begin(ctx context.Context, o op) (context.Context, call) {
-	ctx, span := in.tracer.Start(ctx, in.spanNames[o], trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := in.tracer.Start(ctx, in.spanNames[o], clientSpan...)
 	in.active.Add(ctx, 1, in.byOp[o]...)
 	return ctx, call{in: in, op: o, span: span, t0: time.Now()}
 }
@@ -359,6 +359,8 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 	}
 	c.span.End()
 }
+
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // outcomeIndex is the index of oc in outcome.All.
 func outcomeIndex(oc string) int {

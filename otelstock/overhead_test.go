@@ -2,6 +2,7 @@ package otelstock_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -131,25 +132,29 @@ func overhead(b *testing.B, g, perRound int, bare, decorated inventory.StockMana
 // decorator's own CPU time.
 func BenchmarkOverhead(b *testing.B) {
 	ctx := context.Background()
-	b.Run("luascript", func(b *testing.B) {
-		c := testenv.Redis(b)
-		bare, err := luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(b, c)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
-			b.Fatal(err)
-		}
-		for _, d := range decorators(b) {
-			b.Run(d.name, func(b *testing.B) {
-				m, err := d.wrap(bare)
-				if err != nil {
-					b.Fatal(err)
-				}
-				overhead(b, 8, 500, bare, m, "bench")
-			})
-		}
-	})
+	// One caller (the cost a call's latency sees), and 8 at once (the
+	// cost a saturated client's throughput sees).
+	for _, g := range []int{1, 8} {
+		b.Run(fmt.Sprintf("luascript/callers=%d", g), func(b *testing.B) {
+			c := testenv.Redis(b)
+			bare, err := luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(b, c)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
+				b.Fatal(err)
+			}
+			for _, d := range decorators(b) {
+				b.Run(d.name, func(b *testing.B) {
+					m, err := d.wrap(bare)
+					if err != nil {
+						b.Fatal(err)
+					}
+					overhead(b, g, 100*g, bare, m, "bench")
+				})
+			}
+		})
+	}
 	b.Run("memory", func(b *testing.B) {
 		bare := inventorytest.NewMemory(0)
 		if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {

@@ -91,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
 	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
-	fs.BoolVar(&c.sqllock, "sqllock", true, "run sqllock (SQL advisory locks) on the MySQL and PostgreSQL stores given")
+	fs.BoolVar(&c.sqllock, "sqllock", false, "also run sqllock (SQL advisory locks) on the MySQL and PostgreSQL stores given: its waiters poll, so a flash sale makes it slow (naming it in -strategies runs it too)")
 	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
 
 	if err := fs.Parse(args); err != nil {
@@ -176,6 +176,16 @@ func (c *config) checkChart() error {
 func (c *config) selected(strategy, store string) bool {
 	for _, s := range list(c.strategies) {
 		if s == "all" || s == strategy || s == strategy+"/"+store {
+			return true
+		}
+	}
+	return false
+}
+
+// namesSQLLock reports whether -strategies names sqllock itself.
+func (c *config) namesSQLLock() bool {
+	for _, s := range list(c.strategies) {
+		if s == "sqllock" || strings.HasPrefix(s, "sqllock/") {
 			return true
 		}
 	}

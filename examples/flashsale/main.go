@@ -45,9 +45,10 @@
 // retries, ok = buyers who bought, contention + error = retries + requests
 // that gave up, units = sold. A row whose counters disagree fails.
 //
-// With -services (or -mysql / -postgres) sqllock runs on MariaDB and
-// PostgreSQL too, its advisory locks on a pool of their own; -sqllock=false
-// leaves it out.
+// With -services (or -mysql / -postgres) the report has sqllock rows on
+// MariaDB and PostgreSQL, its advisory locks on a pool of their own; they
+// run with -sqllock (or when -strategies names sqllock), since sqllock's
+// waiters poll and a flash sale's contention makes it slow.
 package main
 
 import (

@@ -181,11 +181,35 @@ func TestRealServers(t *testing.T) {
 		}
 	}
 	for name, r := range rows {
+		if r.Strategy == "sqllock" {
+			assert.Contains(t, r.Skipped, "-sqllock", "%s is slow: it runs with -sqllock (TestRealSQLLock)", name)
+			continue
+		}
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
-		assert.False(t, r.Embedded, "%s ran on a real server", name)
+		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 		checkMetrics(t, name, r, 1)
 	}
 	assert.Len(t, rows, 2+9+2+6)
+}
+
+// The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller
+// sale, on MariaDB and PostgreSQL.
+func TestRealSQLLock(t *testing.T) {
+	t.Parallel()
+	prefix := cleanPrefix(t, nil, []*sqlx.DB{testenv.MySQL(t), testenv.Postgres(t)}, nil)
+	const buyers, stock = 150, 15
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-prefix", prefix,
+		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
+		"-postgres", testenv.Get(testenv.EnvPostgres, testenv.DefaultPostgres),
+		"-strategies", "sqllock", "-metrics")
+	rows := checkSale(t, results, buyers, stock)
+	assert.Len(t, rows, 2)
+	for _, name := range []string{"sqllock/mysql", "sqllock/postgres"} {
+		if assert.Contains(t, rows, name) {
+			assert.Empty(t, rows[name].Skipped)
+			checkMetrics(t, name, rows[name], 1)
+		}
+	}
 }
 
 // checkMetrics checks that what the otelstock decorator counted in row r
