@@ -11,11 +11,11 @@
 // # Spans
 //
 // One span per call, of kind client, named "inventory " + the operation
-// (e.g. "inventory reduce"), with the attributes inventory.operation,
-// inventory.strategy, inventory.outcome, inventory.sku and inventory.qty
-// (single-SKU calls), inventory.skus and inventory.qty (the sum of the
-// lines, multi-SKU calls), inventory.keyed (an idempotency key was given;
-// the key itself, often a buyer id, is not recorded), inventory.remaining
+// (e.g. "inventory reduce"), with the attributes inventory.strategy,
+// inventory.outcome, inventory.sku and inventory.qty (single-SKU calls),
+// inventory.skus and inventory.qty (the sum of the lines, multi-SKU calls),
+// inventory.keyed=true (an idempotency key was given; the key itself, often
+// a buyer id, is not recorded), inventory.remaining
 // (Reduce and Return that answered a stock level), inventory.hold.id and
 // inventory.released (Sweep). The span's status is Error for the outcomes
 // error and contention, with the error recorded; sold out, duplicates and
@@ -327,8 +327,9 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 		}
 	}
 	if c.span.IsRecording() {
-		var buf [10]attribute.KeyValue
-		attrs := append(buf[:0], KeyOperation.String(opNames[c.op]), KeyStrategy.String(in.strategy), KeyOutcome.String(oc))
+		// The operation is in the span's name; keyed only when true.
+		var buf [8]attribute.KeyValue
+		attrs := append(buf[:0], KeyStrategy.String(in.strategy), KeyOutcome.String(oc))
 		switch {
 		case c.sku != "":
 			attrs = append(attrs, KeySKU.String(c.sku))
@@ -340,7 +341,10 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 			attrs = append(attrs, KeySKUs.StringSlice(skus))
 		}
 		if c.qty != 0 {
-			attrs = append(attrs, KeyQty.Int64(c.qty), KeyKeyed.Bool(c.keyed))
+			attrs = append(attrs, KeyQty.Int64(c.qty))
+		}
+		if c.keyed {
+			attrs = append(attrs, KeyKeyed.Bool(true))
 		}
 		if c.hasRemain && (oc == outcome.OK || oc == outcome.Insufficient || oc == outcome.Duplicate) {
 			attrs = append(attrs, KeyRemaining.Int64(c.remaining))

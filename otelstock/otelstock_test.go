@@ -191,7 +191,7 @@ func TestStockCalls(t *testing.T) {
 	for _, kv := range []attribute.KeyValue{
 		otelstock.KeySKU.String("shoe"), otelstock.KeyQty.Int64(2), otelstock.KeyKeyed.Bool(true),
 		otelstock.KeyOutcome.String("ok"), otelstock.KeyStrategy.String("inventorytest"),
-		otelstock.KeyRemaining.Int64(3), op("reduce"),
+		otelstock.KeyRemaining.Int64(3),
 	} {
 		v, ok := attrs.Value(kv.Key)
 		assert.True(t, ok && v == kv.Value, "span has %s=%v, got %v", kv.Key, kv.Value.String(), v.String())
