@@ -38,7 +38,11 @@ func decorators(b *testing.B) []struct {
 	// aggregated by a reader.
 	sdkTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	sdkMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	// A tenth of the traces sampled, as services commonly run.
+	sampledTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
 	b.Cleanup(func() {
+		_ = sampledTP.Shutdown(context.Background())
 		_ = sdkTP.Shutdown(context.Background())
 		_ = sdkMP.Shutdown(context.Background())
 	})
@@ -63,6 +67,12 @@ func decorators(b *testing.B) []struct {
 	}{
 		{"otel-noop", otelNoop},
 		{"otel-sdk", otelSDK},
+		{"otel-sdk-sampled10", func(m inventory.StockManager) (inventory.StockManager, error) {
+			return otelstock.Wrap(m, otelstock.WithTracerProvider(sampledTP), otelstock.WithMeterProvider(sdkMP))
+		}},
+		{"otel-sdk-metrics", func(m inventory.StockManager) (inventory.StockManager, error) { // SDK meter, no spans
+			return otelstock.Wrap(m, otelstock.WithTracerProvider(tracenoop.NewTracerProvider()), otelstock.WithMeterProvider(sdkMP))
+		}},
 		{"ratelimit", limit},
 		{"slog", logged},
 		{"stack-sdk", func(m inventory.StockManager) (inventory.StockManager, error) {
