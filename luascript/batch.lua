@@ -14,39 +14,43 @@
 --   3 the key's record says an earlier call took effect, value its remaining
 --   4 the stock key does not hold a number
 -- The stock of each SKU moves once, at the end, by DECRBY of the sum of its
--- calls' moves; numbers are formatted with %.0f, so they stay exact.
+-- calls' moves; numbers are formatted with %.0f, so they stay exact. A keyed
+-- call that fits records itself with one SET NX GET (Redis 7.0 or later).
 local stock, start, order = {}, {}, {}
 local out = {}
 for i = 2, #ARGV, 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local code, val = 0, 0
-  local first = k > 0 and redis.call('GET', KEYS[k])
+  local cur = stock[s]
+  if cur == nil then
+    local raw = redis.call('GET', KEYS[s])
+    cur = false
+    if raw then
+      cur = tonumber(raw) or 'nan'
+    end
+    stock[s], start[s] = cur, cur
+    order[#order + 1] = s
+  end
+  local fits = type(cur) == 'number' and q <= cur and -q <= 9007199254740991 - cur
+  local first
+  if k > 0 then
+    if fits then -- record the call unless an earlier one did, in one command
+      first = redis.call('SET', KEYS[k], string.format('%.0f', cur - q), 'NX', 'GET', 'PX', ARGV[1])
+    else
+      first = redis.call('GET', KEYS[k])
+    end
+  end
   if first then
     code, val = 3, tonumber(string.match(first, '^%d+'))
+  elseif not cur then
+    code = 2
+  elseif cur == 'nan' then
+    code = 4
+  elseif not fits then
+    code, val = 1, cur
   else
-    local cur = stock[s]
-    if cur == nil then
-      local raw = redis.call('GET', KEYS[s])
-      cur = false
-      if raw then
-        cur = tonumber(raw) or 'nan'
-      end
-      stock[s], start[s] = cur, cur
-      order[#order + 1] = s
-    end
-    if not cur then
-      code = 2
-    elseif cur == 'nan' then
-      code = 4
-    elseif q > cur or -q > 9007199254740991 - cur then
-      code, val = 1, cur
-    else
-      cur = cur - q
-      stock[s], val = cur, cur
-      if k > 0 then
-        redis.call('SET', KEYS[k], string.format('%.0f', cur), 'PX', ARGV[1])
-      end
-    end
+    cur = cur - q
+    stock[s], val = cur, cur
   end
   out[#out + 1] = code
   out[#out + 1] = val

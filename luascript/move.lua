@@ -12,28 +12,35 @@
 -- an earlier call took effect (its remaining, then perhaps ":" and more).
 -- Stock moves by DECRBY (DECRBY of -n adds n), never by a SET of a number
 -- Lua computed, and numbers are formatted with %.0f, never tostring
--- (%.14g), so values up to 2^53 stay exact.
+-- (%.14g), so values up to 2^53 stay exact. A move that fits costs GET,
+-- DECRBY and, with a key, one SET NX GET (so it needs Redis 7.0 or later).
+-- A hook that must run before every move (a later hold marker, say) can
+-- take the keys after these, at KEYS[keyed and 3 or 2].
 local keyed = ARGV[2] ~= nil
-if keyed then
+local raw = redis.call('GET', KEYS[1])
+local cur = tonumber(raw)
+local q = tonumber(ARGV[1])
+if keyed and not (cur and q <= cur and -q <= 9007199254740991 - cur) then
+  -- Refused, or no stock: an earlier call with the key may have run.
   local first = redis.call('GET', KEYS[2])
   if first then
     return {first}
   end
 end
-local raw = redis.call('GET', KEYS[1])
 if not raw then
   return false
 end
-local cur = tonumber(raw)
 if not cur then
   return redis.error_reply('stock key ' .. KEYS[1] .. ' does not hold a number')
 end
-local q = tonumber(ARGV[1])
 if q > cur or -q > 9007199254740991 - cur then
   return -1 - cur
 end
-local rem = redis.call('DECRBY', KEYS[1], ARGV[1])
 if keyed then
-  redis.call('SET', KEYS[2], string.format('%.0f', rem), 'PX', ARGV[2])
+  -- Record the call unless an earlier one did, in one command (Redis 7).
+  local first = redis.call('SET', KEYS[2], string.format('%.0f', cur - q), 'NX', 'GET', 'PX', ARGV[2])
+  if first then
+    return {first}
+  end
 end
-return rem
+return redis.call('DECRBY', KEYS[1], ARGV[1])
