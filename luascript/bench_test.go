@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -274,4 +275,44 @@ func timed(b *testing.B, g int, d time.Duration, op func(i int) error) float64 {
 	stop.Store(true)
 	wg.Wait()
 	return float64(next.Load()) / time.Since(t0).Seconds()
+}
+
+// BenchmarkSoldOut compares refusals on a sold-out SKU (issue 13.3): the
+// bare loop (one EVALSHA per refusal), the default Manager (one script call
+// per refusal, merged) and WithRefusals(50ms) (refused in the process),
+// in alternating rounds as BenchmarkReduce, at 64 goroutines.
+func BenchmarkSoldOut(b *testing.B) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	prefix := testenv.RedisPrefix(b, c)
+	const rounds, roundTime, g = 7, 150 * time.Millisecond, 64
+	plain, err := luascript.New(c, luascript.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	local, err := luascript.New(c, luascript.WithPrefix(prefix), luascript.WithRefusals(50*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := plain.Init(ctx, "gone", 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := bareScript.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	key := []string{rediskeys.Stock(prefix, "gone")}
+	refuse := func(m *luascript.Manager) func(int) error {
+		return func(int) error {
+			if _, err := m.Reduce(ctx, "gone", 1); !errors.Is(err, inventory.ErrInsufficientStock) {
+				return fmt.Errorf("want a refusal, got %v", err)
+			}
+			return nil
+		}
+	}
+	cs := []contender{
+		{name: "bare", op: func(int) error { return bareScript.EvalSha(ctx, c, key, 1).Err() }},
+		{name: "luascript", op: refuse(plain)},
+		{name: "refusals", op: refuse(local)},
+	}
+	report(b, cs)(alternate(b, cs, rounds, g, roundTime))
 }

@@ -27,6 +27,11 @@
 // each caller still gets its own answer. A lone call is sent at once, with
 // no wait. Merged calls share one atomic step, applied in their order.
 //
+// [WithRefusals] (off by default) refuses, without a round trip, the
+// unkeyed Reduces that cannot fit the stock Redis reported less than a TTL
+// ago: a sold-out SKU then costs Redis nothing, at the price of refusals up
+// to that TTL stale when another process adds units.
+//
 // Durability is Redis's. With appendfsync everysec a crash of the Redis
 // host can lose the last second of acknowledged sales, idempotency keys
 // included, so a retry may sell again; appendfsync always loses none, at
@@ -69,6 +74,7 @@ type Manager struct {
 	config
 	ttlMs  int64                   // keyTTL in ms, as the scripts take it
 	groups []atomic.Pointer[group] // per Cluster slot, when calls are merged (maxBatch > 1)
+	refuse *refusals               // WithRefusals
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -80,6 +86,8 @@ type config struct {
 	replicaTimeout time.Duration
 	replicasSet    bool // WithReplicas was given
 	maxBatch       int
+	refusalTTL     time.Duration
+	refusalsSet    bool
 }
 
 // Option configures a Manager. Options follow the rule of the root package
@@ -137,6 +145,35 @@ const (
 	MaxBatch        = 1024
 )
 
+// WithRefusals makes the Manager refuse a Reduce without a round trip when
+// Redis refused a Reduce of its SKU less than ttl ago and the stock it saw
+// then is less than this Reduce asks: once a flash sale is sold out, the
+// buyers' calls are refused in the process. ttl is in 1ms..[MaxRefusalTTL].
+// The default is no local refusals.
+//
+// It never makes a call succeed that Redis would refuse: it only refuses.
+// Its price is staleness, bounded by ttl: a local refusal says that the
+// stock was below the quantity at some moment during the last ttl (the
+// error says so, and carries that stock as the remaining value), so units
+// added meanwhile by another process or Manager (a Return, an Init, a
+// write outside luascript) can be refused for up to ttl after they were
+// added. Units this Manager adds (its Return and Init of the SKU) end the
+// SKU's local refusals at once. Calls with an idempotency key always go to
+// Redis: one may repeat a call that took effect, which must be told
+// ErrDuplicate. What is remembered is bounded: one SKU per Cluster slot
+// (16384 entries).
+func WithRefusals(ttl time.Duration) Option {
+	return func(c *config) { c.refusalTTL, c.refusalsSet = ttl, true }
+}
+
+// errRefusedHere is the error of a local refusal; its remaining value is the
+// stock seen. It is built once: a sold-out SKU's refusals are the hot path.
+var errRefusedHere = fmt.Errorf("%w: the stock Redis had less than the WithRefusals TTL ago is below the quantity (refused in the process)",
+	inventory.ErrInsufficientStock)
+
+// MaxRefusalTTL bounds [WithRefusals].
+const MaxRefusalTTL = 10 * time.Second
+
 // New returns a Manager that keeps stock in client. The caller owns client
 // and closes it.
 func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
@@ -162,7 +199,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if c.maxBatch < 1 || c.maxBatch > MaxBatch {
 		return nil, fmt.Errorf("%w: luascript: WithMaxBatch(%d): want 1..%d", inventory.ErrInvalidArgument, c.maxBatch, MaxBatch)
 	}
+	if c.refusalsSet && (c.refusalTTL < time.Millisecond || c.refusalTTL > MaxRefusalTTL) {
+		return nil, fmt.Errorf("%w: luascript: WithRefusals(%v): want 1ms..%v", inventory.ErrInvalidArgument, c.refusalTTL, MaxRefusalTTL)
+	}
 	m := &Manager{client: client, config: c, ttlMs: c.keyTTL.Milliseconds()}
+	if c.refusalsSet {
+		m.refuse = &refusals{ttl: c.refusalTTL}
+	}
 	if c.maxBatch > 1 {
 		m.groups = make([]atomic.Pointer[group], rediskeys.Slots)
 	}
@@ -195,6 +238,10 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // Init implements [front.Backend].
 func (m *backend) Init(ctx context.Context, sku string, qty int64) error {
+	if m.refuse != nil {
+		m.refuse.added(sku)
+		defer m.refuse.added(sku)
+	}
 	key := rediskeys.Stock(m.prefix, sku)
 	if m.replicas == 0 {
 		return m.client.Set(ctx, key, qty, 0).Err()
@@ -227,10 +274,33 @@ func (m *backend) Get(ctx context.Context, sku string) (int64, error) {
 
 // Move implements [front.Backend].
 func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	if m.groups != nil {
-		return (*Manager)(m).merged(ctx, sku, qty, dir, key)
+	switch {
+	case m.refuse == nil:
+		return (*Manager)(m).send(ctx, sku, qty, dir, key)
+	case dir == inventory.DirReturn:
+		m.refuse.added(sku)
+		defer m.refuse.added(sku)
+		return (*Manager)(m).send(ctx, sku, qty, dir, key)
+	case key != "": // may repeat a call that took effect: Redis knows
+		return (*Manager)(m).send(ctx, sku, qty, dir, key)
 	}
-	return (*Manager)(m).move(ctx, sku, qty, dir, key)
+	if n, ok := m.refuse.check(sku, qty); ok {
+		return n, errRefusedHere
+	}
+	sent, epoch := time.Now(), m.refuse.epoch(sku)
+	n, err := (*Manager)(m).send(ctx, sku, qty, dir, key)
+	if errors.Is(err, inventory.ErrInsufficientStock) {
+		m.refuse.refused(sku, n, sent, epoch)
+	}
+	return n, err
+}
+
+// send sends a call to Redis, merged or alone.
+func (m *Manager) send(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	if m.groups != nil {
+		return m.merged(ctx, sku, qty, dir, key)
+	}
+	return m.move(ctx, sku, qty, dir, key)
 }
 
 // signed is qty as the scripts take it: negative for a Return.
