@@ -75,6 +75,9 @@ type Manager struct {
 	ttlMs  int64                   // keyTTL in ms, as the scripts take it
 	groups []atomic.Pointer[group] // per Cluster slot, when calls are merged (maxBatch > 1)
 	refuse *refusals               // WithRefusals
+	// crossSKU: one script call may hold the keys of several SKUs of one
+	// slot (a plain or Cluster client).
+	crossSKU bool
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -208,6 +211,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	}
 	if c.maxBatch > 1 {
 		m.groups = make([]atomic.Pointer[group], rediskeys.Slots)
+	}
+	switch client.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		m.crossSKU = true
 	}
 	m.f = front.New("luascript", (*backend)(m))
 	return m, nil

@@ -13,7 +13,10 @@ import (
 )
 
 // Merging. The calls of one Cluster slot (on a plain client too: the slot
-// of a SKU's keys is known whatever the client) form a group. A call that
+// of a SKU's keys is known whatever the client) form a group. A batch holds
+// calls of several SKUs only on a plain or Cluster client (one server, or
+// one slot on one server); on any other (a Ring shards by hash tag) it
+// holds one SKU's. A call that
 // finds its group idle sends itself at once, as its own script call, and
 // marks the group busy. A call that finds it busy queues. When the call in
 // flight returns, a drain goroutine sends what queued meanwhile (up to
@@ -115,29 +118,26 @@ func (m *Manager) drain(g *group) {
 	for {
 		batch = batch[:0]
 		g.mu.Lock()
-		taken := 0
+		keep := g.queue[:0]
 		for _, c := range g.queue {
-			if len(batch) == m.maxBatch {
-				break
-			}
-			taken++
-			if c.ctx.Err() == nil { // a call whose ctx ended leaves unsent
+			switch {
+			case c.ctx.Err() != nil: // leaves unsent
+			case len(batch) < m.maxBatch && (m.crossSKU || len(batch) == 0 || c.sku == batch[0].sku):
 				c.sent = true
 				batch = append(batch, c)
+			default:
+				keep = append(keep, c)
 			}
 		}
-		rest := copy(g.queue, g.queue[taken:])
-		clear(g.queue[rest:])
-		g.queue = g.queue[:rest]
-		if len(batch) == 0 && rest == 0 {
+		clear(g.queue[len(keep):])
+		g.queue = keep
+		if len(batch) == 0 {
 			g.busy = false
 			g.mu.Unlock()
 			return
 		}
 		g.mu.Unlock()
-		if len(batch) > 0 {
-			m.run(batch)
-		}
+		m.run(batch)
 		clear(batch)
 	}
 }

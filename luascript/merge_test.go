@@ -366,3 +366,70 @@ func TestWithMaxBatch(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrInvalidArgument, n)
 	}
 }
+
+// TestRingMergesOneSKUPerBatch runs, on a Ring of two shards (which shards
+// by hash tag, not by slot), calls on two SKUs of one Cluster slot that
+// live on different shards: a batch must hold one SKU's calls only, or
+// its script would run on the wrong shard.
+func TestRingMergesOneSKUPerBatch(t *testing.T) {
+	ctx := context.Background()
+	nodes := testenv.RedlockClients(t)[:2]
+	prefix := testenv.Prefix()
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			testenv.DeleteKeys(t, n, prefix+"*")
+		}
+	})
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": nodes[0].Options().Addr, "b": nodes[1].Options().Addr},
+		ContextTimeoutEnabled: true,
+		PoolSize:              32,
+	})
+	t.Cleanup(func() { ring.Close() })
+	m, err := luascript.New(ring, luascript.WithPrefix(prefix))
+	require.NoError(t, err)
+	shard := func(sku string) int {
+		for i, n := range nodes {
+			if n.Exists(ctx, rediskeys.Stock(prefix, sku)).Val() == 1 {
+				return i
+			}
+		}
+		return -1
+	}
+	var a, b string
+	seen := map[int]string{}
+	for i := 0; a == ""; i++ {
+		sku := fmt.Sprint("ring-", i)
+		other, ok := seen[rediskeys.Slot(sku)]
+		if !ok {
+			seen[rediskeys.Slot(sku)] = sku
+			continue
+		}
+		require.NoError(t, m.Init(ctx, sku, 1000))
+		require.NoError(t, m.Init(ctx, other, 1000))
+		if shard(sku) != shard(other) {
+			a, b = other, sku
+		}
+	}
+	const workers, calls = 32, 20
+	var wg sync.WaitGroup
+	var sold [2]atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				j := (w + i) % 2
+				_, err := m.Reduce(ctx, []string{a, b}[j], 1)
+				require.NoError(t, err)
+				sold[j].Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	for j, sku := range []string{a, b} {
+		left, err := m.Get(ctx, sku)
+		require.NoError(t, err)
+		require.Equal(t, 1000-sold[j].Load(), left, sku)
+	}
+}
