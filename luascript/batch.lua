@@ -22,7 +22,8 @@ for i = 2, #ARGV, 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local code, val = 0, 0
   local cur = stock[s]
-  if cur == nil then
+  if cur == nil then -- the SKU's first call in the batch: a per-SKU hook
+    -- (a hold marker, say) goes here, its key after the stock key in KEYS
     local raw = redis.call('GET', KEYS[s])
     cur = false
     if raw then

@@ -103,9 +103,5 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 // is a ring of fixed-size slots (see [WindowSize]). The id has a fixed
 // length, so the key is unambiguous.
 func Window(prefix, sku, id string, epoch int64) string {
-	var b strings.Builder
-	b.WriteString(prefix)
-	writeTag(&b, sku)
-	b.WriteString(":r:" + id + ":" + strconv.FormatInt(epoch, 10) + ":" + sku)
-	return b.String()
+	return prefix + tag(sku) + ":r:" + id + ":" + strconv.FormatInt(epoch, 10) + ":" + sku
 }
