@@ -28,7 +28,8 @@
 // (Reserve, Confirm, Cancel, Held), their expiry with and without traffic
 // (lazy release, Sweep, [inventory.Reap]), Confirm racing expiry, bad input
 // refused before any I/O, and 2,000 concurrent carts checked against
-// initial - available == sold - returned + held per SKU. Set
+// initial - available == sold - returned + held per SKU, plus 200 races of
+// Confirm against expiry in which exactly one may win. Set
 // Config.RequireOrders for a strategy that must implement it.
 //
 // Holds that the suite lets expire live for Config.HoldTTL (300ms); a
@@ -41,8 +42,11 @@
 // at ctx or its backend, so a call with bad arguments and a cancelled
 // context still reports ErrInvalidArgument.
 //
-// Every subtest makes a fresh manager and uses SKUs with a random prefix, so
-// runs sharing a server never see each other's data.
+// Every subtest makes a fresh manager and uses SKUs, hold ids and
+// idempotency keys with a random prefix, so runs sharing a server never see
+// each other's data. The order subtests count on nothing else: another
+// process sweeping the same holds (a strategy's own reaper, another test
+// run) changes no outcome they check.
 package inventorytest
 
 import (
@@ -150,7 +154,12 @@ func (c *Config) defaults() {
 	}
 }
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance suite as subtests of t: the StockManager subtests,
+// then, if the manager implements [inventory.OrderManager], the order
+// subtests under "Orders". To find out, Run makes one extra manager with
+// NewManager(t) and asserts its type; without RequireOrders, a manager
+// that does not implement OrderManager gets a log line saying the order
+// subtests did not run.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.NewManager == nil {

@@ -894,11 +894,11 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				id := s.id(t, fmt.Sprintf("race-%d", i))
+				t0 := time.Now() // the TTL starts after this on the backend
 				if err := retry(ctx, func() error { return m.Reserve(ctx, id, lines(skus[i], 1), ttl) }); err != nil {
 					problem("Reserve(%s): %v", id, err)
 					return
 				}
-				t0 := time.Now()
 				// Spread the Confirms from a quarter TTL before the TTL to
 				// a quarter TTL after it, plus the clock's resolution.
 				spread := ttl/2 + res
