@@ -85,7 +85,7 @@ func (s *suite) skus(t *testing.T, ctx context.Context, m orderManager, qtys ...
 	t.Helper()
 	out := make([]string, len(qtys))
 	for i, q := range qtys {
-		out[i] = s.sku(t, fmt.Sprintf("sku-%d", i))
+		out[i] = s.osku(t, fmt.Sprintf("sku-%d", i))
 		mustInit(t, ctx, m, out[i], q)
 	}
 	return out
@@ -94,7 +94,11 @@ func (s *suite) skus(t *testing.T, ctx context.Context, m orderManager, qtys ...
 // id returns a hold id or idempotency key unique to this run and subtest:
 // ids and the keys of the lines calls are not per SKU, so a backend shared
 // by successive managers (or runs) must not see one twice.
-func (s *suite) id(t *testing.T, name string) string { return s.sku(t, "id/"+name) }
+func (s *suite) id(t *testing.T, name string) string { return s.osku(t, "id/"+name) }
+
+// osku returns a SKU unique to this run and order subtest, apart from those
+// of the StockManager subtest of the same name.
+func (s *suite) osku(t *testing.T, name string) string { return s.sku(t, "orders/"+name) }
 
 // requireLevels checks the available and held units of sku.
 func requireLevels(t *testing.T, ctx context.Context, m orderManager, sku string, available, held int64) {
@@ -171,7 +175,7 @@ func (s *suite) testReduceLines(t *testing.T, m orderManager) {
 	// MaxLines lines in one call.
 	many := make([]inventory.Line, inventory.MaxLines)
 	for i := range many {
-		many[i] = inventory.Line{SKU: s.sku(t, fmt.Sprintf("many-%d", i)), Qty: 2}
+		many[i] = inventory.Line{SKU: s.osku(t, fmt.Sprintf("many-%d", i)), Qty: 2}
 		mustInit(t, ctx, m, many[i].SKU, 3)
 	}
 	require.NoError(t, m.ReduceLines(ctx, many), "%d lines", inventory.MaxLines)
@@ -224,7 +228,7 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 2, 10, inventory.MaxStock-1)
 	a, b, c, full := sk[0], sk[1], sk[2], sk[3]
-	unknown := s.sku(t, "unknown")
+	unknown := s.osku(t, "unknown")
 	unchanged := func() {
 		t.Helper()
 		requireLevels(t, ctx, m, a, 10, 0)
@@ -317,7 +321,7 @@ func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
 	// Calls that failed did not use up their keys.
 	k3 := inventory.WithKey(id("cart-3"))
 	requireShort(t, m.ReduceLines(ctx, lines(a, 1, b, 1000), k3), lines(a, 1, b, 1000), map[string]int64{b: 11})
-	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 1, s.sku(t, "unknown"), 1), k3), inventory.ErrNotFound)
+	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 1, s.osku(t, "unknown"), 1), k3), inventory.ErrNotFound)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, m.ReduceLines(cancelled, cart, k3), context.Canceled)
@@ -418,7 +422,7 @@ func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
 	require.NotErrorIs(t, err, inventory.ErrHoldReleased)
 	err = m.Cancel(ctx, id("never-reserved"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Cancel of an unknown hold")
-	_, err = m.Held(ctx, s.sku(t, "never-initialised"))
+	_, err = m.Held(ctx, s.osku(t, "never-initialised"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Held of an unknown SKU")
 	// Asking about an id creates nothing.
 	require.NoError(t, m.Reserve(ctx, id("never-reserved"), lines(sk[0], 1), s.longTTL()))
@@ -468,7 +472,7 @@ func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
 	sk := s.skus(t, ctx, m, 2)
 	a := sk[0]
 	requireShort(t, m.Reserve(ctx, id("f"), lines(a, 5), s.longTTL()), lines(a, 5), map[string]int64{a: 2})
-	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1, s.sku(t, "unknown"), 1), s.longTTL()), inventory.ErrNotFound)
+	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1, s.osku(t, "unknown"), 1), s.longTTL()), inventory.ErrNotFound)
 	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1), 0), inventory.ErrInvalidArgument)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -526,7 +530,7 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
-	unknown := s.sku(t, "unknown")
+	unknown := s.osku(t, "unknown")
 	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
 	// A call with bad arguments is refused before it looks at ctx or the
 	// backend: with a cancelled context it still reports ErrInvalidArgument.
@@ -541,7 +545,7 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 
 	tooMany := make([]inventory.Line, inventory.MaxLines+1)
 	for i := range tooMany {
-		tooMany[i] = inventory.Line{SKU: s.sku(t, fmt.Sprintf("many-%d", i)), Qty: 1}
+		tooMany[i] = inventory.Line{SKU: s.osku(t, fmt.Sprintf("many-%d", i)), Qty: 1}
 	}
 	badLines := map[string][]inventory.Line{
 		"nil lines":           nil,
@@ -861,7 +865,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 	res := s.cfg.ClockResolution
 	skus := make([]string, n)
 	for i := range skus {
-		skus[i] = s.sku(t, fmt.Sprintf("race-%d", i))
+		skus[i] = s.osku(t, fmt.Sprintf("race-%d", i))
 		mustInit(t, ctx, m, skus[i], 1)
 	}
 
@@ -959,7 +963,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	const nSKU, initial = 10, 400
 	skus := make([]string, nSKU)
 	for i := range skus {
-		skus[i] = s.sku(t, fmt.Sprintf("sku-%d", i))
+		skus[i] = s.osku(t, fmt.Sprintf("sku-%d", i))
 		mustInit(t, ctx, m, skus[i], initial)
 	}
 	var sold, returned [nSKU]atomic.Int64
