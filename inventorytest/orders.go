@@ -150,13 +150,19 @@ func sleepUntil(ctx context.Context, when time.Time) {
 	}
 }
 
-// retry runs op until it reports something other than ErrContention or ctx
-// is done, pausing up to a millisecond between attempts.
-func retry(ctx context.Context, op func() error) error {
+// retry runs op until it reports something other than ErrContention, ctx
+// is done, or half of Config.Timeout has passed (then the
+// ErrContention it returns fails the subtest: a call must get through
+// eventually), pausing up to a millisecond between attempts.
+func (s *suite) retry(ctx context.Context, op func() error) error {
+	giveUp := time.Now().Add(s.cfg.Timeout / 2)
 	for {
 		err := op()
 		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
 			return err
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("inventorytest: still refused after retrying for %v: %w", s.cfg.Timeout/2, err)
 		}
 		time.Sleep(time.Duration(mrand.Int64N(int64(time.Millisecond))))
 	}
@@ -791,7 +797,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 		unexpected = append(unexpected, err)
 	}
 	start(n, func(i int) {
-		err := retry(ctx, func() error { return m.Reserve(ctx, id("one-id"), lines(a, 1+int64(i%3), b, 1), s.longTTL()) })
+		err := s.retry(ctx, func() error { return m.Reserve(ctx, id("one-id"), lines(a, 1+int64(i%3), b, 1), s.longTTL()) })
 		switch {
 		case err == nil:
 			ok.Add(1)
@@ -814,7 +820,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 	var confirmed, cancelled, confirmDup, confirmReleased, cancelConfirmed atomic.Int64
 	start(n, func(i int) {
 		if i%2 == 0 {
-			err := retry(ctx, func() error { return m.Confirm(ctx, id("one-id")) })
+			err := s.retry(ctx, func() error { return m.Confirm(ctx, id("one-id")) })
 			switch {
 			case err == nil:
 				confirmed.Add(1)
@@ -827,7 +833,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 			}
 			return
 		}
-		err := retry(ctx, func() error { return m.Cancel(ctx, id("one-id")) })
+		err := s.retry(ctx, func() error { return m.Cancel(ctx, id("one-id")) })
 		switch {
 		case err == nil:
 			cancelled.Add(1)
@@ -902,7 +908,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 			for i := w; i < n; i += workers {
 				id := s.id(t, fmt.Sprintf("race-%d", i))
 				t0 := time.Now() // the TTL starts after this on the backend
-				if err := retry(ctx, func() error { return m.Reserve(ctx, id, lines(skus[i], 1), ttl) }); err != nil {
+				if err := s.retry(ctx, func() error { return m.Reserve(ctx, id, lines(skus[i], 1), ttl) }); err != nil {
 					problem("Reserve(%s): %v", id, err)
 					return
 				}
@@ -911,7 +917,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 				spread := ttl/2 + res
 				at := t0.Add(ttl - ttl/4 + spread*time.Duration(i%41)/40)
 				sleepUntil(ctx, at)
-				err := retry(ctx, func() error { return m.Confirm(ctx, id) })
+				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
 				switch {
 				case err == nil:
 					confirmed[i] = true
@@ -997,7 +1003,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(25 * time.Millisecond):
 			}
 			if _, err := m.Sweep(ctx); err != nil && ctx.Err() == nil {
 				problem("Sweep while the carts ran: %v", err)
@@ -1062,7 +1068,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			if kind == kindReturn {
 				call = m.ReturnLines
 			}
-			err := retry(ctx, func() error { return call(ctx, cart, opts...) })
+			err := s.retry(ctx, func() error { return call(ctx, cart, opts...) })
 			if err != nil {
 				refusal(kindNames[kind], err)
 				return
@@ -1075,7 +1081,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			}
 			if len(opts) > 0 {
 				// A retry with the same key changes nothing.
-				err := retry(ctx, func() error { return call(ctx, cart, opts...) })
+				err := s.retry(ctx, func() error { return call(ctx, cart, opts...) })
 				if !errors.Is(err, inventory.ErrDuplicate) {
 					problem("buyer %d: repeated %s with its key: %v, want ErrDuplicate", i, kindNames[kind], err)
 					if err == nil {
@@ -1097,7 +1103,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 					ttl = max(inventory.MinHoldTTL, s.cfg.HoldTTL/100)
 				}
 			}
-			if err := retry(ctx, func() error { return m.Reserve(ctx, id, cart, ttl) }); err != nil {
+			if err := s.retry(ctx, func() error { return m.Reserve(ctx, id, cart, ttl) }); err != nil {
 				refusal(kindNames[kind], err)
 				return
 			}
@@ -1108,7 +1114,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 				mu.Unlock()
 				okCount[kind].Add(1)
 			case kindConfirm:
-				err := retry(ctx, func() error { return m.Confirm(ctx, id) })
+				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
 				if err != nil {
 					problem("buyer %d: Confirm of a live hold: %v", i, err)
 					return
@@ -1116,7 +1122,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 				okCount[kind].Add(1)
 				add(&sold)
 			case kindCancel:
-				if err := retry(ctx, func() error { return m.Cancel(ctx, id) }); err != nil {
+				if err := s.retry(ctx, func() error { return m.Cancel(ctx, id) }); err != nil {
 					problem("buyer %d: Cancel of a live hold: %v", i, err)
 					return
 				}
@@ -1184,7 +1190,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	// Cancelling the expired holds gives nothing back twice.
 	var cancelErrs atomic.Int64
 	start(len(abandoned), func(i int) {
-		if err := retry(ctx, func() error { return m.Cancel(ctx, abandoned[i]) }); err != nil {
+		if err := s.retry(ctx, func() error { return m.Cancel(ctx, abandoned[i]) }); err != nil {
 			if cancelErrs.Add(1) == 1 {
 				problem("Cancel(%s) of an expired hold: %v", abandoned[i], err)
 			}
