@@ -77,14 +77,17 @@ type Config struct {
 	// successive calls may share a backend: the suite keeps its SKUs apart.
 	NewManager func(t *testing.T) inventory.StockManager
 
-	// Buyers is how many goroutines race in the flash sale. The default is
-	// 2000, which stays well inside the race detector's goroutine limit.
+	// Buyers is how many goroutines race in the flash sale, and how many
+	// carts Orders/Carts runs at once. The default is 2000, which stays
+	// well inside the race detector's goroutine limit.
 	Buyers int
 
 	// Stock is the flash sale's stock. The default is 100.
 	Stock int64
 
-	// Timeout bounds each concurrent subtest. The default is 2 minutes.
+	// Timeout bounds each concurrent subtest. The default is 2 minutes. A
+	// call of the order subtests that keeps failing with ErrContention is
+	// retried for half of Timeout, then fails the subtest.
 	Timeout time.Duration
 
 	// RequireOrders makes Run fail unless the manager also implements
@@ -96,8 +99,9 @@ type Config struct {
 	RequireOrders bool
 
 	// HoldTTL is the TTL of the holds the order subtests let expire; the
-	// other holds live for Timeout. The default is 300ms. A backend whose
-	// clock is coarse sets ClockResolution rather than a longer HoldTTL.
+	// other holds live for Timeout, at least a minute. The default is
+	// 300ms. A backend whose clock is coarse sets ClockResolution rather
+	// than a longer HoldTTL.
 	HoldTTL time.Duration
 
 	// ClockResolution is the resolution of the clock on which the backend
@@ -139,7 +143,7 @@ func (c *Config) defaults() {
 	if c.HoldTTL <= 0 {
 		c.HoldTTL = 300 * time.Millisecond
 	}
-	c.HoldTTL = max(c.HoldTTL, inventory.MinHoldTTL)
+	c.HoldTTL = min(max(c.HoldTTL, inventory.MinHoldTTL), inventory.MaxHoldTTL)
 	if c.ClockResolution < 0 {
 		c.ClockResolution = 0
 	}
