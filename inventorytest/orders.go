@@ -913,12 +913,24 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 					problem("Reserve(%s): %v", id, err)
 					return
 				}
+				reserved := time.Now() // and before this
 				// Spread the Confirms from a quarter TTL before the TTL to
 				// a quarter TTL after it, plus the clock's resolution.
 				spread := ttl/2 + res
 				at := t0.Add(ttl - ttl/4 + spread*time.Duration(i%41)/40)
 				sleepUntil(ctx, at)
+				asked := time.Now()
 				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
+				answered := time.Now()
+				// Where the clocks leave no doubt, the right side must win.
+				if live := t0.Add(ttl - res - expiryMargin); answered.Before(live) && err != nil {
+					problem("race %d: Confirm answered %v after Reserve began, before the TTL %v could pass, with %v",
+						i, answered.Sub(t0).Round(time.Millisecond), ttl, err)
+				}
+				if dead := reserved.Add(s.expiredAfter(ttl)); asked.After(dead) && err == nil {
+					problem("race %d: Confirm asked %v after Reserve returned, past the TTL %v, and succeeded",
+						i, asked.Sub(reserved).Round(time.Millisecond), ttl)
+				}
 				switch {
 				case err == nil:
 					confirmed[i] = true
