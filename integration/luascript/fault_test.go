@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +24,7 @@ import (
 
 func faultManager(t *testing.T, addr string) *luascript.Manager {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ContextTimeoutEnabled: true}) // let each call's context bound its I/O
-	t.Cleanup(func() { c.Close() })
-	m, err := luascript.New(c)
+	m, err := luascript.New(itest.FaultClient(t, addr, time.Second))
 	require.NoError(t, err)
 	return m
 }

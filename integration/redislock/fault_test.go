@@ -5,11 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/redis/go-redis/v9"
@@ -21,15 +21,9 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 )
 
-// faultClient is a client for the fault tests: no retries of its own (the
-// sale retries with keys), and each call's context bounds its I/O.
+// faultClient is a client for the fault tests (see itest.FaultClient).
 func faultClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	return c
+	return itest.FaultClient(t, addr, time.Second)
 }
 
 // faultManager locks and keeps stock in the Redis at c, with a 1s lock TTL
@@ -47,71 +41,8 @@ func faultManager(t *testing.T, c redis.UniversalClient, wrap func(redislock.Sto
 	return m
 }
 
-// audit records every call's outcome, per direction and key, to check what
-// the contract promises of errors under faults.
-type audit struct {
-	inventory.StockManager
-	mu      sync.Mutex
-	calls   map[string][]error
-	overrun time.Duration // the longest a call ran past its deadline
-}
-
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(ctx context.Context, dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		a.overrun = max(a.overrun, time.Since(dl))
-	}
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	a.record(ctx, inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(ctx, inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every error carries its cause (a context, network or
-// Redis error, or ErrContention) and never claims a lost SKU, and unless
-// every call later found to have taken effect (a retry said ErrDuplicate)
-// had failed with an unknown outcome, not with an error that says nothing
-// was taken.
-func (a *audit) check(t *testing.T, insufficientAllowed bool) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t.Logf("the longest a call ran past its deadline: %v", a.overrun)
-	for k, errs := range a.calls {
-		unknown := false
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-				require.True(t, unknown, "%s: took effect, yet every failed attempt said nothing was taken: %v", k, errs)
-			case errors.Is(err, inventory.ErrInsufficientStock):
-				require.True(t, insufficientAllowed, "%s: %v, though the stock never ran out", k, err)
-			case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v", k, err)
-			case errors.Is(err, inventory.ErrContention):
-			default:
-				require.True(t, hasCause(err), "%s: error without a backend cause: %v", k, err)
-				unknown = true
-			}
-		}
-	}
-}
+// newAudit audits m under faults of Redis (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
 // hasCause reports whether err wraps a context, network or Redis error.
 func hasCause(err error) bool {
@@ -136,7 +67,8 @@ func TestRedisRestartMidSale(t *testing.T) {
 		srv.Start()
 	}, func() {})
 	require.Positive(t, res.Failed, "the restart should have failed some calls")
-	m.check(t, true)
+	m.InsufficientAllowed = true
+	m.Check(t)
 }
 
 // strikeStore runs a fault, once armed, just before the next write is sent:
@@ -202,7 +134,7 @@ func TestNetworkFaults(t *testing.T) {
 			if tc.unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
-			m.check(t, false)
+			m.Check(t)
 		})
 	}
 }

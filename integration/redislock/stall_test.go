@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
@@ -52,7 +53,7 @@ func stallSale(t *testing.T, m *redislock.Manager, srv *faulttest.Process, sku s
 	require.Positive(t, checked, "calls ran during the stall")
 	require.Positive(t, res.Failed, "the stall failed some calls")
 	require.Zero(t, res.Insufficient, "a stall never reads as sold out")
-	d.StockManager.(*audit).check(t, false)
+	d.StockManager.(*itest.Audit).Check(t)
 }
 
 // TestDeadlineUnderStalledRedis stops the one Redis that holds both the

@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/go-redsync/redsync/v4"
@@ -28,15 +28,10 @@ import (
 // long. Each node has 5% of it, 100ms, to answer an attempt to lock.
 const faultExpiry = 2 * time.Second
 
-// faultClient is a client as the package documentation advises (no retries
-// of its own, a short dial timeout), whose calls are bounded by their ctx.
+// faultClient is a client as the package documentation advises (see
+// itest.FaultClient): each node has 5% of faultExpiry to answer.
 func faultClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	return c
+	return itest.FaultClient(t, addr, 500*time.Millisecond)
 }
 
 // privateNodes starts three private Redis servers to serve as lock nodes.
@@ -52,85 +47,18 @@ func privateStore(t *testing.T) redlock.Store {
 	return s
 }
 
-// audit records the outcome of every call, per direction and key, and
-// counts the units sold while a fault is on.
-type audit struct {
-	inventory.StockManager
-	faulted atomic.Bool
-	during  atomic.Int64 // Reduces that took effect while faulted
+// newAudit audits m under faults of the lock nodes (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
-	mu    sync.Mutex
-	calls map[string][]error
-}
-
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	if err == nil && a.faulted.Load() {
-		a.during.Add(1)
-	}
-	a.record(inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every failed call's error carries its cause (the
-// context's, a node's or the store's error, or ErrContention) and none
-// claims to know the stock: there was stock for every buyer.
-func (a *audit) check(t *testing.T) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, errs := range a.calls {
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-			case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrNotFound),
-				errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v, though there was stock for every buyer", k, err)
-			default:
-				require.True(t, hasCause(err), "%s: error without a cause: %v", k, err)
-			}
-		}
-	}
-}
-
-// hasCause reports whether err wraps ErrContention, a context error, or a
-// node's or the network's error.
+// hasCause reports whether err wraps a context error, or a node's or the
+// network's error.
 func hasCause(err error) bool {
 	var ne net.Error
 	var re redis.Error
 	var rse *redsync.RedisError
-	return errors.Is(err, inventory.ErrContention) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, redis.ErrPoolTimeout) ||
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, io.EOF) || errors.Is(err, redis.ErrPoolTimeout) ||
 		errors.As(err, &rse) || errors.As(err, &ne) || errors.As(err, &re)
-}
-
-// sells keeps a fault on until n more units were sold, or 10s passed.
-func (a *audit) sells(n int64) {
-	a.faulted.Store(true)
-	defer a.faulted.Store(false)
-	want := a.during.Load() + n
-	for deadline := time.Now().Add(10 * time.Second); a.during.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestNodeFaultsMidSale breaks lock nodes, one at a time, in the middle of a
@@ -140,23 +68,23 @@ func TestNodeFaultsMidSale(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		faults int // how many times the fault sells 10 units
-		fault  func(nodes []*faulttest.Process, a *audit)
+		fault  func(nodes []*faulttest.Process, a *itest.Audit)
 	}{
 		// A crash (SIGKILL), a restart from the append-only file, then a
 		// crash of another node: the restarted one must now be part of
 		// the quorum.
-		{"kill and restart", 2, func(nodes []*faulttest.Process, a *audit) {
+		{"kill and restart", 2, func(nodes []*faulttest.Process, a *itest.Audit) {
 			nodes[0].Kill()
-			a.sells(10)
+			a.Sells(10)
 			nodes[0].Start()
 			nodes[1].Kill()
-			a.sells(10)
+			a.Sells(10)
 			nodes[1].Start()
 		}},
 		// SIGSTOP: the node's connections stay open and its answers stop.
-		{"pause and resume", 1, func(nodes []*faulttest.Process, a *audit) {
+		{"pause and resume", 1, func(nodes []*faulttest.Process, a *itest.Audit) {
 			nodes[0].Pause()
-			a.sells(10)
+			a.Sells(10)
 			nodes[0].Resume()
 		}},
 	} {
@@ -171,10 +99,10 @@ func TestNodeFaultsMidSale(t *testing.T) {
 			a := newAudit(m)
 			sale := faulttest.Sale{Manager: a, SKU: "shoe", Stock: 400, Buyers: 300, Refund: 7, Workers: 8}
 			res := sale.Run(t, func() { tc.fault(nodes, a) }, func() {})
-			t.Logf("%d units sold while a node was down", a.during.Load())
-			require.GreaterOrEqual(t, a.during.Load(), int64(10*tc.faults), "the quorum kept selling")
+			t.Logf("%d units sold while a node was down", a.During.Load())
+			require.GreaterOrEqual(t, a.During.Load(), int64(10*tc.faults), "the quorum kept selling")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 		})
 	}
 }
@@ -203,14 +131,14 @@ func TestNetworkFaults(t *testing.T) {
 			sale := faulttest.Sale{Manager: a, SKU: testenv.Prefix(), Stock: 250, Buyers: 200, Refund: 5, Workers: 8}
 			res := sale.Run(t, func() {
 				tc.fault(p)
-				a.sells(10)
+				a.Sells(10)
 				p.Clear()
 				p.Reconnect()
 			}, func() {})
-			t.Logf("%d units sold while one node was cut off", a.during.Load())
-			require.GreaterOrEqual(t, a.during.Load(), int64(10), "the quorum kept selling")
+			t.Logf("%d units sold while one node was cut off", a.During.Load())
+			require.GreaterOrEqual(t, a.During.Load(), int64(10), "the quorum kept selling")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 		})
 	}
 }
@@ -249,10 +177,10 @@ func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, n
 // connection through the proxies is reset) for the stall, and the lock
 // expires on the nodes as it would.
 func TestPausedHolder(t *testing.T) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range itest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
-			store := st.open(t)
+			store := st.Open(t)
 			direct := nodes(t)
 			var proxies []*netfault.Proxy
 			var cut []redis.UniversalClient

@@ -52,9 +52,9 @@ func TestDeadlineUnderStalledNodes(t *testing.T) {
 				for _, n := range nodes[:tc.stopped] {
 					n.Pause()
 				}
-				a.faulted.Store(true)
+				a.Faulted.Store(true)
 				time.Sleep(2500 * time.Millisecond)
-				a.faulted.Store(false)
+				a.Faulted.Store(false)
 				for _, n := range nodes[:tc.stopped] {
 					n.Resume()
 				}
@@ -64,16 +64,16 @@ func TestDeadlineUnderStalledNodes(t *testing.T) {
 				t.Logf("every first attempt ended %v into the sale", time.Since(start).Round(time.Millisecond))
 			})
 			t.Log(d)
-			t.Logf("%d units sold during the stall", a.during.Load())
+			t.Logf("%d units sold during the stall", a.During.Load())
 			checked, _ := d.Report()
 			require.Positive(t, checked, "calls ran during the stall")
 			if tc.stopped == 1 {
-				require.Positive(t, a.during.Load(), "the quorum kept selling")
+				require.Positive(t, a.During.Load(), "the quorum kept selling")
 			} else {
 				require.Positive(t, res.Failed, "without a quorum calls fail")
 			}
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 		})
 	}
 }

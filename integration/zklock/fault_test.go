@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/go-zookeeper/zk"
@@ -101,64 +102,13 @@ func noOrphans(t *testing.T, addr, root string) {
 	removeAll(conn, root)
 }
 
-// audit records the outcome of every call, per direction and key.
-type audit struct {
-	inventory.StockManager
-	mu    sync.Mutex
-	calls map[string][]error
-}
+// newAudit audits m under faults of ZooKeeper (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	a.record(inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every failed call's error carries its cause (the
-// context's, ZooKeeper's, the network's or the store's error, or
-// ErrContention) and none claims to know the stock: there was stock for
-// every buyer.
-func (a *audit) check(t *testing.T) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, errs := range a.calls {
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-			case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrNotFound),
-				errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v, though there was stock for every buyer", k, err)
-			default:
-				require.True(t, hasCause(err), "%s: error without a cause: %v", k, err)
-			}
-		}
-	}
-}
-
-// hasCause reports whether err wraps ErrContention, a context error, or
-// ZooKeeper's, the network's or Redis's error.
+// hasCause reports whether err wraps a context error, or ZooKeeper's, the
+// network's or Redis's error.
 func hasCause(err error) bool {
-	for _, cause := range []error{inventory.ErrContention, context.DeadlineExceeded, context.Canceled, io.EOF,
+	for _, cause := range []error{context.DeadlineExceeded, context.Canceled, io.EOF,
 		zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
 		if errors.Is(err, cause) {
 			return true
@@ -218,7 +168,7 @@ func restartMidSale(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 			}, func() {})
 			require.Positive(t, res.Failed, "the restart should have failed some calls")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			if tc.expire {
 				require.NotEqual(t, sid, conn.SessionID(), "the session expired")
 			}
@@ -281,7 +231,7 @@ func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 				require.Positive(t, res.Failed, "the fault should have failed some calls")
 			}
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			if tc.expires {
 				require.True(t, expired(), "the session expired")
 			}
@@ -322,10 +272,10 @@ func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, n
 // new session, finds the stock sold out. Nothing is oversold. It runs over
 // both stores: a value compare-and-set (Redis) and a version one (SQL).
 func pausedHolder(t *testing.T, srv *faulttest.Process) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range itest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
-			store := st.open(t)
+			store := st.Open(t)
 			p := netfault.NewProxy(t, srv.Addr())
 			connA, eventsA := session(t, p.Addr())
 			connB, _ := session(t, srv.Addr())
@@ -460,7 +410,7 @@ func TestStall(t *testing.T) {
 			}, func() {})
 			require.Positive(t, res.Failed, "the stall should have failed some calls")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			t.Logf("%s; %d calls with a %v deadline in %v, worst lateness past the deadline %v; the session survived: %v",
 				res, dm.calls, tc.deadline, time.Since(start).Round(time.Millisecond), dm.worst.Round(time.Millisecond), sid == conn.SessionID())
 			noOrphans(t, srv.Addr(), r)
