@@ -48,31 +48,20 @@ func TestRedisRestartMidSale(t *testing.T) {
 // TestNetworkFaults runs a sale through toxiproxy under each fault.
 func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	for _, tc := range []struct {
-		name  string
-		fault func(p *netfault.Proxy)
-		// unknown: some calls must fail after the server applied them,
-		// the case only the idempotency key makes safe to retry.
-		unknown bool
-	}{
-		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(300 * time.Millisecond) }, true},
-		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range itest.RedisFaults(300 * time.Millisecond) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := netfault.NewProxy(t, srv.Addr())
 			sale := faulttest.Sale{Manager: faultManager(t, p.Addr()), SKU: t.Name(), Stock: 200, Buyers: 800, Refund: 5,
 				CallTimeout: 200 * time.Millisecond}
 			res := sale.Run(t, func() {
-				tc.fault(p)
+				tc.Fault(p)
 				time.Sleep(400 * time.Millisecond)
 			}, func() {
 				p.Clear()
 				p.Reconnect()
 			})
 			require.Positive(t, res.Failed, "the fault should have failed some calls")
-			if tc.unknown {
+			if tc.Unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
 		})

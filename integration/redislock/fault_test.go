@@ -2,9 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,13 +42,7 @@ func faultManager(t *testing.T, c redis.UniversalClient, wrap func(redislock.Sto
 func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
 // hasCause reports whether err wraps a context, network or Redis error.
-func hasCause(err error) bool {
-	var ne net.Error
-	var re redis.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.As(err, &ne) || errors.As(err, &re)
-}
+func hasCause(err error) bool { return itest.BackendCause(err) }
 
 // TestRedisRestartMidSale kills Redis (SIGKILL) in the middle of a sale and
 // starts it again from its append-only file. Locks and stock live in the
@@ -94,19 +85,8 @@ func (s *strikeStore) CompareAndSet(ctx context.Context, sku string, version, ne
 // may say ErrInsufficientStock.
 func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	for _, tc := range []struct {
-		name  string
-		fault func(p *netfault.Proxy)
-		// unknown: the struck write reached Redis and its answer was lost,
-		// the case only the idempotency key makes safe to retry.
-		unknown bool
-	}{
-		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(400 * time.Millisecond) }, true},
-		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range itest.RedisFaults(400 * time.Millisecond) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := netfault.NewProxy(t, srv.Addr())
 			var ss *strikeStore
 			m := newAudit(faultManager(t, faultClient(t, p.Addr()), func(s redislock.Store) redislock.Store {
@@ -117,7 +97,7 @@ func TestNetworkFaults(t *testing.T) {
 				CallTimeout: 250 * time.Millisecond, Workers: 32}
 			res := sale.Run(t, func() {
 				struck := make(chan struct{})
-				f := func() { tc.fault(p); close(struck) }
+				f := func() { tc.Fault(p); close(struck) }
 				ss.strike.Store(&f)
 				select {
 				case <-struck:
@@ -131,7 +111,7 @@ func TestNetworkFaults(t *testing.T) {
 			})
 			require.Positive(t, res.Failed, "the fault should have failed some calls")
 			require.Zero(t, res.Insufficient, "a fault never reads as sold out")
-			if tc.unknown {
+			if tc.Unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
 			m.Check(t)

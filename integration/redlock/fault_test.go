@@ -1,11 +1,7 @@
 package redlock_test
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 )
@@ -53,12 +50,8 @@ func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, 
 // hasCause reports whether err wraps a context error, or a node's or the
 // network's error.
 func hasCause(err error) bool {
-	var ne net.Error
-	var re redis.Error
 	var rse *redsync.RedisError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, io.EOF) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.As(err, &rse) || errors.As(err, &ne) || errors.As(err, &re)
+	return itest.BackendCause(err) || errors.As(err, &rse)
 }
 
 // TestNodeFaultsMidSale breaks lock nodes, one at a time, in the middle of a
@@ -143,30 +136,6 @@ func TestNetworkFaults(t *testing.T) {
 	}
 }
 
-// pausingStore stalls the write of the call with its key once: after
-// the Manager's checks, right before its compare-and-set, it runs pause, as
-// if the holder had stalled there (a GC pause, a stalled network). It then
-// writes, and sends whether that late write went through on late.
-type pausingStore struct {
-	redlock.Store
-	key   string
-	pause func()
-	once  sync.Once
-	late  chan bool
-}
-
-func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
-	paused := false
-	if key == s.key {
-		s.once.Do(func() { s.pause(); paused = true })
-	}
-	ok, err := s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
-	if paused {
-		s.late <- ok && err == nil
-	}
-	return ok, err
-}
-
 // TestPausedHolder stalls a holder between its checks and its write until
 // its lock has lapsed and another Manager has sold the rest: the stalled
 // holder's late write fails its compare-and-set, and its call, tried again
@@ -189,54 +158,24 @@ func TestPausedHolder(t *testing.T) {
 				proxies = append(proxies, p)
 				cut = append(cut, faultClient(t, p.Addr()))
 			}
-			const stock = 5
-			paused, resume := make(chan struct{}), make(chan struct{})
-			ps := &pausingStore{Store: store, key: "stalled", late: make(chan bool, 1), pause: func() {
+			pfx := prefix(t, direct)
+			other, err := redlock.New(direct, store, pfx, redlock.WithExpiry(time.Second))
+			require.NoError(t, err)
+			itest.PausedHolder(t, ctx, store, "last {shoes}", func(ps lockmgr.Store) inventory.StockManager {
+				stalled, err := redlock.New(cut, ps, pfx, redlock.WithExpiry(time.Second))
+				require.NoError(t, err)
+				return stalled
+			}, other, func() {
 				for _, p := range proxies {
 					p.ResetPeer(0)
 				}
-				close(paused)
-				<-resume
+			}, func() error {
 				for _, p := range proxies {
 					p.Clear()
 					p.Reconnect()
 				}
-			}}
-			pfx := prefix(t, direct)
-			stalled, err := redlock.New(cut, ps, pfx, redlock.WithExpiry(time.Second))
-			require.NoError(t, err)
-			other, err := redlock.New(direct, store, pfx, redlock.WithExpiry(time.Second))
-			require.NoError(t, err)
-			const sku = "last {shoes}"
-			require.NoError(t, other.Init(ctx, sku, stock))
-
-			type outcome struct {
-				rem int64
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				rem, err := stalled.Reduce(ctx, sku, 1, inventory.WithKey("stalled"))
-				done <- outcome{rem, err}
-			}()
-			<-paused
-			start := time.Now()
-			for range stock {
-				_, err := other.Reduce(ctx, sku, 1)
-				require.NoError(t, err)
-			}
-			_, err = other.Reduce(ctx, sku, 1)
-			require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-			t.Logf("the other Manager sold all %d units %v into the stall", stock, time.Since(start).Round(time.Millisecond))
-			close(resume)
-
-			require.False(t, <-ps.late, "the stalled holder's late write must fail its compare-and-set")
-			out := <-done
-			require.ErrorIs(t, out.err, inventory.ErrInsufficientStock, "tried again under the lock, the call finds nothing left")
-			require.Zero(t, out.rem)
-			n, err := other.Get(ctx, sku)
-			require.NoError(t, err)
-			require.Zero(t, n, "sold exactly the stock, once")
+				return nil
+			})
 		})
 	}
 }

@@ -3,8 +3,6 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/zklock"
 )
@@ -108,15 +107,12 @@ func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, 
 // hasCause reports whether err wraps a context error, or ZooKeeper's, the
 // network's or Redis's error.
 func hasCause(err error) bool {
-	for _, cause := range []error{context.DeadlineExceeded, context.Canceled, io.EOF,
-		zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
+	for _, cause := range []error{zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
 		if errors.Is(err, cause) {
 			return true
 		}
 	}
-	var ne net.Error
-	var re redis.Error
-	return errors.As(err, &ne) || errors.As(err, &re)
+	return itest.BackendCause(err)
 }
 
 // TestFaults breaks ZooKeeper under a Manager in the middle of a sale, and
@@ -241,30 +237,6 @@ func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 	}
 }
 
-// pausingStore stalls the write of the call with its key once: after
-// the Manager's checks, right before its compare-and-set, it runs pause, as
-// if the holder had stalled there (a GC pause, a stalled network). It then
-// writes, and sends whether that late write went through on late.
-type pausingStore struct {
-	zklock.Store
-	key   string
-	pause func()
-	once  sync.Once
-	late  chan bool
-}
-
-func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
-	paused := false
-	if key == s.key {
-		s.once.Do(func() { s.pause(); paused = true })
-	}
-	ok, err := s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
-	if paused {
-		s.late <- ok && err == nil
-	}
-	return ok, err
-}
-
 // pausedHolder stalls a holder between its checks and its write while its
 // session is cut off from ZooKeeper until it expires, and another Manager,
 // on a session of its own, sells the rest: the stalled holder's late write
@@ -282,52 +254,19 @@ func pausedHolder(t *testing.T, srv *faulttest.Process) {
 			r := root(t, connB)
 			sid := connA.SessionID()
 
-			const stock = 5
-			paused, resume := make(chan struct{}), make(chan struct{})
-			var pauseErr error
-			ps := &pausingStore{Store: store, key: "stalled", late: make(chan bool, 1), pause: func() {
-				p.ResetPeer(0) // nothing of the session's reaches the server: it expires
-				p.Reconnect()
-				close(paused)
-				<-resume
-				p.Clear()
-				pauseErr = newSession(connA, sid)
-			}}
-			stalled, err := zklock.New(connA, ps, zklock.WithRoot(r), zklock.WithSessionEvents(eventsA))
-			require.NoError(t, err)
 			other, err := zklock.New(connB, store, zklock.WithRoot(r))
 			require.NoError(t, err)
-			const sku = "last shoes"
-			require.NoError(t, other.Init(ctx, sku, stock))
-
-			type outcome struct {
-				rem int64
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				rem, err := stalled.Reduce(ctx, sku, 1, inventory.WithKey("stalled"))
-				done <- outcome{rem, err}
-			}()
-			<-paused
-			start := time.Now()
-			for range stock {
-				_, err := other.Reduce(ctx, sku, 1)
+			itest.PausedHolder(t, ctx, store, "last shoes", func(ps lockmgr.Store) inventory.StockManager {
+				stalled, err := zklock.New(connA, ps, zklock.WithRoot(r), zklock.WithSessionEvents(eventsA))
 				require.NoError(t, err)
-			}
-			_, err = other.Reduce(ctx, sku, 1)
-			require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-			t.Logf("the other Manager sold all %d units %v into the stall", stock, time.Since(start).Round(time.Millisecond))
-			close(resume)
-
-			require.False(t, <-ps.late, "the stalled holder's late write must fail its compare-and-set")
-			require.NoError(t, pauseErr)
-			out := <-done
-			require.ErrorIs(t, out.err, inventory.ErrInsufficientStock, "tried again under the lock, the call finds nothing left")
-			require.Zero(t, out.rem)
-			n, err := other.Get(ctx, sku)
-			require.NoError(t, err)
-			require.Zero(t, n, "sold exactly the stock, once")
+				return stalled
+			}, other, func() {
+				p.ResetPeer(0) // nothing of the session's reaches the server: it expires
+				p.Reconnect()
+			}, func() error {
+				p.Clear()
+				return newSession(connA, sid)
+			})
 		})
 	}
 }
