@@ -2,7 +2,7 @@
 // a SQL advisory lock per SKU around a [lockmgr.Store] such as sqlstore's.
 // MariaDB/MySQL take GET_LOCK on "sqllock:" + SHA1(SKU); PostgreSQL takes
 // pg_advisory_lock on hashtextextended("sqllock:" + SKU, 0), a 64-bit hash
-// (a collision only serialises two SKUs).
+// (PostgreSQL 11 or later; a collision only serialises two SKUs).
 //
 // # Waiting
 //
