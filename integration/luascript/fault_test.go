@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +24,7 @@ import (
 
 func faultManager(t *testing.T, addr string) *luascript.Manager {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ContextTimeoutEnabled: true}) // let each call's context bound its I/O
-	t.Cleanup(func() { c.Close() })
-	m, err := luascript.New(c)
+	m, err := luascript.New(itest.FaultClient(t, addr, time.Second))
 	require.NoError(t, err)
 	return m
 }
@@ -51,31 +48,20 @@ func TestRedisRestartMidSale(t *testing.T) {
 // TestNetworkFaults runs a sale through toxiproxy under each fault.
 func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	for _, tc := range []struct {
-		name  string
-		fault func(p *netfault.Proxy)
-		// unknown: some calls must fail after the server applied them,
-		// the case only the idempotency key makes safe to retry.
-		unknown bool
-	}{
-		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(300 * time.Millisecond) }, true},
-		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range itest.RedisFaults(300 * time.Millisecond) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := netfault.NewProxy(t, srv.Addr())
 			sale := faulttest.Sale{Manager: faultManager(t, p.Addr()), SKU: t.Name(), Stock: 200, Buyers: 800, Refund: 5,
 				CallTimeout: 200 * time.Millisecond}
 			res := sale.Run(t, func() {
-				tc.fault(p)
+				tc.Fault(p)
 				time.Sleep(400 * time.Millisecond)
 			}, func() {
 				p.Clear()
 				p.Reconnect()
 			})
 			require.Positive(t, res.Failed, "the fault should have failed some calls")
-			if tc.unknown {
+			if tc.Unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
 		})
