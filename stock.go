@@ -100,7 +100,8 @@ var (
 // deadline returns within DeadlineSlack of it even while its server hangs.
 // An error means the call changed nothing, except where the outcome cannot be
 // known (the server applied it and the reply was lost); the error then wraps
-// a timeout or ctx.Err(), and a retry with the same idempotency key is safe.
+// a timeout, ctx.Err() or the broken connection's own error (io.EOF, a
+// reset), and a retry with the same idempotency key is safe.
 type StockManager interface {
 	// Init sets the stock of sku to qty, creating the SKU if absent.
 	// qty must be in 0..MaxStock. Init does not forget idempotency keys.

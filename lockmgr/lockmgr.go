@@ -13,10 +13,10 @@
 // The two interfaces below are the plug-in seams. A third party that writes
 // a new [Locker] (for a lock service this module does not know) or a new
 // [Store] (for a database it does not know) gets a complete
-// [inventory.StockManager] from [New], with validation, idempotency keys,
+// [inventory.StockManager] from [NewManager], with validation, idempotency keys,
 // retries and the error contract of package inventory done here:
 //
-//	m := lockmgr.New(myLocker, sqlstoreOrMyStore)
+//	m, err := lockmgr.NewManager(myLocker, sqlstoreOrMyStore)
 //	var _ inventory.StockManager = m
 //
 // Each method's doc says what it must return in which case, as a driver
@@ -34,6 +34,7 @@
 package lockmgr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,6 +167,7 @@ var _ inventory.StockManager = (*Manager)(nil)
 type config struct {
 	name        string
 	maxAttempts int
+	badAttempts error // WithMaxAttempts out of range: NewManager reports it
 }
 
 // Option configures a Manager. A nil Option is ignored.
@@ -173,11 +175,17 @@ type Option func(*config)
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
 // its conditional write finds the stock moved (its lock had lapsed), before
-// it gives up with inventory.ErrContention. The default is
-// [DefaultMaxAttempts]. New has no error to return, so it treats values
-// below 1 as 1; the lock packages refuse them (see [inventory] "Options").
+// it gives up with inventory.ErrContention. It must be at least 1:
+// [NewManager] refuses less with an error wrapping
+// inventory.ErrInvalidArgument (see [inventory] "Options"). The default is
+// [DefaultMaxAttempts].
 func WithMaxAttempts(n int) Option {
-	return func(c *config) { c.maxAttempts = max(n, 1) }
+	return func(c *config) {
+		c.maxAttempts, c.badAttempts = max(n, 1), nil // max: what the deprecated New uses
+		if n < 1 {
+			c.badAttempts = fmt.Errorf("max attempts %d is below 1", n)
+		}
+	}
 }
 
 // WithName sets the name that prefixes the Manager's errors, as in
@@ -186,7 +194,30 @@ func WithName(name string) Option {
 	return func(c *config) { c.name = name }
 }
 
-// New returns a Manager that locks with l and keeps stock in s.
+// NewManager returns a Manager that locks with l and keeps stock in s. It
+// fails with an error wrapping inventory.ErrInvalidArgument when l or s is
+// nil or an option is out of range. It does no I/O.
+func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	switch name := cmp.Or(c.name, "lockmgr"); {
+	case l == nil || s == nil:
+		return nil, fmt.Errorf("%w: %s: nil Locker or Store", inventory.ErrInvalidArgument, name)
+	case c.badAttempts != nil:
+		return nil, fmt.Errorf("%w: %s: %w", inventory.ErrInvalidArgument, name, c.badAttempts)
+	}
+	return New(l, s, opts...), nil
+}
+
+// New is [NewManager] without its checks: it treats WithMaxAttempts below 1
+// as 1, and a Manager with a nil l or s panics at its first call.
+//
+// Deprecated: use NewManager, which refuses out-of-range options as every
+// constructor of this module does.
 func New(l Locker, s Store, opts ...Option) *Manager {
 	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts}
 	for _, o := range opts {

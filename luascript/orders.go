@@ -24,7 +24,7 @@ var holdsLua string
 //go:embed orders.lua
 var ordersLua string
 
-var ordersScript = redis.NewScript(holdsLua + ordersLua)
+var ordersScript = rediskeys.NewScript(holdsLua + ordersLua)
 
 var _ inventory.OrderManager = (*Manager)(nil)
 
@@ -106,8 +106,8 @@ const (
 	kindUnkeyed = "r"
 )
 
-// group is the lines of a call in one slot.
-type group struct {
+// slotLines is the lines of a call in one slot.
+type slotLines struct {
 	lines []inventory.Line
 	slot  int
 	part  string // the part's key, in a multi-slot order
@@ -116,7 +116,7 @@ type group struct {
 // order is a multi-slot order: a record and a part per slot.
 type order struct {
 	kind, id, rec, nonce string
-	groups               []group
+	groups               []slotLines
 }
 
 func (m *Manager) cluster() bool {
@@ -124,13 +124,13 @@ func (m *Manager) cluster() bool {
 	return ok
 }
 
-// group splits lines by Cluster slot, in order of first appearance; on one
+// bySlot splits lines by Cluster slot, in order of first appearance; on one
 // Redis every line is in one group.
-func (m *Manager) group(lines []inventory.Line) []group {
+func (m *Manager) bySlot(lines []inventory.Line) []slotLines {
 	if !m.cluster() {
-		return []group{{lines: lines}}
+		return []slotLines{{lines: lines}}
 	}
-	var gs []group
+	var gs []slotLines
 	at := map[int]int{}
 	for _, l := range lines {
 		s := rediskeys.Slot(l.SKU)
@@ -138,7 +138,7 @@ func (m *Manager) group(lines []inventory.Line) []group {
 		if !ok {
 			i = len(gs)
 			at[s] = i
-			gs = append(gs, group{slot: s})
+			gs = append(gs, slotLines{slot: s})
 		}
 		gs[i].lines = append(gs[i].lines, l)
 	}
@@ -147,14 +147,14 @@ func (m *Manager) group(lines []inventory.Line) []group {
 
 // oneStep reports whether the lines of gs and the record of (kind, id), if
 // any, can move in one script.
-func (m *Manager) oneStep(gs []group, kind, id string) bool {
+func (m *Manager) oneStep(gs []slotLines, kind, id string) bool {
 	if !m.cluster() {
 		return true
 	}
 	return len(gs) == 1 && (kind == "" || rediskeys.OrderSlot(kind, id) == gs[0].slot)
 }
 
-func (m *Manager) index(g group) string {
+func (m *Manager) index(g slotLines) string {
 	if !m.cluster() {
 		return rediskeys.SweepIndex(m.prefix)
 	}
@@ -224,7 +224,7 @@ func newNonce() string {
 	return hex.EncodeToString(b)
 }
 
-func (m *Manager) newOrder(kind, id, nonce string, gs []group) *order {
+func (m *Manager) newOrder(kind, id, nonce string, gs []slotLines) *order {
 	o := &order{kind: kind, id: id, rec: rediskeys.Order(m.prefix, kind, id), nonce: nonce, groups: gs}
 	for i := range o.groups {
 		o.groups[i].part = rediskeys.Part(m.prefix, gs[i].lines[0].SKU, nonce+":"+kind+":"+id)
@@ -232,9 +232,14 @@ func (m *Manager) newOrder(kind, id, nonce string, gs []group) *order {
 	return o
 }
 
-// eval runs orders.lua on c and returns its reply and status.
-func eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) ([]any, string, error) {
-	res, err := ordersScript.Run(ctx, c, keys, args...).Slice()
+// eval runs orders.lua on c (never sent twice) and returns its reply and
+// status.
+func eval(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) ([]any, string, error) {
+	cmd, _, err := ordersScript.Run(ctx, c, 0, 0, keys, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := cmd.Slice()
 	if err != nil {
 		return nil, "", err
 	}
@@ -262,8 +267,8 @@ func toInt(v any) (int64, error) {
 	return 0, fmt.Errorf("orders script value is %T", v)
 }
 
-// refusal turns a "short" or "notfound" reply on lines into its error.
-func refusal(res []any, st string, lines []inventory.Line, dir inventory.Direction) error {
+// refusalErr turns a "short" or "notfound" reply on lines into its error.
+func refusalErr(res []any, st string, lines []inventory.Line, dir inventory.Direction) error {
 	line := func(v any) (inventory.Line, error) {
 		i, err := toInt(v)
 		if err != nil || i < 1 || int(i) > len(lines) {
@@ -331,7 +336,7 @@ func (m *Manager) linesCall(ctx context.Context, op string, dir inventory.Direct
 }
 
 func (m *Manager) lines(ctx context.Context, dir inventory.Direction, lines []inventory.Line, key string) error {
-	gs := m.group(lines)
+	gs := m.bySlot(lines)
 	kind, id := kindUnkeyed, newNonce()
 	if key != "" {
 		kind, id = kindKeyed, string(dir)+":"+key
@@ -358,7 +363,7 @@ func (m *Manager) lines(ctx context.Context, dir inventory.Direction, lines []in
 		case st == "busy":
 			return fmt.Errorf("%w: a call with key %q is under way", inventory.ErrContention, key)
 		}
-		return refusal(res, st, lines, dir)
+		return refusalErr(res, st, lines, dir)
 	}
 	o := m.newOrder(kind, id, newNonce(), gs)
 	recKind = "unkeyed"
@@ -448,7 +453,7 @@ func (m *Manager) orderFromRecord(rec string, nonce, sl, ki any) (*order, error)
 	if err != nil {
 		return nil, err
 	}
-	o := m.newOrder(kind, id, n, m.group(lines))
+	o := m.newOrder(kind, id, n, m.bySlot(lines))
 	if o.rec != rec {
 		return nil, fmt.Errorf("order record %s names %s", rec, o.rec)
 	}
@@ -476,7 +481,7 @@ func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, tt
 	case st == "exists":
 		return fmt.Errorf("%w: part %s exists", inventory.ErrContention, g.part)
 	}
-	return refusal(res, st, g.lines, dir)
+	return refusalErr(res, st, g.lines, dir)
 }
 
 // unwind gives back the parts of o from 0 to i (part i may or may not have
@@ -529,7 +534,7 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 }
 
 func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	gs := m.group(lines)
+	gs := m.bySlot(lines)
 	if m.oneStep(gs, kindHold, id) {
 		if err := m.mark(ctx, gs[0].slot); err != nil {
 			return err
@@ -546,7 +551,7 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 		case st == "dup":
 			return inventory.ErrDuplicate
 		}
-		return refusal(res, st, lines, inventory.DirReduce)
+		return refusalErr(res, st, lines, inventory.DirReduce)
 	}
 	o := m.newOrder(kindHold, id, newNonce(), gs)
 	if err := m.begin(ctx, o, ttl, "hold", lines); err != nil {
@@ -834,7 +839,7 @@ func newSlotMarks(client redis.UniversalClient) *slotMarks {
 
 // sweepIndex runs the sweep script on one index, on client c, up to
 // SweepRounds times, and settles the pinned parts it lists.
-func (m *Manager) sweepIndex(ctx context.Context, c redis.Scripter, idx string) (total int, left int64, err error) {
+func (m *Manager) sweepIndex(ctx context.Context, c redis.UniversalClient, idx string) (total int, left int64, err error) {
 	for range SweepRounds {
 		res, st, err := eval(ctx, c, []string{idx}, "sweep", SweepBatch, m.pinGrace.Milliseconds())
 		if err != nil {

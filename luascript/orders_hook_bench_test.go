@@ -19,11 +19,12 @@ import (
 
 // holdsHook is what orders.go put in move.lua in place of noHook.
 const (
-	holdsHook = `local both = redis.call('MGET', KEYS[1], KEYS[#KEYS])
+	holdsHook = `local marker = keyed and 3 or 2 -- the SKU's hold marker (orders_holds.lua)
+local both = redis.call('MGET', KEYS[1], KEYS[marker])
 local raw = both[1]
-if both[2] then -- orders_holds.lua: expired holds go back first
+if both[2] then -- expired holds go back first
   local h = holds()
-  if h.release_due(h.sku_key(KEYS[#KEYS], 'e'), both[2]) > 0 then
+  if h.release_due(h.sku_key(KEYS[marker], 'e'), both[2]) > 0 then
     raw = redis.call('GET', KEYS[1])
   end
 end
@@ -44,7 +45,7 @@ func BenchmarkHoldsHook(b *testing.B) {
 	if !strings.Contains(moveLua, holdsHook) {
 		b.Fatal("move.lua has no holds hook")
 	}
-	bare := redis.NewScript(strings.Replace(moveLua, holdsHook, noHook, 1))
+	bare := rediskeys.NewScript(strings.Replace(moveLua, holdsHook, noHook, 1))
 	ctx := context.Background()
 	srv := faulttest.StartRedis(b)
 	shared := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
@@ -61,12 +62,13 @@ func BenchmarkHoldsHook(b *testing.B) {
 			if err := shared.Set(ctx, stock, inventory.MaxStock, 0).Err(); err != nil {
 				b.Fatal(err)
 			}
-			args := []any{"reduce", 1, inventory.MaxStock, 1000, "none", "", rediskeys.WindowSize, 1000}
 			with := func() error {
-				return moveScript.Run(ctx, shared, []string{stock, holds}, args...).Err()
+				_, _, err := moveScript.Run(ctx, shared, 0, 0, []string{stock, holds}, 1)
+				return err
 			}
 			without := func() error {
-				return bare.Run(ctx, shared, []string{stock}, args...).Err()
+				_, _, err := bare.Run(ctx, shared, 0, 0, []string{stock}, 1)
+				return err
 			}
 			const rounds = 11
 			var ratios, cpu, added []float64

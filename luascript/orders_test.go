@@ -182,6 +182,31 @@ func TestExpiryWithTraffic(t *testing.T) {
 	})
 }
 
+// TestExpiryWithMergedCalls: concurrent Reduces, which the Manager merges
+// into batches, release a SKU's expired hold in their step too.
+func TestExpiryWithMergedCalls(t *testing.T) {
+	servers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m := newManager(t, c)
+		require.NoError(t, m.Init(ctx, "shoe", 64))
+		require.NoError(t, m.Reserve(ctx, "o1", lines([]string{"shoe"}, 64), 30*time.Millisecond))
+		time.Sleep(60 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := m.Reduce(ctx, "shoe", 1); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		checker{t, m, ctx}.stock("shoe", 0, 0)
+		require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased)
+	})
+}
+
 // TestExpiryIsRedisTime checks that the deadline the script stores is Redis
 // TIME + ttl (the client's clock plays no part).
 func TestExpiryIsRedisTime(t *testing.T) {

@@ -114,7 +114,9 @@ func benchReduce(b *testing.B, c redis.UniversalClient, bs lockbench.Backend, g 
 		if err != nil {
 			b.Fatal(err)
 		}
-		managers[i] = lockmgr.New(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store)
+		if managers[i], err = lockmgr.NewManager(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var m atomic.Int64
 	libOp := func(rng *mrand.Rand) error {

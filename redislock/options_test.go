@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/optiontest"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 )
@@ -20,38 +20,21 @@ func TestOptionsRule(t *testing.T) {
 	defer c.Close()
 	store, err := redisstore.New(c)
 	require.NoError(t, err)
-	for _, tc := range []struct {
-		name string
-		opt  redislock.Option
-		ok   bool
-	}{
-		{"nil", nil, true},
-		{"prefix", redislock.WithPrefix("p"), true},
-		{"empty prefix", redislock.WithPrefix(""), false},
-		{"TTL", redislock.WithTTL(time.Second), true},
-		{"zero TTL", redislock.WithTTL(0), false},
-		{"negative TTL", redislock.WithTTL(-time.Second), false},
-		{"acquire timeout", redislock.WithAcquireTimeout(time.Second), true},
-		{"zero acquire timeout", redislock.WithAcquireTimeout(0), false},
-		{"negative acquire timeout", redislock.WithAcquireTimeout(-time.Second), false},
-		{"max attempts", redislock.WithMaxAttempts(1), true},
-		{"zero max attempts", redislock.WithMaxAttempts(0), false},
-		{"negative max attempts", redislock.WithMaxAttempts(-1), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := redislock.New(c, store, tc.opt)
-			l, lerr := redislock.NewLocker(c, tc.opt)
-			if tc.ok {
-				require.NoError(t, err)
-				require.NotNil(t, m)
-				require.NoError(t, lerr)
-				require.NotNil(t, l)
-				return
-			}
-			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-			require.Nil(t, m)
-			require.ErrorIs(t, lerr, inventory.ErrInvalidArgument)
-			require.Nil(t, l)
-		})
-	}
+	optiontest.Run(t, map[string]redislock.Option{
+		"prefix":          redislock.WithPrefix("p"),
+		"TTL":             redislock.WithTTL(time.Second),
+		"acquire timeout": redislock.WithAcquireTimeout(time.Second),
+		"max attempts":    redislock.WithMaxAttempts(1),
+	}, map[string]redislock.Option{
+		"empty prefix":             redislock.WithPrefix(""),
+		"zero TTL":                 redislock.WithTTL(0),
+		"negative TTL":             redislock.WithTTL(-time.Second),
+		"zero acquire timeout":     redislock.WithAcquireTimeout(0),
+		"negative acquire timeout": redislock.WithAcquireTimeout(-time.Second),
+		"zero max attempts":        redislock.WithMaxAttempts(0),
+		"negative max attempts":    redislock.WithMaxAttempts(-1),
+	},
+		func(o redislock.Option) (any, error) { return redislock.New(c, store, o) },
+		func(o redislock.Option) (any, error) { return redislock.NewLocker(c, o) },
+	)
 }

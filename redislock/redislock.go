@@ -118,7 +118,7 @@ func New(client redis.UniversalClient, store Store, opts ...Option) (*Manager, e
 	if err != nil {
 		return nil, err
 	}
-	return lockmgr.New(l, store, lockmgr.WithName("redislock"), lockmgr.WithMaxAttempts(c.maxAttempts)), nil
+	return lockmgr.NewManager(l, store, lockmgr.WithName("redislock"), lockmgr.WithMaxAttempts(c.maxAttempts))
 }
 
 // NewLocker returns the lock a Manager made with opts uses, to use on its

@@ -192,7 +192,7 @@ func New(clients []redis.UniversalClient, store Store, opts ...Option) (*Manager
 	if store == nil {
 		return nil, fmt.Errorf("%w: redlock: nil store", inventory.ErrInvalidArgument)
 	}
-	return lockmgr.New(l, store, lockmgr.WithName("redlock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts)), nil
+	return lockmgr.NewManager(l, store, lockmgr.WithName("redlock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts))
 }
 
 // NewLocker returns the lock a Manager with these arguments uses, to use on

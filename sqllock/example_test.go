@@ -20,7 +20,13 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(8) // held locks pin a connection each: keep room for the store
+	// The locks get a pool of their own: a held lock, and each SKU's
+	// waiter, pin a connection of it.
+	locks, err := sqlx.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
 	// Tables named for this run, dropped at the end.
 	schema := sqlstore.Schema{Table: fmt.Sprintf("sqllock_%d", os.Getpid()), Ledger: fmt.Sprintf("sqllock_keys_%d", os.Getpid())}
 	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
@@ -31,7 +37,7 @@ func Example() {
 	if err := store.CreateTables(ctx); err != nil {
 		log.Fatal(err)
 	}
-	m, err := sqllock.New(db, store)
+	m, err := sqllock.New(locks, store)
 	if err != nil {
 		log.Fatal(err)
 	}

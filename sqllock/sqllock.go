@@ -1,22 +1,42 @@
 // Package sqllock is the lock strategy for teams that have only a database:
-// a SQL advisory lock per SKU (MariaDB/MySQL GET_LOCK, PostgreSQL
-// pg_try_advisory_lock, on the FNV-64a hash of the SKU; a collision only
-// serialises two SKUs) around a [lockmgr.Store] such as sqlstore's.
+// a SQL advisory lock per SKU around a [lockmgr.Store] such as sqlstore's.
+// MariaDB/MySQL take GET_LOCK on "sqllock:" + SHA1(SKU); PostgreSQL takes
+// pg_advisory_lock on hashtextextended("sqllock:" + SKU, 0), a 64-bit hash
+// (PostgreSQL 11 or later; a collision only serialises two SKUs).
 //
-// A held lock pins one pool connection (its session) until Release; waiters
-// poll, borrowing one per try. Give the Locker a pool of its own, larger than
-// the locks a process holds at once: on the store's pool, waiters starve the
-// holder's store calls. Lost is closed when a ping of the pinned connection
-// (each second) fails; a lapse ends in the CAS retry, never an oversell.
+// # Waiting
+//
+// Within one process, callers of the same SKU queue in arrival order
+// ([lockmgr.Queue]) and only the head of the queue waits for the advisory
+// lock, in the database, which grants it when its holder releases: no
+// polling. A caller done with the lock hands it, still held, to the next
+// caller of its process; after 16 such hand-overs in a row it releases the
+// lock so that other processes get their turn. Waiting is bounded by the
+// caller's ctx and by [WithAcquireTimeout], after which the call fails with
+// [inventory.ErrContention]. A caller that gives up closes the connection
+// it waited on; should the database grant that session the lock before it
+// notices, the lock goes with the session. (MariaDB/MySQL end such a wait
+// after the acquire timeout; PostgreSQL only once it grants the lock.)
+//
+// # Connections
+//
+// An advisory lock belongs to a database session, so a held lock pins one
+// connection of the Locker's pool until it is released, and the head of
+// each SKU's queue holds one more while it waits: a process needs up to two
+// connections per SKU it sells at once. Give the Locker a pool of its own
+// (another *sqlx.DB on the same database), not the store's: there, waiters
+// would take the connections the holders' store calls need. Lost is closed
+// when a ping of the pinned connection (each second) fails; a lapse ends in
+// the store's compare-and-set retry, never an oversell.
 package sqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -29,121 +49,112 @@ import (
 // inventory.ErrContention.
 const DefaultAcquireTimeout = 10 * time.Second
 
-// Option configures a Locker.
+// Option configures a Locker. A nil Option is ignored.
 type Option func(*locker)
 
-// WithAcquireTimeout sets how long Acquire waits; d must be positive.
+// WithAcquireTimeout sets how long Acquire waits; d must be positive. The
+// default is [DefaultAcquireTimeout].
 func WithAcquireTimeout(d time.Duration) Option { return func(l *locker) { l.timeout = d } }
 
 type locker struct {
 	db           *sqlx.DB
-	pg           bool
-	lock, unlock string
+	lock, unlock string // statements taking the SKU verbatim: the server hashes it
 	timeout      time.Duration
+	queue        *lockmgr.Queue[*lease] // one waiter per name, hand-over of held leases
 }
 
-// NewLocker returns a Locker on db, whose driver is "mysql", "pgx" or "postgres".
+// NewLocker returns a Locker on db, whose driver is "mysql", "pgx" or
+// "postgres". db should be a pool of its own (see the package doc). It does
+// no I/O.
 func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: sqllock: nil db", inventory.ErrInvalidArgument)
-	}
-	l := &locker{db: db, timeout: DefaultAcquireTimeout, lock: "SELECT GET_LOCK(?, 0)", unlock: "SELECT RELEASE_LOCK(?)"}
-	if d := db.DriverName(); d == "pgx" || d == "postgres" {
-		l.pg, l.lock, l.unlock = true, "SELECT pg_try_advisory_lock($1)", "SELECT pg_advisory_unlock($1)"
-	} else if d != "mysql" {
-		return nil, fmt.Errorf("%w: sqllock: driver %q is neither mysql nor pgx/postgres", inventory.ErrInvalidArgument, d)
-	}
+	l := &locker{db: db, timeout: DefaultAcquireTimeout, queue: lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16})}
 	for _, o := range opts {
 		if o != nil {
 			o(l)
 		}
 	}
-	if l.timeout <= 0 {
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("%w: sqllock: nil db", inventory.ErrInvalidArgument)
+	case l.timeout <= 0:
 		return nil, fmt.Errorf("%w: sqllock: acquire timeout %v is not positive", inventory.ErrInvalidArgument, l.timeout)
+	case db.DriverName() == "mysql": // GET_LOCK waits at most the acquire timeout too
+		l.lock = fmt.Sprintf("SELECT GET_LOCK(CONCAT('sqllock:', SHA1(?)), %g)", l.timeout.Seconds())
+		l.unlock = "SELECT RELEASE_LOCK(CONCAT('sqllock:', SHA1(?)))"
+	case db.DriverName() == "pgx" || db.DriverName() == "postgres":
+		l.lock = "SELECT true FROM pg_advisory_lock(hashtextextended('sqllock:' || $1::text, 0))"
+		l.unlock = "SELECT pg_advisory_unlock(hashtextextended('sqllock:' || $1::text, 0))"
+	default:
+		return nil, fmt.Errorf("%w: sqllock: driver %q is neither mysql nor pgx/postgres", inventory.ErrInvalidArgument, db.DriverName())
 	}
 	return l, nil
 }
 
 // New returns a Manager that locks with a [NewLocker] on db and keeps stock in store.
 func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, error) {
-	if store == nil {
-		return nil, fmt.Errorf("%w: sqllock: nil store", inventory.ErrInvalidArgument)
-	}
 	l, err := NewLocker(db, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return lockmgr.New(l, store, lockmgr.WithName("sqllock")), nil
+	return lockmgr.NewManager(l, store, lockmgr.WithName("sqllock"))
 }
 
-// key is the advisory lock's argument for name.
-func (l *locker) key(name string) any {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	if l.pg {
-		return int64(h.Sum64())
-	}
-	return fmt.Sprintf("sqllock:%016x", h.Sum64())
-}
-
+// Acquire implements [lockmgr.Locker]: it waits for its turn in the queue,
+// then for a hand-over or for the advisory lock itself.
 func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqllock: lock %q: %w", name, err)
+	}
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 32*time.Millisecond) {
-		le, err := l.try(actx, l.key(name))
-		switch {
-		case le != nil:
-			return le, nil
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("sqllock: lock %q: %w", name, ctx.Err())
-		case actx.Err() != nil:
-			return nil, fmt.Errorf("%w: sqllock: lock %q not free within %v", inventory.ErrContention, name, l.timeout)
-		case err != nil:
-			return nil, fmt.Errorf("sqllock: lock %q: %w", name, err)
-		}
-		select {
-		case <-actx.Done():
-		case <-time.After(rand.N(wait) + time.Millisecond):
+	turn, le, handed, err := l.queue.Enter(actx, name)
+	if err == nil && !handed {
+		if le, err = l.take(actx, name); err != nil {
+			turn.Leave(ctx)
 		}
 	}
+	switch {
+	case err == nil:
+		le.turn = turn
+		return le, nil
+	case ctx.Err() == nil && actx.Err() != nil:
+		err = fmt.Errorf("%w: not free within %v", inventory.ErrContention, l.timeout)
+	}
+	return nil, fmt.Errorf("sqllock: lock %q: %w", name, err)
 }
 
-// try takes the lock once, on a connection it pins only if that succeeds.
-func (l *locker) try(ctx context.Context, key any) (*lease, error) {
+// take waits in the database for the lock on name, on a connection it pins.
+// A wait that fails ends its session (the drivers close a connection whose
+// query was cancelled), so a lock granted after the caller gave up is freed.
+func (l *locker) take(ctx context.Context, name string) (*lease, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var ok sql.NullBool
-	if err = conn.QueryRowContext(ctx, l.lock, key).Scan(&ok); err != nil || !ok.Bool {
-		put(conn, err != nil) // on an error the lock may be held: the session must end
-		return nil, err
+	var ok bool
+	if err = conn.QueryRowContext(ctx, l.lock, name).Scan(&ok); err != nil || !ok {
+		_ = conn.Close()
+		return nil, cmp.Or(err, errors.New("lock not granted"))
 	}
-	le := &lease{conn, l.unlock, key, make(chan struct{}), make(chan struct{}), make(chan struct{})}
-	go le.watch()
+	le := &lease{conn: conn, unlock: l.unlock, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
+	le.watch.Go(le.ping)
 	return le, nil
 }
 
-// put returns conn to the pool, or closes its session when bad.
-func put(conn *sql.Conn, bad bool) {
-	if bad {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	_ = conn.Close()
-}
-
 type lease struct {
-	conn             *sql.Conn
-	unlock           string
-	key              any
-	lost, stop, done chan struct{}
+	conn         *sql.Conn
+	unlock, name string
+	turn         *lockmgr.Turn[*lease] // this holder's place in the queue
+	lost, stop   chan struct{}
+	watch        sync.WaitGroup // runs ping
 }
 
+// Lost implements [lockmgr.Lease].
 func (le *lease) Lost() <-chan struct{} { return le.lost }
 
-// watch pings the pinned connection until Release, closing lost if it fails.
-func (le *lease) watch() {
-	defer close(le.done)
+// ping pings the pinned connection each second until Release, closing lost
+// if a ping fails.
+func (le *lease) ping() {
 	for {
 		select {
 		case <-le.stop:
@@ -159,14 +170,24 @@ func (le *lease) watch() {
 	}
 }
 
+// Release implements [lockmgr.Lease]: it hands the lock, still held, to the
+// next caller of this process unless it was lost or handed over 16 times in
+// a row; otherwise it frees it.
 func (le *lease) Release(ctx context.Context) error {
-	close(le.stop)
-	<-le.done
-	var ok sql.NullBool
-	if err := le.conn.QueryRowContext(ctx, le.unlock, le.key).Scan(&ok); err != nil || !ok.Bool {
-		put(le.conn, true)
-		return fmt.Errorf("sqllock: release %v: not held by this session (%v)", le.key, err)
+	select {
+	case <-le.lost:
+	default:
+		if le.turn.HandOver(le) {
+			return nil
+		}
 	}
-	put(le.conn, false)
+	defer le.turn.Leave(ctx)
+	close(le.stop)
+	le.watch.Wait()
+	var ok bool
+	err := le.conn.QueryRowContext(ctx, le.unlock, le.name).Scan(&ok)
+	if _ = le.conn.Close(); err != nil || !ok {
+		return fmt.Errorf("sqllock: release %q: not held by this session (%v)", le.name, err)
+	}
 	return nil
 }

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // registers "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/optiontest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
@@ -24,33 +27,26 @@ import (
 
 var engines = []string{"mariadb", "postgres"}
 
-func hash(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return h.Sum64()
-}
-
 // lapse ends the session that holds the advisory lock on name, as a lost
 // connection does.
 func lapse(t *testing.T, db *sqlx.DB, name string) {
 	ctx := context.Background()
+	var n int
 	var err error
 	if db.DriverName() == "mysql" {
 		var id int64
-		if err = db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", fmt.Sprintf("sqllock:%016x", hash(name))).Scan(&id); err == nil {
+		if err = db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(CONCAT('sqllock:', SHA1(?)))", name).Scan(&id); err == nil {
 			_, err = db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+			n = 1
 		}
 	} else {
-		k := hash(name)
-		var n int
-		err = db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-			WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2`,
-			int64(k>>32), int64(uint32(k))).Scan(&n)
-		if err == nil && n != 1 {
-			err = fmt.Errorf("%d sessions held the lock", n)
-		}
+		err = db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks,
+			(SELECT hashtextextended('sqllock:' || $1::text, 0) AS k) AS h
+			WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			AND classid::bigint = (k >> 32) & 4294967295 AND objid::bigint = k & 4294967295`, name).Scan(&n)
 	}
 	require.NoError(t, err, "lapse %q", name)
+	require.Equal(t, 1, n, "sessions that held the lock on %q", name)
 }
 
 // TestLockerConformance runs the Locker suite, which proves exclusion
@@ -59,7 +55,8 @@ func TestLockerConformance(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(engine, func(t *testing.T) {
 			// ByteExactNames holds 19 locks at once, each pinning a
-			// connection: a 16-connection pool would run dry.
+			// connection, while another Locker waits for each: a
+			// 16-connection pool would run dry.
 			db := sqltest.Open(t, engine)
 			db.SetMaxOpenConns(24)
 			lockmgrtest.RunLocker(t, lockmgrtest.LockerConfig{
@@ -77,9 +74,8 @@ func TestLockerConformance(t *testing.T) {
 func TestConformance(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(engine, func(t *testing.T) {
-			// The locks get a pool of their own: on a shared pool the
-			// flash sale's 2000 waiters, each borrowing a connection per
-			// try, starve the holder's store calls (17 calls/s seen).
+			// The locks get a pool of their own, as the package doc
+			// says: a held lock and each SKU's waiter pin a connection.
 			locks, db := sqltest.Open(t, engine), sqltest.Open(t, engine)
 			inventorytest.Run(t, inventorytest.Config{
 				NewManager: func(t *testing.T) inventory.StockManager {
@@ -94,23 +90,32 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func TestNewRefusesBadConfig(t *testing.T) {
+func TestOptionsRule(t *testing.T) {
 	pg := sqltest.Open(t, "postgres")
 	s, err := sqlstore.New(pg)
 	require.NoError(t, err)
+	optiontest.Run(t, map[string]sqllock.Option{
+		"acquire timeout": sqllock.WithAcquireTimeout(time.Second),
+	}, map[string]sqllock.Option{
+		"zero acquire timeout":     sqllock.WithAcquireTimeout(0),
+		"negative acquire timeout": sqllock.WithAcquireTimeout(-time.Second),
+	},
+		func(o sqllock.Option) (any, error) { return sqllock.New(pg, s, o) },
+		func(o sqllock.Option) (any, error) { return sqllock.NewLocker(pg, o) },
+	)
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	pg := sqltest.Open(t, "postgres")
 	for name, f := range map[string]func() error{
-		"nil db":          func() error { _, err := sqllock.NewLocker(nil); return err },
-		"nil store":       func() error { _, err := sqllock.New(pg, nil); return err },
-		"sqlite driver":   func() error { _, err := sqllock.NewLocker(sqlx.NewDb(pg.DB, "sqlite")); return err },
-		"zero timeout":    func() error { _, err := sqllock.New(pg, s, sqllock.WithAcquireTimeout(0)); return err },
-		"negative timout": func() error { _, err := sqllock.NewLocker(pg, sqllock.WithAcquireTimeout(-time.Second)); return err },
+		"nil db":        func() error { _, err := sqllock.NewLocker(nil); return err },
+		"nil store":     func() error { _, err := sqllock.New(pg, nil); return err },
+		"sqlite driver": func() error { _, err := sqllock.NewLocker(sqlx.NewDb(pg.DB, "sqlite")); return err },
 	} {
 		if err := f(); !errors.Is(err, inventory.ErrInvalidArgument) {
 			t.Errorf("%s: err = %v, want one that wraps ErrInvalidArgument", name, err)
 		}
 	}
-	_, err = sqllock.NewLocker(pg, nil, sqllock.WithAcquireTimeout(time.Second))
-	require.NoError(t, err, "a nil option is ignored")
 }
 
 // TestAcquireTimeout: a lock held past the acquire timeout gives
@@ -128,6 +133,46 @@ func TestAcquireTimeout(t *testing.T) {
 			defer func() { require.NoError(t, le.Release(ctx)) }()
 			_, err = l.Acquire(ctx, name)
 			require.ErrorIs(t, err, inventory.ErrContention)
+		})
+	}
+}
+
+// TestOneWaiterPerProcess: however many callers of one process wait for a
+// held lock, one of them waits in the database, on one connection, and the
+// lock then passes from caller to caller.
+func TestOneWaiterPerProcess(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) {
+			db := sqltest.Open(t, engine)
+			db.SetMaxOpenConns(32)
+			l, err := sqllock.NewLocker(db)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			name := fmt.Sprintf("crowd-%s-%d", engine, time.Now().UnixNano())
+			held, err := l.Acquire(ctx, name)
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			var holders, overlaps atomic.Int64
+			for range 64 {
+				wg.Go(func() {
+					le, err := l.Acquire(ctx, name)
+					if !assert.NoError(t, err) {
+						return
+					}
+					if holders.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					holders.Add(-1)
+					assert.NoError(t, le.Release(ctx))
+				})
+			}
+			time.Sleep(300 * time.Millisecond) // the crowd lines up
+			open := db.Stats().OpenConnections
+			require.NoError(t, held.Release(ctx))
+			wg.Wait()
+			require.LessOrEqual(t, open, 2, "connections while 64 callers waited for a held lock: the holder's and one waiter's")
+			require.Zero(t, overlaps.Load())
 		})
 	}
 }

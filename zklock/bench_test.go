@@ -91,7 +91,9 @@ func benchReduce(b *testing.B, bs lockbench.Backend, g int, procs bool, pick fun
 		if err != nil {
 			b.Fatal(err)
 		}
-		managers[i] = lockmgr.New(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store)
+		if managers[i], err = lockmgr.NewManager(lockbench.TimedLocker{Locker: l, W: &lw}, bs.Store); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var m atomic.Int64
 	libOp := func(rng *mrand.Rand) error {

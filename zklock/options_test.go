@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/optiontest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/zklock"
@@ -25,42 +25,25 @@ func TestOptionsRule(t *testing.T) {
 	require.NoError(t, err)
 	events := make(chan zk.Event)
 	defer close(events) // ends the session watchers
-	for _, tc := range []struct {
-		name string
-		opt  zklock.Option
-		ok   bool
-	}{
-		{"nil", nil, true},
-		{"root", zklock.WithRoot("/a/b"), true},
-		{"empty root", zklock.WithRoot(""), false},
-		{"ACL", zklock.WithACL(zk.WorldACL(zk.PermAll)...), true},
-		{"empty ACL", zklock.WithACL(), false},
-		{"acquire timeout", zklock.WithAcquireTimeout(time.Second), true},
-		{"zero acquire timeout", zklock.WithAcquireTimeout(0), false},
-		{"negative acquire timeout", zklock.WithAcquireTimeout(-time.Second), false},
-		{"queue depth", zklock.WithQueueDepth(1), true},
-		{"zero queue depth", zklock.WithQueueDepth(0), false},
-		{"negative queue depth", zklock.WithQueueDepth(-1), false},
-		{"session events", zklock.WithSessionEvents(events), true},
-		{"nil session events", zklock.WithSessionEvents(nil), false},
-		{"max attempts", zklock.WithMaxAttempts(1), true},
-		{"zero max attempts", zklock.WithMaxAttempts(0), false},
-		{"negative max attempts", zklock.WithMaxAttempts(-1), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := zklock.New(conn, store, tc.opt)
-			l, lerr := zklock.NewLocker(conn, tc.opt)
-			if tc.ok {
-				require.NoError(t, err)
-				require.NotNil(t, m)
-				require.NoError(t, lerr)
-				require.NotNil(t, l)
-				return
-			}
-			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-			require.Nil(t, m)
-			require.ErrorIs(t, lerr, inventory.ErrInvalidArgument)
-			require.Nil(t, l)
-		})
-	}
+	optiontest.Run(t, map[string]zklock.Option{
+		"root":            zklock.WithRoot("/a/b"),
+		"ACL":             zklock.WithACL(zk.WorldACL(zk.PermAll)...),
+		"acquire timeout": zklock.WithAcquireTimeout(time.Second),
+		"queue depth":     zklock.WithQueueDepth(1),
+		"session events":  zklock.WithSessionEvents(events),
+		"max attempts":    zklock.WithMaxAttempts(1),
+	}, map[string]zklock.Option{
+		"empty root":               zklock.WithRoot(""),
+		"empty ACL":                zklock.WithACL(),
+		"zero acquire timeout":     zklock.WithAcquireTimeout(0),
+		"negative acquire timeout": zklock.WithAcquireTimeout(-time.Second),
+		"zero queue depth":         zklock.WithQueueDepth(0),
+		"negative queue depth":     zklock.WithQueueDepth(-1),
+		"nil session events":       zklock.WithSessionEvents(nil),
+		"zero max attempts":        zklock.WithMaxAttempts(0),
+		"negative max attempts":    zklock.WithMaxAttempts(-1),
+	},
+		func(o zklock.Option) (any, error) { return zklock.New(conn, store, o) },
+		func(o zklock.Option) (any, error) { return zklock.NewLocker(conn, o) },
+	)
 }

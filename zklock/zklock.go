@@ -238,7 +238,7 @@ func New(conn *zk.Conn, store Store, opts ...Option) (*Manager, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: zklock: nil store", inventory.ErrInvalidArgument)
 	}
-	return lockmgr.New(l, store, lockmgr.WithName("zklock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts)), nil
+	return lockmgr.NewManager(l, store, lockmgr.WithName("zklock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts))
 }
 
 // NewLocker returns the lock a Manager with these arguments uses, to use on

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,11 +13,11 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
-	_ "github.com/go-sql-driver/mysql" // registers "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
@@ -29,12 +30,13 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqllock"
 	"github.com/stockkit/inventory/sqlstore"
 	"github.com/stockkit/inventory/zklock"
 )
 
 // strategyNames lists what -strategies accepts, in the order of the report.
-const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, redislock, redlock, zklock"
+const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
 
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
@@ -47,6 +49,8 @@ type target struct {
 	strategy, store string
 	open            func(ctx context.Context) (inventory.StockManager, error)
 	skip            string // not empty: why the target cannot run, and how to make it
+	where           string // where the stock (and the locks) live
+	embedded        bool   // a server of the target runs in this process
 }
 
 // backends opens the servers the selected targets need, embedded ones where
@@ -93,10 +97,10 @@ func (b *backends) sqlNames() []string {
 func (b *backends) targets() []target {
 	cfg := b.cfg
 	ts := []target{
-		{strategy: "memory", store: "process", open: func(context.Context) (inventory.StockManager, error) {
+		{strategy: "memory", store: "process", where: "a map in this process", embedded: true, open: func(context.Context) (inventory.StockManager, error) {
 			return inventorytest.NewMemory(cfg.keyTTL), nil
 		}},
-		{strategy: "luascript", store: "redis", open: func(ctx context.Context) (inventory.StockManager, error) {
+		{strategy: "luascript", store: "redis", where: b.where("redis"), embedded: b.embedded("redis"), open: func(ctx context.Context) (inventory.StockManager, error) {
 			c, err := b.redis(ctx)
 			if err != nil {
 				return nil, err
@@ -106,7 +110,7 @@ func (b *backends) targets() []target {
 	}
 	for _, store := range b.sqlNames() {
 		sqlTarget := func(strategy string, open func(*sqlx.DB) (inventory.StockManager, error)) target {
-			return target{strategy: strategy, store: store, open: func(ctx context.Context) (inventory.StockManager, error) {
+			return target{strategy: strategy, store: store, where: b.where(store), open: func(ctx context.Context) (inventory.StockManager, error) {
 				db, err := b.sql(ctx, store)
 				if err != nil {
 					return nil, err
@@ -125,17 +129,39 @@ func (b *backends) targets() []target {
 				return rowlock.New(db, rowlock.WithSchema(b.schema()), rowlock.WithKeyTTL(cfg.keyTTL))
 			}),
 		)
+		if store != "sqlite" { // advisory locks: MariaDB/MySQL and PostgreSQL
+			tg := sqlTarget("sqllock", func(db *sqlx.DB) (inventory.StockManager, error) {
+				s, err := sqlstore.New(db, sqlstore.WithSchema(b.schema()), sqlstore.WithKeyTTL(cfg.keyTTL))
+				if err != nil {
+					return nil, err
+				}
+				// The locks get a pool of their own: a held advisory lock
+				// pins a connection, and waiters poll with one each.
+				locks, err := sqlx.Open(db.DriverName(), b.dsn(store))
+				if err != nil {
+					return nil, err
+				}
+				b.closes = append(b.closes, func() { locks.Close() })
+				locks.SetMaxOpenConns(32)
+				return sqllock.New(locks, s)
+			})
+			if !cfg.sqllock && !cfg.namesSQLLock() {
+				tg.skip = "its waiters poll, so a flash sale's contention makes it slow: give -sqllock (or name it in -strategies) to run it"
+			}
+			ts = append(ts, tg)
+		}
 	}
 	for _, store := range cfg.lockStores {
 		// lockTarget is strategy over store, built by lock from the store.
 		lockTarget := func(strategy string, lock func(context.Context, redislock.Store) (inventory.StockManager, error)) target {
-			tg := target{strategy: strategy, store: store, open: func(ctx context.Context) (inventory.StockManager, error) {
+			tg := target{strategy: strategy, store: store, where: b.where(store) + "; locks: " + b.where(strategy), open: func(ctx context.Context) (inventory.StockManager, error) {
 				s, err := b.store(ctx, store)
 				if err != nil {
 					return nil, err
 				}
 				return lock(ctx, s)
 			}}
+			tg.embedded = b.embedded(store) || b.embedded(strategy)
 			switch {
 			case store != "redis" && !slices.Contains(b.sqlNames(), store):
 				tg.skip = fmt.Sprintf("-lock-stores names %s: give its DSN with -%s", store, store)
@@ -251,17 +277,83 @@ func (b *backends) store(ctx context.Context, name string) (redislock.Store, err
 	return s, nil
 }
 
+// dsn is the data source name of the SQL server name ("mysql", "postgres").
+func (b *backends) dsn(name string) string {
+	switch name {
+	case "mysql":
+		return b.cfg.mysql
+	case "postgres":
+		return b.cfg.postgres
+	}
+	return ""
+}
+
+// where says where a store or lock service lives, for the report and the
+// chart: name is a store (redis, sqlite, mysql, postgres) or a lock
+// strategy (redislock, redlock, zklock).
+func (b *backends) where(name string) string {
+	c := b.cfg
+	switch name {
+	case "redis", "redislock":
+		switch len(c.redis) {
+		case 0:
+			return "embedded miniredis"
+		case 1:
+			return "Redis " + c.redis[0]
+		}
+		return fmt.Sprintf("Redis Cluster %s (%d nodes)", c.redis[0], len(c.redis))
+	case "redlock":
+		if len(c.redlock) == 0 {
+			return "3 embedded miniredis"
+		}
+		return fmt.Sprintf("%d Redis %s…", len(c.redlock), c.redlock[0])
+	case "zklock":
+		if len(c.zk) == 0 {
+			return "no ZooKeeper"
+		}
+		return "ZooKeeper " + strings.Join(c.zk, ",")
+	case "sqlite":
+		if c.sqlite == "" {
+			return "SQLite temporary file"
+		}
+		return "SQLite " + c.sqlite
+	case "mysql":
+		if cfg, err := mysql.ParseDSN(c.mysql); err == nil {
+			return "MariaDB/MySQL " + cfg.Addr
+		}
+		return "MariaDB/MySQL"
+	case "postgres":
+		if u, err := url.Parse(c.postgres); err == nil && u.Host != "" {
+			return "PostgreSQL " + u.Host
+		}
+		return "PostgreSQL"
+	}
+	return name
+}
+
+// embedded reports whether the store or lock service name runs in this
+// process (miniredis), so its speed is not a server's.
+func (b *backends) embedded(name string) bool {
+	switch name {
+	case "redis", "redislock":
+		return len(b.cfg.redis) == 0
+	case "redlock":
+		return len(b.cfg.redlock) == 0
+	}
+	return false
+}
+
 // sql returns a pool on the SQL database called name, its tables created.
 func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
 	if db := b.dbs[name]; db != nil {
 		return db, nil
 	}
-	driver, dsn, conns := "", "", 64
+	driver, dsn, conns := "", b.dsn(name), 64
 	switch name {
 	case "mysql":
-		driver, dsn = "mysql", b.cfg.mysql
+		driver = "mysql"
 	case "postgres":
-		driver, dsn = "pgx", b.cfg.postgres
+		driver = "pgx"
 	case "sqlite":
 		path := b.cfg.sqlite
 		if path == "" {

@@ -39,6 +39,8 @@ type config struct {
 	format   string
 	chart    string
 	progress bool
+	metrics  bool
+	sqllock  bool
 }
 
 // Addresses of the servers `make services` starts. The INVENTORY_* variables
@@ -87,7 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 
 	fs.StringVar(&c.prefix, "prefix", "flashsale", "begins the sale's Redis keys and ZooKeeper root (/PREFIX/locks) and names its SQL tables (PREFIX_stock, PREFIX_ledger): lower-case letters, digits and _")
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
-	fs.StringVar(&c.chart, "chart", "", "also write an SVG chart of throughput and p99 latency to this file")
+	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
+	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
+	fs.BoolVar(&c.sqllock, "sqllock", false, "also run sqllock (SQL advisory locks) on the MySQL and PostgreSQL stores given: its waiters poll, so a flash sale makes it slow (naming it in -strategies runs it too)")
 	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
 
 	if err := fs.Parse(args); err != nil {
@@ -159,16 +163,29 @@ func (c *config) validate(stderr io.Writer) error {
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
 func (c *config) checkChart() error {
-	if c.chart != "" && !strings.EqualFold(filepath.Ext(c.chart), ".svg") {
-		return fmt.Errorf("-chart %q: only SVG charts are written; name the file *.svg", c.chart)
+	switch strings.ToLower(filepath.Ext(c.chart)) {
+	case "", ".png", ".svg":
+		if c.chart == "" || filepath.Ext(c.chart) != "" {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("-chart %q: charts are PNG or SVG; name the file *.png or *.svg", c.chart)
 }
 
 // selected reports whether -strategies asks for strategy over store.
 func (c *config) selected(strategy, store string) bool {
 	for _, s := range list(c.strategies) {
 		if s == "all" || s == strategy || s == strategy+"/"+store {
+			return true
+		}
+	}
+	return false
+}
+
+// namesSQLLock reports whether -strategies names sqllock itself.
+func (c *config) namesSQLLock() bool {
+	for _, s := range list(c.strategies) {
+		if s == "sqllock" || strings.HasPrefix(s, "sqllock/") {
 			return true
 		}
 	}

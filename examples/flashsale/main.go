@@ -28,9 +28,27 @@
 // The table goes to stdout (-format table, csv or json; the JSON fields are
 // named as the CSV columns, and a strategy that did not run is "ran": false
 // with no measures); a progress line goes
-// to stderr when stderr is a terminal or -progress is set; -chart writes an
-// SVG of throughput and p99 latency per strategy. Its Redis keys, ZooKeeper
-// nodes and SQL tables are named after -prefix (default flashsale).
+// to stderr when stderr is a terminal or -progress is set (requests
+// answered, units sold, the rate so far and an ETA at that rate). -chart
+// draws, with gonum/plot, a PNG or SVG of every row's latency percentiles
+// (p50, p90, p99, max; log axis in ms) and throughput (log axis in
+// requests/s), each row labelled with the store it used; rows whose server
+// ran in this process (miniredis, and the memory row) are shaded and
+// starred, so that they do not read as a real server's speed. Its Redis
+// keys, ZooKeeper nodes and SQL tables are named after -prefix (default
+// flashsale).
+//
+// With -metrics every strategy is wrapped in the otelstock decorator,
+// recording into an OpenTelemetry SDK meter of the sale's own, and the
+// report adds its counters of Reduce by outcome (every attempt, retries
+// included) and its units beside the sale's own table: calls = requests +
+// retries, ok = buyers who bought, contention + error = retries + requests
+// that gave up, units = sold. A row whose counters disagree fails.
+//
+// With -services (or -mysql / -postgres) the report has sqllock rows on
+// MariaDB and PostgreSQL, its advisory locks on a pool of their own; they
+// run with -sqllock (or when -strategies names sqllock), since sqllock's
+// waiters poll and a flash sale's contention makes it slow.
 package main
 
 import (

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image/png"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +105,11 @@ func TestEmbedded(t *testing.T) {
 		}
 	}
 	assert.Contains(t, rows["zklock/redis"].Skipped, "-zk", "the report says how to run zklock")
+	for _, name := range []string{"memory/process", "luascript/redis", "redislock/redis", "redlock/redis"} {
+		assert.True(t, rows[name].Embedded, "%s ran in process, and says so", name)
+	}
+	assert.False(t, rows["rowlock/sqlite"].Embedded)
+	assert.Equal(t, "embedded miniredis", rows["luascript/redis"].Where)
 	assert.Len(t, rows, 8)
 }
 
@@ -158,7 +165,7 @@ func TestRealServers(t *testing.T) {
 		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
 		"-postgres", testenv.Get(testenv.EnvPostgres, testenv.DefaultPostgres),
 		"-zk", testenv.Get(testenv.EnvZooKeeper, testenv.DefaultZooKeeper),
-		"-lock-stores", "redis,postgres",
+		"-lock-stores", "redis,postgres", "-metrics",
 	)
 	rows := checkSale(t, results, buyers, stock)
 	for _, s := range []string{"optimistic", "optimistic-single", "rowlock"} {
@@ -166,15 +173,92 @@ func TestRealServers(t *testing.T) {
 			assert.Contains(t, rows, s+"/"+store)
 		}
 	}
+	assert.Contains(t, rows, "sqllock/mysql")
+	assert.Contains(t, rows, "sqllock/postgres")
 	for _, s := range []string{"redislock", "redlock", "zklock"} {
 		for _, store := range []string{"redis", "postgres"} {
 			assert.Contains(t, rows, s+"/"+store)
 		}
 	}
 	for name, r := range rows {
+		if r.Strategy == "sqllock" {
+			assert.Contains(t, r.Skipped, "-sqllock", "%s is slow: it runs with -sqllock (TestRealSQLLock)", name)
+			continue
+		}
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
+		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
+		checkMetrics(t, name, r, 1)
 	}
-	assert.Len(t, rows, 2+9+6)
+	assert.Len(t, rows, 2+9+2+6)
+}
+
+// The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller
+// sale, on MariaDB and PostgreSQL.
+func TestRealSQLLock(t *testing.T) {
+	t.Parallel()
+	prefix := cleanPrefix(t, nil, []*sqlx.DB{testenv.MySQL(t), testenv.Postgres(t)}, nil)
+	const buyers, stock = 150, 15
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-prefix", prefix,
+		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
+		"-postgres", testenv.Get(testenv.EnvPostgres, testenv.DefaultPostgres),
+		"-strategies", "sqllock", "-metrics")
+	rows := checkSale(t, results, buyers, stock)
+	assert.Len(t, rows, 2)
+	for _, name := range []string{"sqllock/mysql", "sqllock/postgres"} {
+		if assert.Contains(t, rows, name) {
+			assert.Empty(t, rows[name].Skipped)
+			checkMetrics(t, name, rows[name], 1)
+		}
+	}
+}
+
+// checkMetrics checks that what the otelstock decorator counted in row r
+// agrees with the sale's own counts, one equation per counter. The program
+// checks the same (a disagreement fails the row); this checks it
+// independently of that code.
+func checkMetrics(t *testing.T, name string, r result, qty int64) {
+	t.Helper()
+	if r.Strategy == "memory" && r.Metrics == nil {
+		return
+	}
+	m := r.Metrics
+	if !assert.NotNil(t, m, "%s: -metrics gives the decorator's counters", name) {
+		return
+	}
+	assert.Equal(t, r.Requests+r.Retries, m.Calls, "%s: one Reduce per request, and one per retry", name)
+	assert.EqualValues(t, m.Calls, m.Durations, "%s: one duration per call", name)
+	assert.Equal(t, r.Sold, m.Units, "%s: units the decorator saw taken", name)
+	assert.Equal(t, r.Sold/qty, m.OK, "%s: calls that bought", name)
+	assert.Equal(t, r.Insufficient, m.Insufficient, "%s: sold out", name)
+	assert.Equal(t, r.Duplicate, m.Duplicate, "%s: duplicates", name)
+	assert.Equal(t, r.Retries+r.Contention+r.Errors, m.Contention+m.Errors+m.NotFound+m.Invalid, "%s: failed calls", name)
+	assert.LessOrEqual(t, m.P50MS, m.P99MS, name)
+}
+
+// -metrics wraps every strategy in otelstock; its counters, printed beside
+// the table, agree with the sale's.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	results := runJSON(t, "-buyers", "400", "-stock", "40", "-qty", "2", "-metrics")
+	for _, r := range results {
+		if r.Ran {
+			checkMetrics(t, r.Strategy+"/"+r.Store, r, 2)
+			assert.Empty(t, r.Failure)
+		}
+	}
+	var table bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-buyers", "100", "-stock", "10", "-strategies", "memory,rowlock", "-metrics"}, &table, io.Discard))
+	out := table.String()
+	t.Logf("table:\n%s", out)
+	assert.Contains(t, out, "otelstock's counters")
+	assert.Regexp(t, `(?m)^ +rowlock +sqlite +110 +10 +\d+ +\d+ +0 +0 +10 .* yes\s*$`, out, "rowlock's row: 110 calls, 10 ok, 10 units, agrees")
+
+	// The check catches counters that disagree.
+	r := results[0]
+	bad := *r.Metrics
+	bad.OK++
+	bad.Calls++
+	assert.Contains(t, bad.check(r, 0, 2), "calls (requests + retries)")
 }
 
 func TestRealRedisCluster(t *testing.T) {
@@ -191,7 +275,7 @@ func TestRealRedisCluster(t *testing.T) {
 func TestFormats(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	chart := filepath.Join(dir, "sale.svg")
+	chart := filepath.Join(dir, "sale.png")
 	args := []string{"-buyers", "300", "-stock", "20", "-qty", "3", "-strategies", "memory,luascript,zklock"}
 	ctx := context.Background()
 
@@ -204,20 +288,38 @@ func TestFormats(t *testing.T) {
 	}
 	assert.Contains(t, stderr.String(), "luascript/redis", "-progress writes to stderr")
 	assert.Contains(t, stderr.String(), "330/330 requests")
+	assert.Contains(t, stderr.String(), "sold 18/20", "the progress line shows the units sold")
+	assert.Regexp(t, `[0-9]+ req/s, (ETA|done in) `, stderr.String(), "and the rate, and the time left or taken")
 
-	svg, err := os.ReadFile(chart)
+	f, err := os.Open(chart)
+	require.NoError(t, err)
+	img, err := png.Decode(f)
+	f.Close()
+	require.NoError(t, err, "the chart is a PNG")
+	assert.Greater(t, img.Bounds().Dx(), 1000)
+	assert.Greater(t, img.Bounds().Dy(), 250)
+
+	// The same chart as SVG: its text says which store each row used.
+	svgPath := filepath.Join(dir, "sale.svg")
+	require.NoError(t, run(ctx, append(args, "-chart", svgPath), io.Discard, io.Discard))
+	svg, err := os.ReadFile(svgPath)
 	require.NoError(t, err)
 	dec := xml.NewDecoder(bytes.NewReader(svg))
+	var text strings.Builder
 	for {
-		_, err := dec.Token()
+		tok, err := dec.Token()
 		if err == io.EOF {
 			break
 		}
-		require.NoError(t, err, "the chart is well-formed XML:\n%s", svg)
+		require.NoError(t, err, "the chart is well-formed XML")
+		if cd, ok := tok.(xml.CharData); ok {
+			text.Write(cd)
+		}
 	}
-	assert.Contains(t, string(svg), "<svg")
-	assert.Contains(t, string(svg), "luascript/redis")
-	assert.Contains(t, string(svg), "p99 latency")
+	for _, want := range []string{"luascript / redis", "embedded miniredis *", "p50 latency", "p90 latency", "p99 latency",
+		"max latency", "milliseconds (log scale)", "requests per second (log scale)", "not a real server"} {
+		assert.Contains(t, text.String(), want, "the SVG chart's text")
+	}
 
 	var csvOut bytes.Buffer
 	require.NoError(t, run(ctx, append(args, "-format", "csv"), &csvOut, io.Discard))
@@ -256,8 +358,8 @@ func TestBadFlags(t *testing.T) {
 	}
 	err := run(ctx, []string{"-strategies", "nothing"}, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "selects nothing")
-	err = run(ctx, []string{"-strategies", "memory", "-chart", "x.png"}, io.Discard, io.Discard)
-	require.ErrorContains(t, err, "SVG")
+	err = run(ctx, []string{"-strategies", "memory", "-chart", "x.gif"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "PNG or SVG")
 	require.ErrorIs(t, run(ctx, []string{"-h"}, io.Discard, io.Discard), flag.ErrHelp)
 }
 

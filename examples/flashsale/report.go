@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"text/template"
 )
 
 // write writes the report in cfg.format.
@@ -30,7 +27,7 @@ func write(w io.Writer, cfg *config, env *backends, results []result) error {
 var columns = []string{
 	"strategy", "store", "ran", "buyers", "requests", "initial", "sold", "oversold", "lost", "left",
 	"insufficient", "contention", "duplicate", "errors", "retries",
-	"elapsed_ms", "throughput_rps", "p50_ms", "p99_ms", "skipped", "failure", "first_error",
+	"elapsed_ms", "throughput_rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "where", "embedded", "skipped", "failure", "first_error",
 }
 
 func writeCSV(w io.Writer, results []result) error {
@@ -50,7 +47,8 @@ func writeCSV(w io.Writer, results []result) error {
 		_ = cw.Write([]string{
 			r.Strategy, r.Store, "true", strconv.Itoa(r.Buyers), i(r.Requests), i(r.Initial), i(r.Sold), i(r.Oversold), i(r.Lost), i(r.Left),
 			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries),
-			f(r.ElapsedMS), f(r.Throughput), f(r.P50MS), f(r.P99MS), r.Skipped, r.Failure, r.FirstError,
+			f(r.ElapsedMS), f(r.Throughput), f(r.P50MS), f(r.P90MS), f(r.P99MS), f(r.MaxMS), r.Where, strconv.FormatBool(r.Embedded),
+			r.Skipped, r.Failure, r.FirstError,
 		})
 	}
 	cw.Flush()
@@ -64,7 +62,7 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tstore\tsold\toversold\tlost\tleft\t"+
-		"sold out\tcontention\tduplicate\terror\tretries\telapsed\treq/s\tp50\tp99\t")
+		"sold out\tcontention\tduplicate\terror\tretries\telapsed\treq/s\tp50\tp90\tp99\tmax\t")
 	var notes []string
 	for _, r := range results {
 		switch {
@@ -78,105 +76,64 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 			notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
 		}
 		if !r.Ran {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%.2fms\t%.2fms\t\n",
-			r.Strategy, r.Store, r.Sold, r.Oversold, r.Lost, r.Left,
+		store := r.Store
+		if r.Embedded {
+			store += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			r.Strategy, store, r.Sold, r.Oversold, r.Lost, r.Left,
 			r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries,
-			r.ElapsedMS/1000, r.Throughput, r.P50MS, r.P99MS)
+			r.ElapsedMS/1000, r.Throughput, msString(r.P50MS), msString(r.P90MS), msString(r.P99MS), msString(r.MaxMS))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if cfg.metrics {
+		if err := writeMetricsTable(w, results); err != nil {
+			return err
+		}
 	}
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}
 	_, err := fmt.Fprintln(w, "\nsold and left are units; sold out, contention, duplicate and error count refused requests;\n"+
-		"oversold and lost come from the stock read back after the sale and must be 0.")
+		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included.\n"+
+		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
 	return err
 }
 
-// chart is a horizontal bar chart per measure, one bar per strategy that ran.
-// Its text is our own strategy and store names and numbers: nothing to escape.
-var chart = template.Must(template.New("chart").Parse(`<svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="10" y="20" font-size="14" font-weight="bold">{{.Title}}</text>
-{{- range .Panels}}
-<text x="{{.X}}" y="44" font-weight="bold">{{.Title}}</text>
-{{- range .Bars}}
-<text x="{{.LabelX}}" y="{{.TextY}}" text-anchor="end">{{.Label}}</text>
-<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="16" fill="{{.Color}}"/>
-<text x="{{.ValueX}}" y="{{.TextY}}">{{.Value}}</text>
-{{- end}}
-{{- end}}
-</svg>
-`))
-
-type panel struct {
-	Title string
-	X     int
-	Bars  []bar
-}
-
-type bar struct {
-	Label, Value, Color            string
-	LabelX, X, Y, W, ValueX, TextY int
-}
-
-// writeChart writes an SVG of the throughput and the p99 latency of every
-// strategy that ran.
-func writeChart(path string, cfg *config, results []result) error {
-	var ran []result
+// writeMetricsTable writes, per row, the Reduce calls the otelstock
+// decorator counted, beside the sale's own counts above.
+func writeMetricsTable(w io.Writer, results []result) error {
+	fmt.Fprintln(w, "\notelstock's counters (inventory.client.operations, reduce, every attempt; units: inventory.client.units):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tstore\tcalls\tok\tinsufficient\tduplicate\tcontention\terror\tunits\thist p50\thist p99\tagrees\t")
 	for _, r := range results {
-		if r.Ran && r.Requests > 0 {
-			ran = append(ran, r)
+		m := r.Metrics
+		if m == nil {
+			continue
 		}
-	}
-	const labelW, barW, panelW, rowH, top = 200, 260, 560, 24, 56
-	measures := []struct {
-		title, color string
-		value        func(result) float64
-		format       string
-	}{
-		{"throughput (requests/s, log scale)", "#4878a8", func(r result) float64 { return r.Throughput }, "%.0f"},
-		{"p99 latency (ms, log scale)", "#c05048", func(r result) float64 { return r.P99MS }, "%.2f"},
-	}
-	data := struct {
-		Title         string
-		Width, Height int
-		Panels        []panel
-	}{
-		Title:  fmt.Sprintf("flash sale: %d buyers, %d units", cfg.buyers, cfg.stock),
-		Width:  len(measures) * panelW,
-		Height: top + len(ran)*rowH + 10,
-	}
-	for pi, m := range measures {
-		x0 := pi * panelW
-		p := panel{Title: m.title, X: x0 + 10}
-		// Bars are log(1+v): the strategies differ by orders of magnitude.
-		top1 := 1e-9
-		for _, r := range ran {
-			top1 = max(top1, math.Log1p(m.value(r)))
+		agrees := "yes"
+		if strings.HasPrefix(r.Failure, "-metrics") {
+			agrees = "NO"
 		}
-		for i, r := range ran {
-			v := m.value(r)
-			w := int(float64(barW) * math.Log1p(v) / top1)
-			y := top + i*rowH
-			p.Bars = append(p.Bars, bar{
-				Label: r.Strategy + "/" + r.Store, Value: fmt.Sprintf(m.format, v), Color: m.color,
-				LabelX: x0 + labelW - 6, X: x0 + labelW, Y: y, W: w, ValueX: x0 + labelW + w + 4, TextY: y + 13,
-			})
-		}
-		data.Panels = append(data.Panels, p)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t≤%gms\t≤%gms\t%s\t\n", r.Strategy, r.Store,
+			m.Calls, m.OK, m.Insufficient, m.Duplicate, m.Contention, m.Errors+m.NotFound+m.Invalid, m.Units, m.P50MS, m.P99MS, agrees)
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if err := chart.Execute(f, data); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
+	_, err := fmt.Fprintln(w, "calls = requests + retries; ok = buyers who bought; contention + error = retries + gave up; units = sold.")
+	return err
+}
+
+// msString shows a latency with two decimals, or three below 0.1ms.
+func msString(v float64) string {
+	if v < 0.1 {
+		return strconv.FormatFloat(v, 'f', 3, 64) + "ms"
 	}
-	return f.Close()
+	return strconv.FormatFloat(v, 'f', 2, 64) + "ms"
 }

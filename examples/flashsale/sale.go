@@ -21,6 +21,13 @@ import (
 type result struct {
 	Strategy string `json:"strategy"`
 	Store    string `json:"store"`
+	// Where says where the store (and the locks) live: a server's address,
+	// or an embedded server in this process, whose speed is not a real
+	// server's.
+	Where string `json:"where"`
+	// Embedded is true when a server of the row ran in this process
+	// (miniredis): its figures measure the process, not a real server.
+	Embedded bool `json:"embedded"`
 	// Ran says whether the sale started: false when the strategy was
 	// skipped or could not be set up, and then every measure is missing.
 	Ran bool `json:"ran"`
@@ -48,7 +55,12 @@ type result struct {
 	ElapsedMS  float64 `json:"elapsed_ms"`
 	Throughput float64 `json:"throughput_rps"` // requests per second
 	P50MS      float64 `json:"p50_ms"`         // request latency, retries included
+	P90MS      float64 `json:"p90_ms"`
 	P99MS      float64 `json:"p99_ms"`
+	MaxMS      float64 `json:"max_ms"`
+
+	// Metrics are what the otelstock decorator counted, with -metrics.
+	Metrics *saleMetrics `json:"metrics,omitempty"`
 }
 
 // MarshalJSON writes a row that did not run without measures.
@@ -76,6 +88,8 @@ type buyer struct {
 // counts are the refusals and retries, shared by all buyers.
 type counts struct {
 	requests, insufficient, contention, duplicate, errors, retries atomic.Int64
+	sold                                                           atomic.Int64 // units sold so far
+	resolved                                                       atomic.Int64 // failed calls that a later duplicate showed had bought
 
 	mu         sync.Mutex
 	firstError error
@@ -93,13 +107,21 @@ func (c *counts) fail(err error) {
 // runSale opens tg, puts cfg.stock units of a fresh SKU on sale and lets
 // cfg.buyers buyers race for them.
 func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr io.Writer) result {
-	r := result{Strategy: tg.strategy, Store: tg.store, Buyers: cfg.buyers, Initial: cfg.stock}
+	r := result{Strategy: tg.strategy, Store: tg.store, Where: tg.where, Embedded: tg.embedded, Buyers: cfg.buyers, Initial: cfg.stock}
 	openCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	m, err := tg.open(openCtx)
 	cancel()
 	if err != nil {
 		r.Failure = "setup: " + err.Error()
 		return r
+	}
+	var meter *saleMeter
+	if cfg.metrics {
+		if meter, m, err = newSaleMeter(m, tg.strategy); err != nil {
+			r.Failure = "setup: " + err.Error()
+			return r
+		}
+		defer meter.close()
 	}
 	sku := env.sku(tg)
 	if err := m.Init(ctx, sku, cfg.stock); err != nil {
@@ -118,7 +140,7 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		}
 		env.forget(tg, sku, keys)
 	}()
-	stopProgress := startProgress(cfg, stderr, tg, &c)
+	stopProgress := startProgress(cfg, stderr, tg, &c, cfg.stock)
 	saleCtx, cancel := context.WithTimeout(ctx, cfg.saleTimeout)
 	elapsed := sale(saleCtx, cfg, m, sku, buyers, &c)
 	timedOut := saleCtx.Err() != nil && ctx.Err() == nil
@@ -150,7 +172,15 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	r.ElapsedMS = ms(elapsed)
 	r.Throughput = float64(r.Requests) / elapsed.Seconds()
 	slices.Sort(lat)
-	r.P50MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 99))
+	r.P50MS, r.P90MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99))
+	if len(lat) > 0 {
+		r.MaxMS = ms(lat[len(lat)-1])
+	}
+	var disagree string
+	if meter != nil {
+		r.Metrics = meter.read(ctx)
+		disagree = r.Metrics.check(r, c.resolved.Load(), cfg.qty)
+	}
 	switch {
 	case r.Oversold > 0:
 		r.Failure = fmt.Sprintf("OVERSOLD %d units", r.Oversold)
@@ -158,6 +188,8 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		r.Failure = fmt.Sprintf("the sale did not finish within -sale-timeout %v", cfg.saleTimeout)
 	case r.Lost > 0:
 		r.Failure = fmt.Sprintf("LOST %d units: initial %d - final %d != %d sold", r.Lost, r.Initial, final, r.Sold)
+	case disagree != "":
+		r.Failure = "-metrics: the decorator's counters disagree with the sale's: " + disagree
 	}
 	return r
 }
@@ -219,11 +251,14 @@ func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager
 		switch {
 		case err == nil:
 			b.bought = true
+			c.sold.Add(cfg.qty)
 			return
 		case errors.Is(err, inventory.ErrDuplicate):
 			if !b.bought && b.ambiguous {
 				// A failed call did take effect: the key says so.
 				b.bought = true
+				c.sold.Add(cfg.qty)
+				c.resolved.Add(1)
 				return
 			}
 			c.duplicate.Add(1)
@@ -286,20 +321,32 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // startProgress shows, when cfg.progress is set, how far the sale of tg has
-// got on stderr until the returned function is called.
-func startProgress(cfg *config, stderr io.Writer, tg target, c *counts) (stop func()) {
+// got on stderr until the returned function is called: requests answered,
+// units sold of stock, the rate so far and the time left at that rate.
+func startProgress(cfg *config, stderr io.Writer, tg target, c *counts, stock int64) (stop func()) {
 	if !cfg.progress {
 		return func() {}
 	}
 	total := int64(cfg.buyers + cfg.repeaters())
 	// On a terminal the line is redrawn in place; elsewhere a line a second.
-	every, end := time.Second, "\n"
+	every, end, pad := time.Second, "\n", ""
 	if isTerminal(stderr) {
-		every, end = 100*time.Millisecond, "\r"
+		every, end, pad = 100*time.Millisecond, "\r", "    " // pad: clear what a longer line left
 	}
+	t0 := time.Now()
 	show := func() {
-		fmt.Fprintf(stderr, "%-28s %6d/%d requests, %d refused sold out, %d retries%s",
-			tg.strategy+"/"+tg.store, c.requests.Load(), total, c.insufficient.Load(), c.retries.Load(), end)
+		done := c.requests.Load()
+		elapsed := time.Since(t0)
+		rate := float64(done) / elapsed.Seconds()
+		eta := "ETA -"
+		switch {
+		case done >= total:
+			eta = fmt.Sprintf("done in %s", elapsed.Round(time.Millisecond))
+		case rate > 0:
+			eta = "ETA " + (time.Duration(float64(total-done) / rate * float64(time.Second))).Round(100*time.Millisecond).String()
+		}
+		fmt.Fprintf(stderr, "%-28s %6d/%d requests, sold %d/%d, %.0f req/s, %s, %d sold out, %d retries%s",
+			tg.strategy+"/"+tg.store, done, total, c.sold.Load(), stock, rate, eta, c.insufficient.Load(), c.retries.Load(), pad+end)
 	}
 	quit, finished := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -39,6 +39,19 @@
 // a SKU only when it does not exist yet (-init-force overwrites it), so a
 // restart does not put sold stock back.
 //
+// # Metrics and rate limits
+//
+// GET /metrics serves the stock calls' metrics in the Prometheus text
+// format (the OpenTelemetry Prometheus exporter over otelstock): calls by
+// operation and outcome (inventory_client_operations_total), their duration
+// (inventory_client_operation_duration_seconds), calls in flight and units
+// moved. -rate limits the purchases of the whole service to that many per
+// second and -rate-per-sku those of each SKU (package ratelimit; bursts of
+// up to -burst and -burst-per-sku, one second's worth by default); a purchase over a limit is answered 503 busy
+// with Retry-After: 1, before it reaches the backend, and counted with
+// outcome contention. The handler logs failures itself, with the request,
+// so the service stacks otelstock over ratelimit without slogstock.
+//
 // The server stops gracefully on SIGINT or SIGTERM: it stops accepting,
 // lets requests in flight finish (for up to -shutdown-timeout), then closes
 // the backend clients.
@@ -62,7 +75,12 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"golang.org/x/time/rate"
 
 	_ "github.com/go-sql-driver/mysql" // registers "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
@@ -71,6 +89,8 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/otelstock"
+	"github.com/stockkit/inventory/ratelimit"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
@@ -110,6 +130,10 @@ type config struct {
 	sqlConns        int
 	init            map[string]int64
 	initForce       bool
+	rate            float64
+	ratePerSKU      float64
+	burst           int
+	burstPerSKU     int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -127,6 +151,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "deadline of each request's stock call")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a shutdown waits for requests in flight")
 	fs.IntVar(&c.sqlConns, "sql-conns", 32, "most connections the SQL pool opens (and keeps idle); keep it below the server's limit (MariaDB max_connections, 151 by default; PostgreSQL 100), shared by every instance of the service")
+	fs.Float64Var(&c.rate, "rate", 0, "most purchases per second for the whole service, in bursts of up to -burst; 0: no limit")
+	fs.Float64Var(&c.ratePerSKU, "rate-per-sku", 0, "most purchases per second of each SKU, in bursts of up to -burst-per-sku; 0: no limit")
+	fs.IntVar(&c.burst, "burst", 0, "most purchases at once under -rate (default: one second's worth, at least 1)")
+	fs.IntVar(&c.burstPerSKU, "burst-per-sku", 0, "most purchases of one SKU at once under -rate-per-sku (default: one second's worth, at least 1)")
 	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
 	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
@@ -154,6 +182,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fmt.Fprintln(stderr, "httpservice: -sql-conns must be at least 1")
 		return nil, errUsage
 	}
+	if !(c.rate >= 0) || !(c.ratePerSKU >= 0) || c.burst < 0 || c.burstPerSKU < 0 {
+		fmt.Fprintln(stderr, "httpservice: -rate, -rate-per-sku, -burst and -burst-per-sku must not be negative")
+		return nil, errUsage
+	}
 	return &c, nil
 }
 
@@ -166,21 +198,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	stock, closeStock, err := newManager(ctx, cfg)
+	bare, closeStock, err := newManager(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer closeStock()
+	stock, metrics, stopMetrics, err := instrument(bare, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if err := initStock(ctx, stock, cfg, log); err != nil {
 		return err
 	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", newHandler(stock, cfg.timeout, log))
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           newHandler(stock, cfg.timeout, log),
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      cfg.timeout + 10*time.Second,
@@ -206,6 +246,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// instrument stacks the decorators over m: otelstock, whose metrics the
+// returned handler serves, over ratelimit's buckets (-rate, -rate-per-sku).
+// stop shuts the meter provider down.
+func instrument(m inventory.StockManager, cfg *config) (inventory.StockManager, http.Handler, func(), error) {
+	// burst is b, or one second's worth of r, at least 1.
+	burst := func(b int, r float64) int {
+		if b > 0 {
+			return b
+		}
+		return max(1, int(min(r, 1e9)))
+	}
+	var limits []ratelimit.Option
+	if cfg.rate > 0 {
+		limits = append(limits, ratelimit.WithGlobal(rate.Limit(cfg.rate), burst(cfg.burst, cfg.rate)))
+	}
+	if cfg.ratePerSKU > 0 {
+		limits = append(limits, ratelimit.WithPerSKU(rate.Limit(cfg.ratePerSKU), burst(cfg.burstPerSKU, cfg.ratePerSKU)))
+	}
+	m, err := ratelimit.Wrap(m, limits...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	stop := func() { _ = mp.Shutdown(context.Background()) }
+	if m, err = otelstock.Wrap(m, otelstock.WithMeterProvider(mp), otelstock.WithStrategy(cfg.strategy)); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), stop, nil
 }
 
 // initStock applies -init: it creates each SKU that does not exist yet, and

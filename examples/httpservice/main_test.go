@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -456,4 +457,95 @@ func TestRunRefusesBadConfig(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// metric returns the value of the Prometheus sample of name whose labels
+// include every one of labels (name="value" pairs), summed over the
+// samples that match, and -1 if none does.
+func metric(t *testing.T, text, name string, labels ...string) float64 {
+	t.Helper()
+	sum, found := 0.0, false
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		all := true
+		for _, l := range labels {
+			all = all && strings.Contains(rest, l)
+		}
+		if !all {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		require.NotEmpty(t, f, line)
+		v, err := strconv.ParseFloat(f[0], 64)
+		require.NoError(t, err, line)
+		sum, found = sum+v, true
+	}
+	if !found {
+		return -1
+	}
+	return sum
+}
+
+func scrape(t *testing.T, c client) string {
+	t.Helper()
+	res, err := http.Get(c.url + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+// /metrics counts every purchase by outcome, and a purchase over
+// -rate-per-sku is refused busy and counted as contention, before it
+// reaches the backend.
+func TestMetricsAndRateLimit(t *testing.T) {
+	c, _ := start(t, "-strategy", "rowlock", "-dsn", sqliteDSN(t), "-init", "shoe=2", "-init", "hat=5",
+		"-rate-per-sku", "0.001", "-burst-per-sku", "4") // 4 at once, then one per 1,000s: no refill during the test
+	var codes []int
+	for _, buyer := range []string{"ann", "bob", "cat", "ann", "dan", "eve"} {
+		code, _ := c.buy("shoe", buyer, 1)
+		codes = append(codes, code)
+	}
+	// shoe: 4 calls at once, then refused: ann and bob buy, cat finds it
+	// sold out, ann's repeat is a duplicate; dan and eve are over the limit.
+	assert.Equal(t, []int{200, 200, 409, 200, 503, 503}, codes)
+	code, r := c.buy("hat", "dan", 1)
+	assert.Equal(t, http.StatusOK, code, "hat has a bucket of its own")
+	assert.EqualValues(t, 4, remaining(r))
+	code, h, r := c.do("POST", "/buy", `{"sku":"shoe","buyer":"fay"}`)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, "busy", r.Status)
+	assert.Equal(t, "1", h.Get("Retry-After"))
+
+	text := scrape(t, c)
+	const calls = "inventory_client_operations_total"
+	reduce := `inventory_operation="reduce"`
+	strategy := `inventory_strategy="rowlock"`
+	for _, tc := range []struct {
+		outcome string
+		want    float64
+	}{{"ok", 3}, {"insufficient", 1}, {"duplicate", 1}, {"contention", 3}, {"error", -1}} {
+		assert.Equal(t, tc.want, metric(t, text, calls, reduce, strategy, `inventory_outcome="`+tc.outcome+`"`), "reduce %s:\n%s", tc.outcome, text)
+	}
+	assert.Equal(t, 2.0, metric(t, text, calls, `inventory_operation="init"`, `inventory_outcome="ok"`), "-init made two SKUs")
+	assert.Equal(t, 8.0, metric(t, text, "inventory_client_operation_duration_seconds_count", reduce), "one duration per purchase")
+	assert.Equal(t, 3.0, metric(t, text, "inventory_client_units_total", `inventory_direction="reduce"`), "units sold")
+	assert.Equal(t, 0.0, metric(t, text, "inventory_client_active_operations", reduce), "nothing in flight")
+
+	code, _, r = c.do("GET", "/stock/shoe", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.EqualValues(t, 0, *r.Stock, "the refused purchases took nothing")
+	code, _, _ = c.do("POST", "/metrics", "")
+	assert.Equal(t, http.StatusNotFound, code, "POST /metrics is not a route")
+}
+
+func TestBadRateFlags(t *testing.T) {
+	for _, args := range [][]string{{"-rate", "-1"}, {"-rate-per-sku", "-0.5"}, {"-rate", "NaN"}, {"-burst", "-1"}} {
+		require.ErrorIs(t, run(context.Background(), args, io.Discard, io.Discard), errUsage, "%q", args)
+	}
 }

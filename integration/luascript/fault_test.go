@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +24,7 @@ import (
 
 func faultManager(t *testing.T, addr string) *luascript.Manager {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ContextTimeoutEnabled: true}) // let each call's context bound its I/O
-	t.Cleanup(func() { c.Close() })
-	m, err := luascript.New(c)
+	m, err := luascript.New(itest.FaultClient(t, addr, time.Second))
 	require.NoError(t, err)
 	return m
 }
@@ -51,31 +48,20 @@ func TestRedisRestartMidSale(t *testing.T) {
 // TestNetworkFaults runs a sale through toxiproxy under each fault.
 func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	for _, tc := range []struct {
-		name  string
-		fault func(p *netfault.Proxy)
-		// unknown: some calls must fail after the server applied them,
-		// the case only the idempotency key makes safe to retry.
-		unknown bool
-	}{
-		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(300 * time.Millisecond) }, true},
-		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range itest.RedisFaults(300 * time.Millisecond) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := netfault.NewProxy(t, srv.Addr())
 			sale := faulttest.Sale{Manager: faultManager(t, p.Addr()), SKU: t.Name(), Stock: 200, Buyers: 800, Refund: 5,
 				CallTimeout: 200 * time.Millisecond}
 			res := sale.Run(t, func() {
-				tc.fault(p)
+				tc.Fault(p)
 				time.Sleep(400 * time.Millisecond)
 			}, func() {
 				p.Clear()
 				p.Reconnect()
 			})
 			require.Positive(t, res.Failed, "the fault should have failed some calls")
-			if tc.unknown {
+			if tc.Unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
 		})
@@ -107,10 +93,11 @@ func isTimeout(err error) bool {
 	return errors.As(err, &te) && te.Timeout()
 }
 
-// TestClientResendAppliesOnce loses the replies to the script, so go-redis
-// (default MaxRetries: 3) sends it again on a new connection. The resend
-// window (a call without a key) or the call's token in its idempotency key
-// makes the server apply it once however often it arrives.
+// TestClientResendAppliesOnce loses the reply to the script on a client
+// that resends (default MaxRetries: 3). luascript's script calls are
+// NoRetry, so go-redis does not send the call again: the caller gets the
+// broken connection's error (the outcome unknown), the server applied the
+// call once, and a keyed retry is safe.
 func TestClientResendAppliesOnce(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	var cuts atomic.Int32 // replies to the script still to lose
@@ -128,28 +115,21 @@ func TestClientResendAppliesOnce(t *testing.T) {
 	_, err = m.Reduce(ctx, "shoe", 1)
 	require.NoError(t, err)
 
-	for i, tc := range []struct {
-		cuts  int32
-		keyed bool
-	}{{1, false}, {1, true}, {4, false}, {4, true}} {
+	for i, keyed := range []bool{false, true} {
 		require.NoError(t, m.Init(ctx, "shoe", 10))
 		var opts []inventory.Option
-		if tc.keyed {
+		if keyed {
 			opts = append(opts, inventory.WithKey(fmt.Sprint("buyer-", i)))
 		}
-		cuts.Store(tc.cuts)
-		left, err := m.Reduce(ctx, "shoe", 1, opts...)
-		require.Zero(t, cuts.Load(), "every planned cut happened")
-		if tc.cuts == 1 { // the resend got through
-			require.NoError(t, err, "%+v: the resent call is not a duplicate of itself", tc)
-			require.EqualValues(t, 9, left)
-		} else { // every reply was lost: the outcome is unknown to the caller
-			require.Error(t, err)
-		}
+		cuts.Store(2) // room for a resend, which must not come
+		_, err := m.Reduce(ctx, "shoe", 1, opts...)
+		require.Error(t, err, "keyed %v: the reply was lost, the outcome is unknown to the caller", keyed)
+		require.EqualValues(t, 1, cuts.Load(), "keyed %v: the call was sent once", keyed)
+		cuts.Store(0)
 		got, err := m.Get(ctx, "shoe")
 		require.NoError(t, err)
-		require.EqualValues(t, 9, got, "%+v: the script ran once however often the client sent it", tc)
-		if tc.keyed {
+		require.EqualValues(t, 9, got, "keyed %v: the script ran once", keyed)
+		if keyed {
 			_, err = m.Reduce(ctx, "shoe", 1, opts...)
 			require.ErrorIs(t, err, inventory.ErrDuplicate, "the keyed retry after an unknown outcome is safe")
 		}

@@ -2,14 +2,11 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/redis/go-redis/v9"
@@ -21,15 +18,9 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 )
 
-// faultClient is a client for the fault tests: no retries of its own (the
-// sale retries with keys), and each call's context bounds its I/O.
+// faultClient is a client for the fault tests (see itest.FaultClient).
 func faultClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	return c
+	return itest.FaultClient(t, addr, time.Second)
 }
 
 // faultManager locks and keeps stock in the Redis at c, with a 1s lock TTL
@@ -47,80 +38,11 @@ func faultManager(t *testing.T, c redis.UniversalClient, wrap func(redislock.Sto
 	return m
 }
 
-// audit records every call's outcome, per direction and key, to check what
-// the contract promises of errors under faults.
-type audit struct {
-	inventory.StockManager
-	mu      sync.Mutex
-	calls   map[string][]error
-	overrun time.Duration // the longest a call ran past its deadline
-}
-
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(ctx context.Context, dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		a.overrun = max(a.overrun, time.Since(dl))
-	}
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	a.record(ctx, inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(ctx, inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every error carries its cause (a context, network or
-// Redis error, or ErrContention) and never claims a lost SKU, and unless
-// every call later found to have taken effect (a retry said ErrDuplicate)
-// had failed with an unknown outcome, not with an error that says nothing
-// was taken.
-func (a *audit) check(t *testing.T, insufficientAllowed bool) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t.Logf("the longest a call ran past its deadline: %v", a.overrun)
-	for k, errs := range a.calls {
-		unknown := false
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-				require.True(t, unknown, "%s: took effect, yet every failed attempt said nothing was taken: %v", k, errs)
-			case errors.Is(err, inventory.ErrInsufficientStock):
-				require.True(t, insufficientAllowed, "%s: %v, though the stock never ran out", k, err)
-			case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v", k, err)
-			case errors.Is(err, inventory.ErrContention):
-			default:
-				require.True(t, hasCause(err), "%s: error without a backend cause: %v", k, err)
-				unknown = true
-			}
-		}
-	}
-}
+// newAudit audits m under faults of Redis (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
 // hasCause reports whether err wraps a context, network or Redis error.
-func hasCause(err error) bool {
-	var ne net.Error
-	var re redis.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.As(err, &ne) || errors.As(err, &re)
-}
+func hasCause(err error) bool { return itest.BackendCause(err) }
 
 // TestRedisRestartMidSale kills Redis (SIGKILL) in the middle of a sale and
 // starts it again from its append-only file. Locks and stock live in the
@@ -136,7 +58,8 @@ func TestRedisRestartMidSale(t *testing.T) {
 		srv.Start()
 	}, func() {})
 	require.Positive(t, res.Failed, "the restart should have failed some calls")
-	m.check(t, true)
+	m.InsufficientAllowed = true
+	m.Check(t)
 }
 
 // strikeStore runs a fault, once armed, just before the next write is sent:
@@ -162,19 +85,8 @@ func (s *strikeStore) CompareAndSet(ctx context.Context, sku string, version, ne
 // may say ErrInsufficientStock.
 func TestNetworkFaults(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	for _, tc := range []struct {
-		name  string
-		fault func(p *netfault.Proxy)
-		// unknown: the struck write reached Redis and its answer was lost,
-		// the case only the idempotency key makes safe to retry.
-		unknown bool
-	}{
-		{"latency past the timeout", func(p *netfault.Proxy) { p.Latency(400 * time.Millisecond) }, true},
-		{"blackhole", func(p *netfault.Proxy) { p.Blackhole() }, true},
-		{"connection reset", func(p *netfault.Proxy) { p.ResetPeer(5 * time.Millisecond) }, false},
-		{"cut mid-reply", func(p *netfault.Proxy) { p.CutAfterBytes(3) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range itest.RedisFaults(400 * time.Millisecond) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := netfault.NewProxy(t, srv.Addr())
 			var ss *strikeStore
 			m := newAudit(faultManager(t, faultClient(t, p.Addr()), func(s redislock.Store) redislock.Store {
@@ -185,7 +97,7 @@ func TestNetworkFaults(t *testing.T) {
 				CallTimeout: 250 * time.Millisecond, Workers: 32}
 			res := sale.Run(t, func() {
 				struck := make(chan struct{})
-				f := func() { tc.fault(p); close(struck) }
+				f := func() { tc.Fault(p); close(struck) }
 				ss.strike.Store(&f)
 				select {
 				case <-struck:
@@ -199,10 +111,10 @@ func TestNetworkFaults(t *testing.T) {
 			})
 			require.Positive(t, res.Failed, "the fault should have failed some calls")
 			require.Zero(t, res.Insufficient, "a fault never reads as sold out")
-			if tc.unknown {
+			if tc.Unknown {
 				require.Positive(t, res.FailedApplied, "some failed calls had been applied; their keyed retries must say ErrDuplicate")
 			}
-			m.check(t, false)
+			m.Check(t)
 		})
 	}
 }

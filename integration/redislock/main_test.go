@@ -3,17 +3,12 @@
 package redislock_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 )
 
 func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxFor = itest.CtxFor

@@ -1,8 +1,6 @@
 package redislock_test
 
 import (
-	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/redislock"
 )
@@ -26,14 +25,7 @@ func TestAcquireWhenTheClientRetries(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	p := netfault.NewProxy(t, srv.Addr())
 	var redials atomic.Int64
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			redials.Add(1)
-			p.Clear()
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}})
-	t.Cleanup(func() { c.Close() })
+	c := itest.RetryingClient(t, p, &redials) // MaxRetries: the default, 3
 	// The hook-free form of this test: a Manager whose lock client is c,
 	// over a store on a client of its own, so that only lock traffic
 	// crosses the proxy. (NewLocker is an export_test.go hook of package

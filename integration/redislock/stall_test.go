@@ -7,14 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 )
-
-// stallDeadline is the deadline of every call of the stall tests.
-const stallDeadline = time.Second
 
 // stallClient is a client as README advises: each call's ctx bounds its
 // I/O; everything else is go-redis's default (ReadTimeout 3s, 3 retries),
@@ -25,34 +23,11 @@ func stallClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
-// stallSale sells while srv is stopped (SIGSTOP) for 2.5s: every call from
-// 300ms before the stall to 300ms after it runs with a 1s deadline, and
-// must return within inventory.DeadlineSlack of it though the server
-// answers nothing. After SIGCONT the sale's keyed retries
-// settle every failed call, and the invariant must hold exactly.
-func stallSale(t *testing.T, m *redislock.Manager, srv *faulttest.Process, sku string) {
-	d := &faulttest.Deadlined{StockManager: newAudit(m), T: t, D: stallDeadline}
-	sale := faulttest.Sale{Manager: d, SKU: sku, Stock: 400, Buyers: 400, Refund: 7, Workers: 32,
-		CallTimeout: 2 * time.Second} // outside the stall; in it, Deadlined sets 1s
-	start := time.Now()
-	res := sale.Run(t, func() {
-		t.Logf("stall %v into the sale", time.Since(start).Round(time.Millisecond))
-		d.Stalled.Store(true) // check the calls in flight as the stall strikes, too
-		time.Sleep(300 * time.Millisecond)
-		srv.Pause()
-		time.Sleep(2500 * time.Millisecond)
-		srv.Resume()
-		time.Sleep(300 * time.Millisecond)
-		d.Stalled.Store(false)
-	}, func() {
-		t.Logf("every first attempt ended %v into the sale", time.Since(start).Round(time.Millisecond))
-	})
-	t.Log(d)
-	checked, _ := d.Report()
-	require.Positive(t, checked, "calls ran during the stall")
+// stallSale sells while srv is stopped for 2.5s (see itest.StallSale): the
+// stall must fail some calls.
+func stallSale(t *testing.T, m *redislock.Manager, srv *faulttest.Process) {
+	res := itest.StallSale(t, newAudit(m), 400, 32, srv.Pause, srv.Resume)
 	require.Positive(t, res.Failed, "the stall failed some calls")
-	require.Zero(t, res.Insufficient, "a stall never reads as sold out")
-	d.StockManager.(*audit).check(t, false)
 }
 
 // TestDeadlineUnderStalledRedis stops the one Redis that holds both the
@@ -64,7 +39,7 @@ func TestDeadlineUnderStalledRedis(t *testing.T) {
 	require.NoError(t, err)
 	m, err := redislock.New(c, s, redislock.WithTTL(time.Second))
 	require.NoError(t, err)
-	stallSale(t, m, srv, "shoe")
+	stallSale(t, m, srv)
 }
 
 // TestDeadlineUnderStalledLockRedis stops only the Redis of the locks; the
@@ -77,5 +52,5 @@ func TestDeadlineUnderStalledLockRedis(t *testing.T) {
 	require.NoError(t, err)
 	m, err := redislock.New(stallClient(t, srv.Addr()), s, redislock.WithTTL(time.Second))
 	require.NoError(t, err)
-	stallSale(t, m, srv, "shoe")
+	stallSale(t, m, srv)
 }

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/redisstore"
 )
@@ -26,14 +26,7 @@ func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	p := netfault.NewProxy(t, srv.Addr())
 	var redials atomic.Int64
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, // MaxRetries: the default, 3
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			redials.Add(1)
-			p.Clear()
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}})
-	t.Cleanup(func() { c.Close() })
+	c := itest.RetryingClient(t, p, &redials) // MaxRetries: the default, 3
 	s, err := redisstore.New(c)
 	require.NoError(t, err)
 	require.NoError(t, s.Init(ctx, "shoe", 10))

@@ -1,15 +1,11 @@
 package redlock_test
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/go-redsync/redsync/v4"
@@ -19,6 +15,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 )
@@ -28,15 +25,10 @@ import (
 // long. Each node has 5% of it, 100ms, to answer an attempt to lock.
 const faultExpiry = 2 * time.Second
 
-// faultClient is a client as the package documentation advises (no retries
-// of its own, a short dial timeout), whose calls are bounded by their ctx.
+// faultClient is a client as the package documentation advises (see
+// itest.FaultClient): each node has 5% of faultExpiry to answer.
 func faultClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	return c
+	return itest.FaultClient(t, addr, 500*time.Millisecond)
 }
 
 // privateNodes starts three private Redis servers to serve as lock nodes.
@@ -52,85 +44,14 @@ func privateStore(t *testing.T) redlock.Store {
 	return s
 }
 
-// audit records the outcome of every call, per direction and key, and
-// counts the units sold while a fault is on.
-type audit struct {
-	inventory.StockManager
-	faulted atomic.Bool
-	during  atomic.Int64 // Reduces that took effect while faulted
+// newAudit audits m under faults of the lock nodes (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
-	mu    sync.Mutex
-	calls map[string][]error
-}
-
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	if err == nil && a.faulted.Load() {
-		a.during.Add(1)
-	}
-	a.record(inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every failed call's error carries its cause (the
-// context's, a node's or the store's error, or ErrContention) and none
-// claims to know the stock: there was stock for every buyer.
-func (a *audit) check(t *testing.T) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, errs := range a.calls {
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-			case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrNotFound),
-				errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v, though there was stock for every buyer", k, err)
-			default:
-				require.True(t, hasCause(err), "%s: error without a cause: %v", k, err)
-			}
-		}
-	}
-}
-
-// hasCause reports whether err wraps ErrContention, a context error, or a
-// node's or the network's error.
+// hasCause reports whether err wraps a context error, or a node's or the
+// network's error.
 func hasCause(err error) bool {
-	var ne net.Error
-	var re redis.Error
 	var rse *redsync.RedisError
-	return errors.Is(err, inventory.ErrContention) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.As(err, &rse) || errors.As(err, &ne) || errors.As(err, &re)
-}
-
-// sells keeps a fault on until n more units were sold, or 10s passed.
-func (a *audit) sells(n int64) {
-	a.faulted.Store(true)
-	defer a.faulted.Store(false)
-	want := a.during.Load() + n
-	for deadline := time.Now().Add(10 * time.Second); a.during.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	return itest.BackendCause(err) || errors.As(err, &rse)
 }
 
 // TestNodeFaultsMidSale breaks lock nodes, one at a time, in the middle of a
@@ -140,23 +61,23 @@ func TestNodeFaultsMidSale(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		faults int // how many times the fault sells 10 units
-		fault  func(nodes []*faulttest.Process, a *audit)
+		fault  func(nodes []*faulttest.Process, a *itest.Audit)
 	}{
 		// A crash (SIGKILL), a restart from the append-only file, then a
 		// crash of another node: the restarted one must now be part of
 		// the quorum.
-		{"kill and restart", 2, func(nodes []*faulttest.Process, a *audit) {
+		{"kill and restart", 2, func(nodes []*faulttest.Process, a *itest.Audit) {
 			nodes[0].Kill()
-			a.sells(10)
+			a.Sells(10)
 			nodes[0].Start()
 			nodes[1].Kill()
-			a.sells(10)
+			a.Sells(10)
 			nodes[1].Start()
 		}},
 		// SIGSTOP: the node's connections stay open and its answers stop.
-		{"pause and resume", 1, func(nodes []*faulttest.Process, a *audit) {
+		{"pause and resume", 1, func(nodes []*faulttest.Process, a *itest.Audit) {
 			nodes[0].Pause()
-			a.sells(10)
+			a.Sells(10)
 			nodes[0].Resume()
 		}},
 	} {
@@ -171,10 +92,10 @@ func TestNodeFaultsMidSale(t *testing.T) {
 			a := newAudit(m)
 			sale := faulttest.Sale{Manager: a, SKU: "shoe", Stock: 400, Buyers: 300, Refund: 7, Workers: 8}
 			res := sale.Run(t, func() { tc.fault(nodes, a) }, func() {})
-			t.Logf("%d units sold while a node was down", a.during.Load())
-			require.GreaterOrEqual(t, a.during.Load(), int64(10*tc.faults), "the quorum kept selling")
+			t.Logf("%d units sold while a node was down", a.During.Load())
+			require.GreaterOrEqual(t, a.During.Load(), int64(10*tc.faults), "the quorum kept selling")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 		})
 	}
 }
@@ -203,40 +124,16 @@ func TestNetworkFaults(t *testing.T) {
 			sale := faulttest.Sale{Manager: a, SKU: testenv.Prefix(), Stock: 250, Buyers: 200, Refund: 5, Workers: 8}
 			res := sale.Run(t, func() {
 				tc.fault(p)
-				a.sells(10)
+				a.Sells(10)
 				p.Clear()
 				p.Reconnect()
 			}, func() {})
-			t.Logf("%d units sold while one node was cut off", a.during.Load())
-			require.GreaterOrEqual(t, a.during.Load(), int64(10), "the quorum kept selling")
+			t.Logf("%d units sold while one node was cut off", a.During.Load())
+			require.GreaterOrEqual(t, a.During.Load(), int64(10), "the quorum kept selling")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 		})
 	}
-}
-
-// pausingStore stalls the write of the call with its key once: after
-// the Manager's checks, right before its compare-and-set, it runs pause, as
-// if the holder had stalled there (a GC pause, a stalled network). It then
-// writes, and sends whether that late write went through on late.
-type pausingStore struct {
-	redlock.Store
-	key   string
-	pause func()
-	once  sync.Once
-	late  chan bool
-}
-
-func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
-	paused := false
-	if key == s.key {
-		s.once.Do(func() { s.pause(); paused = true })
-	}
-	ok, err := s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
-	if paused {
-		s.late <- ok && err == nil
-	}
-	return ok, err
 }
 
 // TestPausedHolder stalls a holder between its checks and its write until
@@ -249,10 +146,10 @@ func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, n
 // connection through the proxies is reset) for the stall, and the lock
 // expires on the nodes as it would.
 func TestPausedHolder(t *testing.T) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range itest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
-			store := st.open(t)
+			store := st.Open(t)
 			direct := nodes(t)
 			var proxies []*netfault.Proxy
 			var cut []redis.UniversalClient
@@ -261,54 +158,24 @@ func TestPausedHolder(t *testing.T) {
 				proxies = append(proxies, p)
 				cut = append(cut, faultClient(t, p.Addr()))
 			}
-			const stock = 5
-			paused, resume := make(chan struct{}), make(chan struct{})
-			ps := &pausingStore{Store: store, key: "stalled", late: make(chan bool, 1), pause: func() {
+			pfx := prefix(t, direct)
+			other, err := redlock.New(direct, store, pfx, redlock.WithExpiry(time.Second))
+			require.NoError(t, err)
+			itest.PausedHolder(t, ctx, store, "last {shoes}", func(ps lockmgr.Store) inventory.StockManager {
+				stalled, err := redlock.New(cut, ps, pfx, redlock.WithExpiry(time.Second))
+				require.NoError(t, err)
+				return stalled
+			}, other, func() {
 				for _, p := range proxies {
 					p.ResetPeer(0)
 				}
-				close(paused)
-				<-resume
+			}, func() error {
 				for _, p := range proxies {
 					p.Clear()
 					p.Reconnect()
 				}
-			}}
-			pfx := prefix(t, direct)
-			stalled, err := redlock.New(cut, ps, pfx, redlock.WithExpiry(time.Second))
-			require.NoError(t, err)
-			other, err := redlock.New(direct, store, pfx, redlock.WithExpiry(time.Second))
-			require.NoError(t, err)
-			const sku = "last {shoes}"
-			require.NoError(t, other.Init(ctx, sku, stock))
-
-			type outcome struct {
-				rem int64
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				rem, err := stalled.Reduce(ctx, sku, 1, inventory.WithKey("stalled"))
-				done <- outcome{rem, err}
-			}()
-			<-paused
-			start := time.Now()
-			for range stock {
-				_, err := other.Reduce(ctx, sku, 1)
-				require.NoError(t, err)
-			}
-			_, err = other.Reduce(ctx, sku, 1)
-			require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-			t.Logf("the other Manager sold all %d units %v into the stall", stock, time.Since(start).Round(time.Millisecond))
-			close(resume)
-
-			require.False(t, <-ps.late, "the stalled holder's late write must fail its compare-and-set")
-			out := <-done
-			require.ErrorIs(t, out.err, inventory.ErrInsufficientStock, "tried again under the lock, the call finds nothing left")
-			require.Zero(t, out.rem)
-			n, err := other.Get(ctx, sku)
-			require.NoError(t, err)
-			require.Zero(t, n, "sold exactly the stock, once")
+				return nil
+			})
 		})
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/redlock"
 )
 
@@ -41,39 +41,20 @@ func TestDeadlineUnderStalledNodes(t *testing.T) {
 			m, err := redlock.New(clients, privateStore(t), redlock.WithExpiry(faultExpiry))
 			require.NoError(t, err)
 			a := newAudit(m)
-			d := &faulttest.Deadlined{StockManager: a, T: t, D: time.Second}
-			sale := faulttest.Sale{Manager: d, SKU: "shoe", Stock: 400, Buyers: 300, Refund: 7, Workers: 16,
-				CallTimeout: 2 * time.Second} // outside the stall; in it, Deadlined sets 1s
-			start := time.Now()
-			res := sale.Run(t, func() {
-				t.Logf("stall %v into the sale", time.Since(start).Round(time.Millisecond))
-				d.Stalled.Store(true) // check the calls in flight as the stall strikes, too
-				time.Sleep(300 * time.Millisecond)
+			res := itest.StallSale(t, a, 300, 16, func() {
 				for _, n := range nodes[:tc.stopped] {
 					n.Pause()
 				}
-				a.faulted.Store(true)
-				time.Sleep(2500 * time.Millisecond)
-				a.faulted.Store(false)
+			}, func() {
 				for _, n := range nodes[:tc.stopped] {
 					n.Resume()
 				}
-				time.Sleep(300 * time.Millisecond)
-				d.Stalled.Store(false)
-			}, func() {
-				t.Logf("every first attempt ended %v into the sale", time.Since(start).Round(time.Millisecond))
 			})
-			t.Log(d)
-			t.Logf("%d units sold during the stall", a.during.Load())
-			checked, _ := d.Report()
-			require.Positive(t, checked, "calls ran during the stall")
 			if tc.stopped == 1 {
-				require.Positive(t, a.during.Load(), "the quorum kept selling")
+				require.Positive(t, a.During.Load(), "the quorum kept selling")
 			} else {
 				require.Positive(t, res.Failed, "without a quorum calls fail")
 			}
-			require.Zero(t, res.Insufficient)
-			a.check(t)
 		})
 	}
 }

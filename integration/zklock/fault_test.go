@@ -3,12 +3,11 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 
 	"github.com/go-zookeeper/zk"
@@ -18,6 +17,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/zklock"
 )
@@ -101,72 +101,18 @@ func noOrphans(t *testing.T, addr, root string) {
 	removeAll(conn, root)
 }
 
-// audit records the outcome of every call, per direction and key.
-type audit struct {
-	inventory.StockManager
-	mu    sync.Mutex
-	calls map[string][]error
-}
+// newAudit audits m under faults of ZooKeeper (see itest.Audit).
+func newAudit(m inventory.StockManager) *itest.Audit { return itest.NewAudit(m, hasCause) }
 
-func newAudit(m inventory.StockManager) *audit {
-	return &audit{StockManager: m, calls: map[string][]error{}}
-}
-
-func (a *audit) record(dir inventory.Direction, opts []inventory.Option, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := string(dir) + "/" + inventory.Apply(opts).Key
-	a.calls[k] = append(a.calls[k], err)
-}
-
-func (a *audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Reduce(ctx, sku, qty, opts...)
-	a.record(inventory.DirReduce, opts, err)
-	return rem, err
-}
-
-func (a *audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(inventory.DirReturn, opts, err)
-	return rem, err
-}
-
-// check fails t unless every failed call's error carries its cause (the
-// context's, ZooKeeper's, the network's or the store's error, or
-// ErrContention) and none claims to know the stock: there was stock for
-// every buyer.
-func (a *audit) check(t *testing.T) {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, errs := range a.calls {
-		for i, err := range errs {
-			switch {
-			case err == nil:
-			case errors.Is(err, inventory.ErrDuplicate):
-				require.Positive(t, i, "%s: first attempt said duplicate: %v", k, err)
-			case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrNotFound),
-				errors.Is(err, inventory.ErrInvalidArgument):
-				t.Fatalf("%s: %v, though there was stock for every buyer", k, err)
-			default:
-				require.True(t, hasCause(err), "%s: error without a cause: %v", k, err)
-			}
-		}
-	}
-}
-
-// hasCause reports whether err wraps ErrContention, a context error, or
-// ZooKeeper's, the network's or Redis's error.
+// hasCause reports whether err wraps a context error, or ZooKeeper's, the
+// network's or Redis's error.
 func hasCause(err error) bool {
-	for _, cause := range []error{inventory.ErrContention, context.DeadlineExceeded, context.Canceled, io.EOF,
-		zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
+	for _, cause := range []error{zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved, zk.ErrClosing, zk.ErrNoNode} {
 		if errors.Is(err, cause) {
 			return true
 		}
 	}
-	var ne net.Error
-	var re redis.Error
-	return errors.As(err, &ne) || errors.As(err, &re)
+	return itest.BackendCause(err)
 }
 
 // TestFaults breaks ZooKeeper under a Manager in the middle of a sale, and
@@ -218,7 +164,7 @@ func restartMidSale(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 			}, func() {})
 			require.Positive(t, res.Failed, "the restart should have failed some calls")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			if tc.expire {
 				require.NotEqual(t, sid, conn.SessionID(), "the session expired")
 			}
@@ -281,7 +227,7 @@ func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 				require.Positive(t, res.Failed, "the fault should have failed some calls")
 			}
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			if tc.expires {
 				require.True(t, expired(), "the session expired")
 			}
@@ -291,30 +237,6 @@ func networkFaults(t *testing.T, srv *faulttest.Process, store zklock.Store) {
 	}
 }
 
-// pausingStore stalls the write of the call with its key once: after
-// the Manager's checks, right before its compare-and-set, it runs pause, as
-// if the holder had stalled there (a GC pause, a stalled network). It then
-// writes, and sends whether that late write went through on late.
-type pausingStore struct {
-	zklock.Store
-	key   string
-	pause func()
-	once  sync.Once
-	late  chan bool
-}
-
-func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
-	paused := false
-	if key == s.key {
-		s.once.Do(func() { s.pause(); paused = true })
-	}
-	ok, err := s.Store.CompareAndSet(ctx, sku, version, newStock, dir, key)
-	if paused {
-		s.late <- ok && err == nil
-	}
-	return ok, err
-}
-
 // pausedHolder stalls a holder between its checks and its write while its
 // session is cut off from ZooKeeper until it expires, and another Manager,
 // on a session of its own, sells the rest: the stalled holder's late write
@@ -322,62 +244,29 @@ func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, n
 // new session, finds the stock sold out. Nothing is oversold. It runs over
 // both stores: a value compare-and-set (Redis) and a version one (SQL).
 func pausedHolder(t *testing.T, srv *faulttest.Process) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+	for _, st := range itest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
-			store := st.open(t)
+			store := st.Open(t)
 			p := netfault.NewProxy(t, srv.Addr())
 			connA, eventsA := session(t, p.Addr())
 			connB, _ := session(t, srv.Addr())
 			r := root(t, connB)
 			sid := connA.SessionID()
 
-			const stock = 5
-			paused, resume := make(chan struct{}), make(chan struct{})
-			var pauseErr error
-			ps := &pausingStore{Store: store, key: "stalled", late: make(chan bool, 1), pause: func() {
-				p.ResetPeer(0) // nothing of the session's reaches the server: it expires
-				p.Reconnect()
-				close(paused)
-				<-resume
-				p.Clear()
-				pauseErr = newSession(connA, sid)
-			}}
-			stalled, err := zklock.New(connA, ps, zklock.WithRoot(r), zklock.WithSessionEvents(eventsA))
-			require.NoError(t, err)
 			other, err := zklock.New(connB, store, zklock.WithRoot(r))
 			require.NoError(t, err)
-			const sku = "last shoes"
-			require.NoError(t, other.Init(ctx, sku, stock))
-
-			type outcome struct {
-				rem int64
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				rem, err := stalled.Reduce(ctx, sku, 1, inventory.WithKey("stalled"))
-				done <- outcome{rem, err}
-			}()
-			<-paused
-			start := time.Now()
-			for range stock {
-				_, err := other.Reduce(ctx, sku, 1)
+			itest.PausedHolder(t, ctx, store, "last shoes", func(ps lockmgr.Store) inventory.StockManager {
+				stalled, err := zklock.New(connA, ps, zklock.WithRoot(r), zklock.WithSessionEvents(eventsA))
 				require.NoError(t, err)
-			}
-			_, err = other.Reduce(ctx, sku, 1)
-			require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-			t.Logf("the other Manager sold all %d units %v into the stall", stock, time.Since(start).Round(time.Millisecond))
-			close(resume)
-
-			require.False(t, <-ps.late, "the stalled holder's late write must fail its compare-and-set")
-			require.NoError(t, pauseErr)
-			out := <-done
-			require.ErrorIs(t, out.err, inventory.ErrInsufficientStock, "tried again under the lock, the call finds nothing left")
-			require.Zero(t, out.rem)
-			n, err := other.Get(ctx, sku)
-			require.NoError(t, err)
-			require.Zero(t, n, "sold exactly the stock, once")
+				return stalled
+			}, other, func() {
+				p.ResetPeer(0) // nothing of the session's reaches the server: it expires
+				p.Reconnect()
+			}, func() error {
+				p.Clear()
+				return newSession(connA, sid)
+			})
 		})
 	}
 }
@@ -460,7 +349,7 @@ func TestStall(t *testing.T) {
 			}, func() {})
 			require.Positive(t, res.Failed, "the stall should have failed some calls")
 			require.Zero(t, res.Insufficient)
-			a.check(t)
+			a.Check(t)
 			t.Logf("%s; %d calls with a %v deadline in %v, worst lateness past the deadline %v; the session survived: %v",
 				res, dm.calls, tc.deadline, time.Since(start).Round(time.Millisecond), dm.worst.Round(time.Millisecond), sid == conn.SessionID())
 			noOrphans(t, srv.Addr(), r)

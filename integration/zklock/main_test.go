@@ -3,21 +3,15 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
+	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
-	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
-	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
-	"github.com/stockkit/inventory/zklock"
 )
 
 func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
@@ -35,30 +29,7 @@ func removeAll(conn *zk.Conn, p string) {
 	_ = conn.Delete(p, -1)
 }
 
-// stores are the Stores the fault tests run on: Redis, and MariaDB.
-var stores = []struct {
-	name string
-	open func(t *testing.T) zklock.Store
-}{
-	{"redis", func(t *testing.T) zklock.Store {
-		c := testenv.Redis(t)
-		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-		require.NoError(t, err)
-		return s
-	}},
-	{"mysql", func(t *testing.T) zklock.Store {
-		db := testenv.MySQL(t)
-		s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
-		require.NoError(t, err)
-		return s
-	}},
-}
-
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxFor = itest.CtxFor
 
 // root returns a lock root of its own for t, checked to be empty at the end.
 func root(t *testing.T, conn *zk.Conn) string {

@@ -61,15 +61,6 @@ func SlotSweepIndex(prefix string, slot int) string {
 // PREFIX{sweep}:xs. Sweep visits these slots only.
 func SweepSlots(prefix string) string { return prefix + "{sweep}:xs" }
 
-// Slots is the number of Redis Cluster hash slots.
-const Slots = 16384
-
-// Slot returns the Redis Cluster hash slot of every key of sku.
-func Slot(sku string) int {
-	t := tag(sku)
-	return int(crc16(t[1:len(t)-1]) % Slots)
-}
-
 // OrderSlot returns the slot of Order(prefix, kind, id).
 func OrderSlot(kind, id string) int { return Slot(kind + ":" + id) }
 

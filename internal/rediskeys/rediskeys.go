@@ -10,7 +10,6 @@ package rediskeys
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -30,25 +29,71 @@ func ValidatePrefix(p string) error {
 	return nil
 }
 
+// hash is 64-bit FNV-1a of sku, written out so that it allocates nothing.
 func hash(sku string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(sku))
-	return h.Sum64()
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(sku); i++ {
+		h ^= uint64(sku[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
-func tag(sku string) string { return fmt.Sprintf("{%016x}", hash(sku)) }
+const tagLen = 18 // "{" + 16 hex digits + "}"
+
+// writeTag writes sku's hash tag, {%016x} of its hash, to b.
+func writeTag(b *strings.Builder, sku string) {
+	const digits = "0123456789abcdef"
+	var t [tagLen]byte
+	t[0], t[tagLen-1] = '{', '}'
+	h := hash(sku)
+	for i := 16; i >= 1; i-- {
+		t[i] = digits[h&0xf]
+		h >>= 4
+	}
+	b.Write(t[:])
+}
+
+// tag returns sku's hash tag, {%016x} of its hash.
+func tag(sku string) string {
+	var b strings.Builder
+	b.Grow(tagLen)
+	writeTag(&b, sku)
+	return b.String()
+}
 
 // Stock is the key holding the stock of sku, as a decimal integer string:
 // PREFIX{tag}:s:SKU.
 func Stock(prefix, sku string) string {
-	return prefix + tag(sku) + ":s:" + sku
+	var b strings.Builder
+	b.Grow(len(prefix) + tagLen + 3 + len(sku))
+	b.WriteString(prefix)
+	writeTag(&b, sku)
+	b.WriteString(":s:")
+	b.WriteString(sku)
+	return b.String()
 }
 
 // Key is the key recording that an idempotent call took effect; its value
-// is the remaining stock the call returned:
+// is the remaining stock the call returned (older writers appended ":" and
+// a token; readers take the digits before any ":"):
 // PREFIX{tag}:k:DIR:LEN:SKU:KEY. The length makes it unambiguous.
 func Key(prefix, sku string, dir inventory.Direction, key string) string {
-	return prefix + tag(sku) + ":k:" + string(dir) + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + key
+	var n [20]byte
+	l := strconv.AppendInt(n[:0], int64(len(sku)), 10)
+	var b strings.Builder
+	b.Grow(len(prefix) + tagLen + 3 + len(dir) + 1 + len(l) + 1 + len(sku) + 1 + len(key))
+	b.WriteString(prefix)
+	writeTag(&b, sku)
+	b.WriteString(":k:")
+	b.WriteString(string(dir))
+	b.WriteByte(':')
+	b.Write(l)
+	b.WriteByte(':')
+	b.WriteString(sku)
+	b.WriteByte(':')
+	b.WriteString(key)
+	return b.String()
 }
 
 // Window is the string in which the scripts keep the recent calls of one

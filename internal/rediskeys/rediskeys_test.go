@@ -1,6 +1,9 @@
 package rediskeys_test
 
 import (
+	"context"
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"testing"
 
@@ -8,6 +11,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/testenv"
 )
 
 func TestValidatePrefix(t *testing.T) {
@@ -39,4 +43,35 @@ func TestKeysAreDistinct(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLayout pins the key layout that other processes (older versions,
+// redisstore, redislock) read: PREFIX{%016x of FNV-1a 64}:s:SKU and so on.
+func TestLayout(t *testing.T) {
+	for _, sku := range []string{"a", "鞋", "}{", strings.Repeat("z", 255)} {
+		h := fnv.New64a()
+		h.Write([]byte(sku))
+		tag := fmt.Sprintf("{%016x}", h.Sum64())
+		require.Equal(t, "inv"+tag+":s:"+sku, rediskeys.Stock("inv", sku))
+		require.Equal(t, fmt.Sprintf("inv%s:k:return:%d:%s:k:1", tag, len(sku), sku), rediskeys.Key("inv", sku, inventory.DirReturn, "k:1"))
+		require.Equal(t, "inv"+tag+":r:0123456789abcdef:7:"+sku, rediskeys.Window("inv", sku, "0123456789abcdef", 7))
+	}
+}
+
+// TestSlot checks Slot against the Cluster's own CLUSTER KEYSLOT.
+func TestSlot(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.RedisCluster(t)
+	for i := range 200 {
+		sku := fmt.Sprint("sku-", i, strings.Repeat("}{", i%3))
+		want, err := c.ClusterKeySlot(ctx, rediskeys.Stock("inv", sku)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, want, rediskeys.Slot(sku), sku)
+	}
+}
+
+// TestKeysAllocateOnce checks that building a key costs one allocation.
+func TestKeysAllocateOnce(t *testing.T) {
+	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Stock("inv", "shoe") }))
+	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Key("inv", "shoe", inventory.DirReduce, "k") }))
 }

@@ -1,0 +1,245 @@
+package otelstock_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/time/rate"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/lockbench"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/otelstock"
+	"github.com/stockkit/inventory/ratelimit"
+	"github.com/stockkit/inventory/slogstock"
+)
+
+// decorators are the wrappers whose cost is measured, each over the bare
+// manager.
+func decorators(b *testing.B) []struct {
+	name string
+	wrap func(inventory.StockManager) (inventory.StockManager, error)
+} {
+	// The SDK as a service runs it: every span sampled and ended into a
+	// batching processor (whose exporter drops them), every metric
+	// aggregated by a reader.
+	sdkTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	sdkMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	// A tenth of the traces sampled, as services commonly run.
+	sampledTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
+	b.Cleanup(func() {
+		_ = sampledTP.Shutdown(context.Background())
+		_ = sdkTP.Shutdown(context.Background())
+		_ = sdkMP.Shutdown(context.Background())
+	})
+	// INFO: what a service logs; a call that succeeds logs nothing.
+	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	otelNoop := func(m inventory.StockManager) (inventory.StockManager, error) {
+		return otelstock.Wrap(m, otelstock.WithTracerProvider(tracenoop.NewTracerProvider()), otelstock.WithMeterProvider(metricnoop.NewMeterProvider()))
+	}
+	otelSDK := func(m inventory.StockManager) (inventory.StockManager, error) {
+		return otelstock.Wrap(m, otelstock.WithTracerProvider(sdkTP), otelstock.WithMeterProvider(sdkMP))
+	}
+	// Limits far above what the benchmark asks: the cost of admitting.
+	limit := func(m inventory.StockManager) (inventory.StockManager, error) {
+		return ratelimit.Wrap(m, ratelimit.WithGlobal(rate.Limit(1e9), 1e9), ratelimit.WithPerSKU(rate.Limit(1e9), 1e9))
+	}
+	logged := func(m inventory.StockManager) (inventory.StockManager, error) {
+		return slogstock.Wrap(m, slogstock.WithLogger(logger))
+	}
+	return []struct {
+		name string
+		wrap func(inventory.StockManager) (inventory.StockManager, error)
+	}{
+		{"otel-noop", otelNoop},
+		{"otel-sdk", otelSDK},
+		{"otel-sdk-sampled10", func(m inventory.StockManager) (inventory.StockManager, error) {
+			return otelstock.Wrap(m, otelstock.WithTracerProvider(sampledTP), otelstock.WithMeterProvider(sdkMP))
+		}},
+		{"otel-sdk-metrics", func(m inventory.StockManager) (inventory.StockManager, error) { // SDK meter, no spans
+			return otelstock.Wrap(m, otelstock.WithTracerProvider(tracenoop.NewTracerProvider()), otelstock.WithMeterProvider(sdkMP))
+		}},
+		{"ratelimit", limit},
+		{"slog", logged},
+		{"stack-sdk", func(m inventory.StockManager) (inventory.StockManager, error) {
+			m, err := logged(m)
+			if err == nil {
+				m, err = limit(m)
+			}
+			if err == nil {
+				m, err = otelSDK(m)
+			}
+			return m, err
+		}},
+	}
+}
+
+// overhead runs b.N Reduce calls of the decorated manager and b.N of the
+// bare one, on g goroutines, in alternating rounds of perRound calls (the
+// order swapped each round; short rounds, so that both sides of a round
+// see the same load of a shared machine), and reports the median ratio of
+// decorated to bare time per call, with its spread (the middle half of the
+// rounds' ratios, and their extremes), and the time each added per call.
+func overhead(b *testing.B, g, perRound int, bare, decorated inventory.StockManager, sku string) {
+	ctx := context.Background()
+	call := func(m inventory.StockManager) func(*mrand.Rand) error {
+		return func(*mrand.Rand) error {
+			_, err := m.Reduce(ctx, sku, 1)
+			return err
+		}
+	}
+	lockbench.Run(b, g, 4*g, call(bare)) // warm the pool up
+	lockbench.Run(b, g, 4*g, call(decorated))
+	rounds := max(b.N/perRound, 5)
+	n := perRound
+	var ratios []float64
+	var bareTime, decTime time.Duration
+	b.ResetTimer()
+	for r := range rounds {
+		var tb, td time.Duration
+		if r%2 == 0 {
+			tb = lockbench.Run(b, g, n, call(bare))
+			td = lockbench.Run(b, g, n, call(decorated))
+		} else {
+			td = lockbench.Run(b, g, n, call(decorated))
+			tb = lockbench.Run(b, g, n, call(bare))
+		}
+		ratios = append(ratios, float64(td)/float64(tb))
+		bareTime, decTime = bareTime+tb, decTime+td
+	}
+	b.StopTimer()
+	slices.Sort(ratios)
+	calls := float64(rounds * n)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ratios[rounds/2], "ratio-median")
+	b.ReportMetric(ratios[rounds/4], "ratio-q1")
+	b.ReportMetric(ratios[rounds*3/4], "ratio-q3")
+	b.ReportMetric(ratios[0], "ratio-min")
+	b.ReportMetric(ratios[rounds-1], "ratio-max")
+	b.ReportMetric(float64(rounds), "rounds")
+	b.ReportMetric(float64(bareTime.Nanoseconds())/calls, "bare-ns/call")
+	b.ReportMetric(float64(decTime.Nanoseconds())/calls, "decorated-ns/call")
+	b.ReportMetric(float64((decTime-bareTime).Nanoseconds())/calls, "added-ns/call")
+}
+
+// paired makes b.N pairs of Reduce calls from one goroutine, one of the
+// bare manager and one of the decorated, in alternating order, and times
+// each call, so that the two calls of a pair see the same machine. It
+// reports, over blocks of 500 pairs, the median ratio of the decorated
+// calls' median latency to the bare ones' (with the quartiles and the
+// extremes of the blocks' ratios), and the medians' difference: the
+// latency the decorator adds to a call.
+func paired(b *testing.B, bare, decorated inventory.StockManager, sku string) {
+	ctx := context.Background()
+	for range 200 { // warm up
+		_, _ = bare.Reduce(ctx, sku, 1)
+		_, _ = decorated.Reduce(ctx, sku, 1)
+	}
+	const block = 500
+	n := max(b.N, 5*block)
+	db, dd := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	timed := func(m inventory.StockManager) time.Duration {
+		t0 := time.Now()
+		if _, err := m.Reduce(ctx, sku, 1); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	b.ResetTimer()
+	for i := range n {
+		if i%2 == 0 {
+			db = append(db, timed(bare))
+			dd = append(dd, timed(decorated))
+		} else {
+			dd = append(dd, timed(decorated))
+			db = append(db, timed(bare))
+		}
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	var ratios []float64
+	for i := 0; i+block <= n; i += block {
+		ratios = append(ratios, float64(median(dd[i:i+block]))/float64(median(db[i:i+block])))
+	}
+	slices.Sort(ratios)
+	k := len(ratios)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ratios[k/2], "ratio-median")
+	b.ReportMetric(ratios[k/4], "ratio-q1")
+	b.ReportMetric(ratios[k*3/4], "ratio-q3")
+	b.ReportMetric(ratios[0], "ratio-min")
+	b.ReportMetric(ratios[k-1], "ratio-max")
+	b.ReportMetric(float64(k), "blocks")
+	mb, md := median(db), median(dd)
+	b.ReportMetric(float64(mb.Nanoseconds()), "bare-p50-ns")
+	b.ReportMetric(float64(md.Nanoseconds()), "decorated-p50-ns")
+	b.ReportMetric(float64((md - mb).Nanoseconds()), "added-ns")
+}
+
+// BenchmarkOverhead measures each decorator over luascript on Redis (the
+// ratio the targets are set on: OTel with a no-op provider under 2%, with
+// the SDK under 10%), and over inventorytest.Memory, where no I/O hides the
+// decorator's own CPU time.
+func BenchmarkOverhead(b *testing.B) {
+	ctx := context.Background()
+	// One caller, calls paired (the latency a call sees), and 8 callers
+	// in alternating rounds (the throughput a saturated client sees).
+	for _, g := range []int{1, 8} {
+		b.Run(fmt.Sprintf("luascript/callers=%d", g), func(b *testing.B) {
+			c := testenv.Redis(b)
+			bare, err := luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(b, c)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
+				b.Fatal(err)
+			}
+			for _, d := range decorators(b) {
+				b.Run(d.name, func(b *testing.B) {
+					m, err := d.wrap(bare)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if g == 1 {
+						paired(b, bare, m, "bench")
+					} else {
+						overhead(b, g, 1000, bare, m, "bench")
+					}
+				})
+			}
+		})
+	}
+	b.Run("memory", func(b *testing.B) {
+		bare := inventorytest.NewMemory(0)
+		if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range decorators(b) {
+			b.Run(d.name, func(b *testing.B) {
+				m, err := d.wrap(bare)
+				if err != nil {
+					b.Fatal(err)
+				}
+				overhead(b, 1, 5000, bare, m, "bench")
+			})
+		}
+	})
+}
