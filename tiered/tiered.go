@@ -25,8 +25,8 @@
 // sales, and the entry is acknowledged (and deleted) only after the commit.
 // [Manager.Drain] waits until SQL has every entry.
 //
-// For every SKU, at every moment: SQL's pool + units granted == the
-// generation's initial stock, and Redis's allotment == granted - sold +
+// For every SKU, at every moment: SQL's pool + units granted + SQL's own
+// net sales (see below) == the generation's initial stock, and Redis's allotment == granted - sold +
 // returned (sold and returned counting the moves Redis made, synced or
 // not). So SQL's pool, which is all SQL may ever sell on its own, never
 // includes a unit Redis holds or sold: never an oversell.
@@ -42,12 +42,22 @@
 // (driver "mysql") or PostgreSQL ("pgx" or "postgres"); [Manager.CreateTables]
 // creates them.
 //
+// # When Redis is unreachable
+//
+// A circuit breaker ([WithBreaker]) sends calls to SQL alone once Redis
+// has failed a few times in a row: they sell only the pool, the units SQL
+// never granted, and count them as the row's direct sales. The allotment
+// Redis holds is out of reach meanwhile (a bounded undersell, never an
+// oversell); when Redis answers again it sells that allotment, and its
+// view of the pool, then higher than SQL's, is corrected by its next
+// grant. Keyed calls are refused while the circuit is open.
+//
 // # Not yet
 //
-// This package is a first slice: the fallback to SQL's pool while Redis is
-// unreachable, Reconcile, and warm-up of a list of SKUs are still to come.
-// Allotment held by a Redis that lost its state is not reused until then (a
-// bounded undersell, never an oversell).
+// This package is a first slice. Still to come: Reconcile (allotment held
+// by a Redis that lost its state is not reused until then: a bounded
+// undersell, never an oversell), warm-up of a list of SKUs before a sale,
+// SQLite, WAIT for replicas, orders.
 package tiered
 
 import (
@@ -116,6 +126,8 @@ type Manager struct {
 	demand      map[string]int64         // sku -> units asked for by calls waiting on its flight
 	refillFails atomic.Int64
 	stalls      atomic.Int64
+	br          breaker
+	fallbacks   atomic.Int64
 
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
@@ -133,6 +145,8 @@ type config struct {
 	syncInterval        time.Duration
 	claimIdle           time.Duration
 	onSyncErr           func(error)
+	brFailures          int
+	brOpen              time.Duration
 }
 
 // Option configures [New]. A nil Option is ignored; an out-of-range value
@@ -196,6 +210,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 		prefix: DefaultPrefix, tablePrefix: DefaultTablePrefix, chunk: DefaultChunk,
 		keyTTL: inventory.DefaultKeyTTL, refillTO: DefaultRefillTimeout, attempts: DefaultMaxAttempts,
 		syncBatch: DefaultSyncBatch, syncInterval: DefaultSyncInterval, claimIdle: DefaultClaimIdle,
+		brFailures: DefaultBreakerFailures, brOpen: DefaultBreakerOpen,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -225,6 +240,8 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 		return nil, bad("sync batch %d outside 1..10000", c.syncBatch)
 	case c.syncInterval <= 0 || c.claimIdle <= 0:
 		return nil, bad("sync interval %v and claim idle %v must be positive", c.syncInterval, c.claimIdle)
+	case c.brFailures < 1 || c.brOpen <= 0:
+		return nil, bad("breaker of %d failures, open %v: want >= 1 and > 0", c.brFailures, c.brOpen)
 	case !identifier.MatchString(c.tablePrefix):
 		return nil, bad("table prefix %q is not 1..40 bytes of letters, digits and underscores", c.tablePrefix)
 	}
@@ -317,7 +334,8 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	return nil
 }
 
-// Get returns Redis's allotment of sku plus its view of SQL's pool.
+// Get returns Redis's allotment of sku plus its view of SQL's pool; while
+// the circuit is open, SQL's pool alone.
 func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
@@ -325,8 +343,12 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
 	}
+	if m.br.open() {
+		return m.getFallback(ctx, sku)
+	}
 	for range 2 {
 		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p").Result()
+		m.result(ctx, err)
 		if err != nil {
 			return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
 		}
@@ -345,7 +367,14 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	return 0, fmt.Errorf("tiered: get %q: %w: Redis state vanished twice", sku, inventory.ErrContention)
 }
 
-// Reduce takes qty units of sku from Redis's allotment.
+// Reduce takes qty units of sku from Redis's allotment, granting from SQL's
+// pool when the allotment is short.
+//
+// While the circuit to Redis is open ([WithBreaker]), Reduce takes from
+// SQL's pool alone, the units never granted to Redis, and returns the pool
+// as the remaining stock; a keyed Reduce is then refused with
+// [ErrRedisUnreachable]. The call whose failure opened the circuit returns
+// its Redis error (its outcome unknown): a call is never sent to both.
 func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	o, err := inventory.ValidateMove(sku, qty, opts)
 	if err != nil {
@@ -354,7 +383,8 @@ func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inv
 	return m.move(ctx, sku, qty, inventory.DirReduce, o.Key)
 }
 
-// Return gives qty units of sku back to Redis's allotment.
+// Return gives qty units of sku back to Redis's allotment; while the
+// circuit is open, to SQL's pool (as Reduce).
 func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	o, err := inventory.ValidateMove(sku, qty, opts)
 	if err != nil {
@@ -379,7 +409,11 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	}
 	stalled := false
 	for range m.cfg.attempts {
+		if m.br.open() {
+			return m.fallback(ctx, sku, qty, dir, key)
+		}
 		cmd, _, err := moveScript.Run(ctx, m.rdb, 0, 0, keys, args...)
+		m.result(ctx, err)
 		if err != nil {
 			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
 		}

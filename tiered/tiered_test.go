@@ -64,14 +64,14 @@ func (e *env) manager(t *testing.T, opts ...Option) *Manager {
 
 // totals are one SKU's figures in SQL and Redis.
 type totals struct {
-	pool, sold, returned, gen, last, granted int64 // SQL
-	allot, view, g                           int64 // Redis: a, p, g
+	pool, sold, returned, direct, gen, last, granted int64 // SQL
+	allot, view, g                                   int64 // Redis: a, p, g
 }
 
 func (m *Manager) totals(ctx context.Context, t *testing.T, sku string) totals {
 	t.Helper()
 	var s totals
-	require.NoError(t, m.db.QueryRowxContext(ctx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.gen, &s.last, &s.granted))
+	require.NoError(t, m.db.QueryRowxContext(ctx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.gen, &s.last, &s.granted))
 	v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p", "g").Result()
 	require.NoError(t, err)
 	for i, p := range []*int64{&s.allot, &s.view, &s.g} {
@@ -83,14 +83,14 @@ func (m *Manager) totals(ctx context.Context, t *testing.T, sku string) totals {
 	return s
 }
 
-// checkSQL asserts what holds in SQL at every moment: the pool and the
-// grants add up to the initial stock, and synced sales never pass what
+// checkSQL asserts what holds in SQL at every moment: the pool, the
+// grants and SQL's own sales add up to the initial stock, and synced sales never pass what
 // was granted. So what SQL could sell on its own (the pool) never
 // includes a unit Redis holds or sold.
 func checkSQL(t *testing.T, s totals, initial int64) {
 	t.Helper()
 	assert.GreaterOrEqual(t, s.pool, int64(0), "pool")
-	assert.Equal(t, initial, s.pool+s.granted, "pool + granted == initial: %+v", s)
+	assert.Equal(t, initial, s.pool+s.granted+s.direct, "pool + granted + direct sales == initial: %+v", s)
 	assert.LessOrEqual(t, s.sold-s.returned, s.granted, "synced net sales within the grants: %+v", s)
 }
 
@@ -149,6 +149,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"batch 0":        WithSyncBatch(0),
 		"interval 0":     WithSyncInterval(0),
 		"claim idle 0":   WithClaimIdle(0),
+		"breaker 0":      WithBreaker(0, time.Second),
+		"breaker open 0": WithBreaker(1, 0),
 		"prefix {":       WithPrefix("a{b"),
 		"prefix empty":   WithPrefix(""),
 		"tables dash":    WithTablePrefix("a-b"),
@@ -197,7 +199,7 @@ func TestFlashSale(t *testing.T) {
 				defer func() { sampled <- n }()
 				for sampleCtx.Err() == nil {
 					var s totals
-					if err := m.db.QueryRowxContext(sampleCtx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.gen, &s.last, &s.granted); err != nil {
+					if err := m.db.QueryRowxContext(sampleCtx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.gen, &s.last, &s.granted); err != nil {
 						if sampleCtx.Err() == nil {
 							t.Errorf("sample: %v", err)
 						}
