@@ -26,6 +26,11 @@ const (
 // effect, and refuses it. Nothing changed; retry once Redis is back.
 var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refused")
 
+// ErrFallback is wrapped by the errors of calls that SQL served alone
+// while the circuit to Redis was open: an ErrInsufficientStock with it
+// says SQL's pool is short, while Redis's allotment may hold more.
+var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
+
 // WithBreaker sets the circuit breaker in front of Redis: after failures
 // consecutive calls failed to reach Redis (a network error or a closed
 // client, not a Redis error reply nor the caller's ctx), the circuit opens
@@ -84,7 +89,7 @@ func (m *Manager) Fallbacks() int64 { return m.fallbacks.Load() }
 // allotment is out of reach).
 func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
-		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, ErrRedisUnreachable)
+		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
 	m.fallbacks.Add(1)
 	var pool, gen, last int64
@@ -97,12 +102,12 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inven
 		delta := qty
 		if dir == inventory.DirReduce {
 			if qty > pool {
-				refused = fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w", qty, sku, inventory.ErrInsufficientStock)
+				refused = fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", qty, sku, inventory.ErrInsufficientStock, ErrFallback)
 				return nil
 			}
 			delta = -qty
 		} else if err := inventory.CheckReturn(pool, qty); err != nil {
-			refused = fmt.Errorf("tiered: return %q to SQL's unallotted units: %w", sku, err)
+			refused = fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
 			return nil
 		}
 		pool += delta
@@ -110,10 +115,10 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inven
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, inventory.ErrNotFound)
+		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, inventory.ErrNotFound, ErrFallback)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("tiered: %s %q in SQL (Redis unreachable): %w", dir, sku, err)
+		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
 	}
 	if refused != nil {
 		if dir == inventory.DirReturn {
@@ -129,10 +134,10 @@ func (m *Manager) getFallback(ctx context.Context, sku string) (int64, error) {
 	var pool, gen, last int64
 	err := m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen, &last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("tiered: get %q: %w", sku, inventory.ErrNotFound)
+		return 0, fmt.Errorf("tiered: get %q: %w (%w)", sku, inventory.ErrNotFound, ErrFallback)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("tiered: get %q from SQL (Redis unreachable): %w", sku, err)
+		return 0, fmt.Errorf("tiered: get %q from SQL: %w (%w)", sku, err, ErrFallback)
 	}
 	return pool, nil
 }
