@@ -56,8 +56,7 @@
 //
 // This package is a first slice. Still to come: Reconcile (allotment held
 // by a Redis that lost its state is not reused until then: a bounded
-// undersell, never an oversell), warm-up of a list of SKUs before a sale,
-// SQLite, WAIT for replicas, orders.
+// undersell, never an oversell), SQLite, WAIT for replicas, orders.
 package tiered
 
 import (
@@ -328,7 +327,7 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 	if err != nil {
 		return fmt.Errorf("tiered: init %q in SQL: %w", sku, err)
 	}
-	if err := m.warmWith(ctx, sku, gen, 0, qty); err != nil {
+	if _, err := m.warmWith(ctx, sku, gen, 0, qty); err != nil {
 		return fmt.Errorf("tiered: init %q in Redis: %w", sku, err)
 	}
 	return nil
@@ -620,25 +619,70 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 	return last, nil
 }
 
-// warm loads sku from SQL into Redis unless Redis holds its generation.
-func (m *Manager) warm(ctx context.Context, sku string) error {
-	var pool, gen, last int64
-	err := m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen, &last)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("tiered: %q: %w", sku, inventory.ErrNotFound)
+// Warm loads skus (every SKU of the SKU table when none is given) from SQL
+// into Redis before a sale and grants each the first chunk, so that its
+// first buyers do not wait for a grant. It is idempotent and fenced by
+// generation: it never overwrites Redis state of the same or a newer
+// generation (then it grants nothing either). It returns how many SKUs it
+// loaded.
+func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
+	for _, sku := range skus {
+		if err := inventory.ValidateSKU(sku); err != nil {
+			return 0, err
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("tiered: warm %q from SQL: %w", sku, err)
+	if len(skus) == 0 {
+		if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
+			return 0, fmt.Errorf("tiered: warm: list SKUs: %w", err)
+		}
 	}
-	if err := m.warmWith(ctx, sku, gen, last, pool); err != nil {
-		return fmt.Errorf("tiered: warm %q: %w", sku, err)
+	n := 0
+	for _, sku := range skus {
+		wrote, last, err := m.warmSQL(ctx, sku)
+		if err != nil {
+			return n, err
+		}
+		if !wrote {
+			continue
+		}
+		n++
+		if _, err := m.grant(ctx, sku, 0, last); err != nil {
+			return n, err
+		}
 	}
-	return nil
+	return n, nil
 }
 
-func (m *Manager) warmWith(ctx context.Context, sku string, gen, last, pool int64) error {
-	_, _, err := warmScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku), m.journalKey(sku)}, gen, last, pool, group)
+// warm loads sku from SQL into Redis unless Redis holds its generation.
+func (m *Manager) warm(ctx context.Context, sku string) error {
+	_, _, err := m.warmSQL(ctx, sku)
 	return err
+}
+
+func (m *Manager) warmSQL(ctx context.Context, sku string) (wrote bool, last int64, err error) {
+	var pool, gen int64
+	err = m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, 0, fmt.Errorf("tiered: %q: %w", sku, inventory.ErrNotFound)
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("tiered: warm %q from SQL: %w", sku, err)
+	}
+	wrote, err = m.warmWith(ctx, sku, gen, last, pool)
+	if err != nil {
+		return false, 0, fmt.Errorf("tiered: warm %q: %w", sku, err)
+	}
+	return wrote, last, nil
+}
+
+func (m *Manager) warmWith(ctx context.Context, sku string, gen, last, pool int64) (bool, error) {
+	cmd, _, err := warmScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku), m.journalKey(sku)}, gen, last, pool, group)
+	m.result(ctx, err)
+	if err != nil {
+		return false, err
+	}
+	n, err := cmd.Int64()
+	return n == 1, err
 }
 
 // tx runs fn in a READ COMMITTED transaction and commits it.

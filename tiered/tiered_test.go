@@ -130,6 +130,15 @@ func TestConformance(t *testing.T) {
 					},
 				})
 			})
+			if eng.name != "mariadb" {
+				return // one engine is enough beside the Cluster
+			}
+			t.Run("cluster", func(t *testing.T) {
+				ce := newEnv(t, testenv.RedisCluster(t), e.db)
+				inventorytest.Run(t, inventorytest.Config{
+					NewManager: func(t *testing.T) inventory.StockManager { return ce.manager(t, WithChunk(5), WithLowWater(2)) },
+				})
+			})
 		})
 	}
 }
@@ -375,8 +384,15 @@ func TestWarmUpFenced(t *testing.T) {
 	assert.EqualValues(t, 47, rem)
 	before := m.totals(ctx, t, sku)
 	assert.EqualValues(t, 2, before.gen)
-	require.NoError(t, m.warmWith(ctx, sku, 1, 0, 5), "late warm-up of generation 1")
-	require.NoError(t, m.warm(ctx, sku), "repeated warm-up of generation 2")
+	wrote, err := m.warmWith(ctx, sku, 1, 0, 5)
+	require.NoError(t, err)
+	assert.False(t, wrote, "late warm-up of generation 1")
+	n, err := m.Warm(ctx, sku)
+	require.NoError(t, err)
+	assert.Zero(t, n, "repeated warm-up of generation 2")
+	n, err = m.Warm(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "warm-up of every SKU")
 	assert.Equal(t, before, m.totals(ctx, t, sku))
 
 	// Redis loses the SKU: the next call warms it up from SQL.
@@ -395,6 +411,10 @@ func TestWarmUpFenced(t *testing.T) {
 
 	_, err = m.Get(ctx, "never")
 	require.ErrorIs(t, err, inventory.ErrNotFound)
+	_, err = m.Warm(ctx, "never")
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	_, err = m.Warm(ctx, "a", "")
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 	_, err = m.Reduce(ctx, "never", 1)
 	require.ErrorIs(t, err, inventory.ErrNotFound)
 }
@@ -426,5 +446,45 @@ func TestInitDropsOlderGeneration(t *testing.T) {
 			assert.EqualValues(t, 15, v)
 			assert.True(t, strings.HasPrefix(m.journalKey(sku), e.prefix+":j{"))
 		})
+	}
+}
+
+// TestClusterSync sells SKUs of several Cluster slots and syncs them.
+func TestClusterSync(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	e := newEnv(t, c, testenv.MySQL(t))
+	ctx := ctxT(t, time.Minute)
+	m := e.manager(t, WithChunk(4), WithLowWater(1))
+	skus := []string{"a", "b", "c", "d", "e", "f"}
+	var wg sync.WaitGroup
+	for _, sku := range skus {
+		require.NoError(t, m.Init(ctx, sku, 30))
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					_, err := m.Reduce(ctx, sku, 2)
+					if errors.Is(err, inventory.ErrInsufficientStock) {
+						return
+					}
+					if !errors.Is(err, inventory.ErrContention) && !assert.NoError(t, err) {
+						return
+					}
+				}
+			}()
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error)
+	go func() { ran <- m.Run(runCtx) }()
+	wg.Wait()
+	require.NoError(t, m.Drain(ctx))
+	stop()
+	require.ErrorIs(t, <-ran, context.Canceled)
+	for _, sku := range skus {
+		s := m.totals(ctx, t, sku)
+		assert.EqualValues(t, 30, s.sold, sku)
+		checkDrained(t, s, 30)
 	}
 }
