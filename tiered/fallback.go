@@ -32,8 +32,9 @@ var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refu
 var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
 
 // WithBreaker sets the circuit breaker in front of Redis: after failures
-// consecutive calls failed to reach Redis (a network error or a closed
-// client, not a Redis error reply nor the caller's ctx), the circuit opens
+// consecutive calls failed to reach Redis (a network error, a timeout or
+// the call's deadline passing, a closed client; not a Redis error reply nor
+// a cancelled ctx), the circuit opens
 // for open: calls then go to SQL alone (see [Manager.Reduce]); the first
 // call after that tries Redis again, and one success closes the circuit.
 // failures >= 1, open > 0; the defaults are [DefaultBreakerFailures] and
@@ -61,7 +62,7 @@ func (m *Manager) result(ctx context.Context, err error) {
 	b := &m.br
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err == nil || ctx.Err() != nil || isReply(err) {
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) || isReply(err) {
 		b.fails = 0
 		return
 	}

@@ -1,6 +1,7 @@
 package tiered
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/testenv"
 )
 
 // TestFallbackRedisKilled sells a SKU while its private Redis is SIGKILLed
@@ -99,4 +101,59 @@ func TestFallbackRedisKilled(t *testing.T) {
 			assert.Zero(t, s.allot)
 		})
 	}
+}
+
+// TestDeadlineRedisHung: with Redis stopped (SIGSTOP), every call returns
+// within its deadline plus DeadlineSlack; after enough of them the breaker
+// opens and unkeyed calls are served by SQL's pool.
+func TestDeadlineRedisHung(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(10), WithBreaker(3, time.Minute))
+	ctx := ctxT(t, time.Minute)
+	const sku = "a"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Reduce(ctx, sku, 1)
+	require.NoError(t, err)
+	srv.Pause()
+	resumed := false
+	t.Cleanup(func() { // before the keys are deleted
+		if !resumed {
+			srv.Resume()
+		}
+	})
+	for _, c := range []struct {
+		what string
+		call func(ctx context.Context) error
+	}{
+		{"Reduce", func(ctx context.Context) error { _, err := m.Reduce(ctx, sku, 1); return err }},
+		{"Return", func(ctx context.Context) error { _, err := m.Return(ctx, sku, 1); return err }},
+		{"Get", func(ctx context.Context) error { _, err := m.Get(ctx, sku); return err }},
+	} {
+		_, err := faulttest.CheckLate(t, c.what, 200*time.Millisecond, c.call)
+		require.ErrorIs(t, err, context.DeadlineExceeded, c.what)
+	}
+	// Three calls failed: the circuit is open; SQL's pool serves.
+	rem, err := m.Reduce(ctx, sku, 5)
+	require.NoError(t, err)
+	assert.EqualValues(t, 85, rem, "SQL's pool: 100 less the first grant of 10, less 5")
+	_, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, ErrRedisUnreachable)
+	require.ErrorIs(t, err, ErrFallback)
+	srv.Resume()
+	resumed = true
+	m.br.mu.Lock()
+	m.br.until = time.Time{} // close the circuit now
+	m.br.mu.Unlock()
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	checkSQL(t, s, 100)
+	assert.EqualValues(t, 5, s.direct)
+	// The Reduce and Return that timed out may have reached the stopped
+	// Redis and run when it resumed (outcome unknown to their callers).
+	assert.Contains(t, []int64{1, 2}, s.sold)
+	assert.Contains(t, []int64{0, 1}, s.returned)
+	assert.Equal(t, s.granted-s.sold+s.returned, s.allot)
 }

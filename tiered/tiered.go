@@ -67,6 +67,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -202,7 +203,11 @@ func WithClaimIdle(d time.Duration) Option { return func(c *config) { c.claimIdl
 func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncErr = fn } }
 
 // New returns a Manager over rdb (any go-redis client, Cluster included) and
-// db (MariaDB/MySQL or PostgreSQL). It checks the options and does no I/O;
+// db (MariaDB/MySQL or PostgreSQL). Set ContextTimeoutEnabled on the
+// go-redis client, so that a call's deadline bounds its wait for a hung
+// Redis. Script calls are never resent by go-redis (internal/rediskeys
+// Script: NoRetry), whatever its MaxRetries: a call whose connection
+// breaks fails, its outcome unknown, and a keyed retry is safe. It checks the options and does no I/O;
 // call [Manager.CreateTables] once to create the tables.
 func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, error) {
 	c := config{
@@ -349,7 +354,7 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p").Result()
 		m.result(ctx, err)
 		if err != nil {
-			return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
+			return 0, fmt.Errorf("tiered: get %q: %w", sku, withCtx(ctx, err))
 		}
 		if v[0] != nil && v[1] != nil {
 			a, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
@@ -414,7 +419,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 		cmd, _, err := moveScript.Run(ctx, m.rdb, 0, 0, keys, args...)
 		m.result(ctx, err)
 		if err != nil {
-			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
+			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, withCtx(ctx, err))
 		}
 		r, err := ints(cmd.Val())
 		if err != nil {
@@ -604,7 +609,7 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 	for range 2 {
 		cmd, _, err := applyScript.Run(ctx, m.rdb, 0, 0, keys, args...)
 		if err != nil {
-			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, err)
+			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, withCtx(ctx, err))
 		}
 		if g, _ := cmd.Int64(); g != -1 {
 			return last, nil // applied, or Redis is at a newer generation
@@ -679,10 +684,24 @@ func (m *Manager) warmWith(ctx context.Context, sku string, gen, last, pool int6
 	cmd, _, err := warmScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku), m.journalKey(sku)}, gen, last, pool, group)
 	m.result(ctx, err)
 	if err != nil {
-		return false, err
+		return false, withCtx(ctx, err)
 	}
 	n, err := cmd.Int64()
 	return n == 1, err
+}
+
+// withCtx wraps ctx's error into err, once ctx is done: a Redis call cut
+// by its deadline reports an i/o timeout.
+func withCtx(ctx context.Context, err error) error {
+	c := ctx.Err()
+	var ne net.Error
+	if d, ok := ctx.Deadline(); c == nil && ok && !time.Now().Before(d) && errors.As(err, &ne) && ne.Timeout() {
+		c = context.DeadlineExceeded // the socket's deadline, ctx's, fired first
+	}
+	if c != nil && !errors.Is(err, c) {
+		return fmt.Errorf("%w: %w", c, err)
+	}
+	return err
 }
 
 // tx runs fn in a READ COMMITTED transaction and commits it.
