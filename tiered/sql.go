@@ -25,6 +25,9 @@ type statements struct {
 	// ledger records a journal entry once (1 row affected when new); apply
 	// adds synced moves to the SKU's row of the entry's generation.
 	ledger, apply string
+	// seenEntry finds a journal entry in the ledger; lose adds to the
+	// units Redis lost.
+	seenEntry, lose string
 	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
 	// and counts it in direct (net units SQL sold on its own).
 	direct string
@@ -42,6 +45,7 @@ var mysqlSQL = statements{
 			sold BIGINT NOT NULL DEFAULT 0,
 			returned BIGINT NOT NULL DEFAULT 0,
 			direct BIGINT NOT NULL DEFAULT 0,
+			lost BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0
 		) ENGINE=InnoDB`,
@@ -64,7 +68,7 @@ var mysqlSQL = statements{
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
-		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, gen = gen + 1, last_grant = 0`,
+		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, gen = gen + 1, last_grant = 0`,
 	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
 	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
 
@@ -72,13 +76,15 @@ var mysqlSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
-	ledger: `INSERT IGNORE INTO {{p}}synced (sku, entry_id) VALUES (?, ?)`,
-	apply:  `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+	ledger:    `INSERT IGNORE INTO {{p}}synced (sku, entry_id) VALUES (?, ?)`,
+	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = ? AND entry_id = ?`,
+	lose:      `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:     `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
 
 	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.gen, s.last_grant,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = ?`,
 }
@@ -92,6 +98,7 @@ var postgresSQL = statements{
 			sold BIGINT NOT NULL DEFAULT 0,
 			returned BIGINT NOT NULL DEFAULT 0,
 			direct BIGINT NOT NULL DEFAULT 0,
+			lost BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0
 		)`,
@@ -114,7 +121,7 @@ var postgresSQL = statements{
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES ($1, $2, 0, 0, 1, 0)
-		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0,
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
 	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = $1`,
 	initGrants: `DELETE FROM {{p}}grants WHERE sku = $1 AND gen < $2`,
@@ -123,13 +130,15 @@ var postgresSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
 
-	ledger: `INSERT INTO {{p}}synced (sku, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-	apply:  `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
+	ledger:    `INSERT INTO {{p}}synced (sku, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = $1 AND entry_id = $2`,
+	lose:      `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
+	apply:     `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
 
 	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.gen, s.last_grant,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = $1`,
 }
@@ -151,7 +160,7 @@ func engineSQL(driver, prefix string) (statements, error) {
 	}
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.ledger, &s.apply, &s.direct, &s.skus, &s.totals} {
+		&s.grantsAfter, &s.ledger, &s.seenEntry, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
 		*q = r.Replace(*q)
 	}
 	s.create = replaceAll(r, s.create)

@@ -54,9 +54,14 @@
 //
 // # Not yet
 //
-// This package is a first slice. Still to come: Reconcile (allotment held
-// by a Redis that lost its state is not reused until then: a bounded
-// undersell, never an oversell), SQLite, WAIT for replicas, orders.
+// [Manager.Reconcile] compares grants, synced sales and Redis's allotment
+// per SKU, reports the drift and repairs without ever creating a unit. The
+// allotment of a Redis that lost its state is not reused (a bounded
+// undersell, never an oversell): Reconcile records it as lost. Run it
+// after Redis restarts.
+//
+// This package is a first slice. Still to come: reconciling on its own
+// when the circuit closes, SQLite, WAIT for replicas, orders, benchmarks.
 package tiered
 
 import (

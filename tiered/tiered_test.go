@@ -64,14 +64,14 @@ func (e *env) manager(t *testing.T, opts ...Option) *Manager {
 
 // totals are one SKU's figures in SQL and Redis.
 type totals struct {
-	pool, sold, returned, direct, gen, last, granted int64 // SQL
-	allot, view, g                                   int64 // Redis: a, p, g
+	pool, sold, returned, direct, lost, gen, last, granted int64 // SQL
+	allot, view, g                                         int64 // Redis: a, p, g
 }
 
 func (m *Manager) totals(ctx context.Context, t *testing.T, sku string) totals {
 	t.Helper()
 	var s totals
-	require.NoError(t, m.db.QueryRowxContext(ctx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.gen, &s.last, &s.granted))
+	require.NoError(t, m.db.QueryRowxContext(ctx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.lost, &s.gen, &s.last, &s.granted))
 	v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p", "g").Result()
 	require.NoError(t, err)
 	for i, p := range []*int64{&s.allot, &s.view, &s.g} {
@@ -100,7 +100,7 @@ func checkSQL(t *testing.T, s totals, initial int64) {
 func checkDrained(t *testing.T, s totals, initial int64) {
 	t.Helper()
 	checkSQL(t, s, initial)
-	assert.Equal(t, s.granted-s.sold+s.returned, s.allot, "Redis allotment == granted - sold + returned: %+v", s)
+	assert.Equal(t, s.granted-s.sold+s.returned-s.lost, s.allot, "Redis allotment == granted - sold + returned - lost: %+v", s)
 	assert.Equal(t, s.last, s.g, "Redis applied every grant: %+v", s)
 	assert.Equal(t, s.pool, s.view, "Redis's view of the pool is SQL's: %+v", s)
 }
@@ -208,7 +208,7 @@ func TestFlashSale(t *testing.T) {
 				defer func() { sampled <- n }()
 				for sampleCtx.Err() == nil {
 					var s totals
-					if err := m.db.QueryRowxContext(sampleCtx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.gen, &s.last, &s.granted); err != nil {
+					if err := m.db.QueryRowxContext(sampleCtx, m.q.totals, sku).Scan(&s.pool, &s.sold, &s.returned, &s.direct, &s.lost, &s.gen, &s.last, &s.granted); err != nil {
 						if sampleCtx.Err() == nil {
 							t.Errorf("sample: %v", err)
 						}
