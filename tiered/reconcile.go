@@ -9,15 +9,21 @@ import (
 	"strconv"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-//go:embed snapshot.lua
-var snapshotLua string
+var (
+	//go:embed snapshot.lua
+	snapshotLua string
+	//go:embed excess.lua
+	excessLua string
 
-var snapshotScript = rediskeys.NewScript(snapshotLua)
+	snapshotScript = rediskeys.NewScript(snapshotLua)
+	excessScript   = rediskeys.NewScript(excessLua)
+)
 
 // maxSnapshot bounds the journal entries Reconcile reads per SKU; it syncs
 // first, so only the moves made meanwhile remain.
@@ -198,7 +204,7 @@ func (m *Manager) reconcile(ctx context.Context, sku string) (Drift, error) {
 		}
 		// Repairs, in Redis, while SQL's row is locked.
 		if d.Excess > 0 {
-			if err := m.rdb.HIncrBy(ctx, m.stateKey(sku), "a", -d.Excess).Err(); err != nil {
+			if _, _, err := excessScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku)}, d.Gen, -d.Excess); err != nil && err != redis.Nil {
 				return withCtx(ctx, err)
 			}
 		}

@@ -630,11 +630,10 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 }
 
 // Warm loads skus (every SKU of the SKU table when none is given) from SQL
-// into Redis before a sale and grants each the first chunk, so that its
-// first buyers do not wait for a grant. It is idempotent and fenced by
-// generation: it never overwrites Redis state of the same or a newer
-// generation (then it grants nothing either). It returns how many SKUs it
-// loaded.
+// into Redis before a sale, and grants a chunk to each whose allotment is
+// at or below the low-water mark, so that its first buyers do not wait for
+// a grant. It is fenced by generation: it never overwrites Redis state of
+// the same or a newer generation. It returns how many SKUs it loaded.
 func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
 	for _, sku := range skus {
 		if err := inventory.ValidateSKU(sku); err != nil {
@@ -648,16 +647,23 @@ func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
 	}
 	n := 0
 	for _, sku := range skus {
-		wrote, last, err := m.warmSQL(ctx, sku)
+		wrote, _, err := m.warmSQL(ctx, sku)
 		if err != nil {
 			return n, err
 		}
-		if !wrote {
-			continue
+		if wrote {
+			n++
 		}
-		n++
-		if _, err := m.grant(ctx, sku, 0, last); err != nil {
-			return n, err
+		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "g").Result()
+		if err != nil {
+			return n, fmt.Errorf("tiered: warm %q: %w", sku, withCtx(ctx, err))
+		}
+		a, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+		g, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		if a <= m.cfg.lowWater {
+			if _, err := m.grant(ctx, sku, 0, g); err != nil {
+				return n, err
+			}
 		}
 	}
 	return n, nil
