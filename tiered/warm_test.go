@@ -2,7 +2,6 @@ package tiered
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +72,8 @@ func TestWarmedSale(t *testing.T) {
 				assert.EqualValues(t, initial, s.sold, sku)
 				grants += s.last
 			}
-			t.Log(fmt.Sprintf("%s: %d units sold by %d buyers over %d SKUs, %d grants, %d calls waited for a grant, %d refill failures",
-				eng.name, total, buyers, len(skus), grants, m.Stalls(), m.RefillFailures()))
+			t.Logf("%s: %d units sold by %d buyers over %d SKUs, %d grants, %d calls waited for a grant, %d refill failures",
+				eng.name, total, buyers, len(skus), grants, m.Stalls(), m.RefillFailures())
 		})
 	}
 }
