@@ -157,3 +157,64 @@ func TestDeadlineRedisHung(t *testing.T) {
 	assert.Contains(t, []int64{0, 1}, s.returned)
 	assert.Equal(t, s.granted-s.sold+s.returned, s.allot)
 }
+
+// TestRedisRestartedEmpty empties a private Redis mid-sale (state, journal
+// and keys gone, as a restart without persistence does): the SKU is warmed
+// up again from SQL with an empty allotment, the sale goes on from SQL's
+// pool, never more than the stock is sold, and Reconcile reports and
+// records what was lost, after which SQL and Redis agree.
+func TestRedisRestartedEmpty(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(40), WithLowWater(10))
+	ctx := ctxT(t, time.Minute)
+	const initial, buyers = 300, 16
+	const sku = "a"
+	require.NoError(t, m.Init(ctx, sku, initial))
+	syncCtx, stopSync := context.WithCancel(ctx)
+	synced := make(chan struct{})
+	go func() { defer close(synced); _ = m.Run(syncCtx) }()
+
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, err := m.Reduce(ctx, sku, 1)
+				if errors.Is(err, inventory.ErrInsufficientStock) {
+					return
+				}
+				if assert.NoError(t, err) {
+					ok.Add(1)
+				} else {
+					return
+				}
+			}
+		}()
+	}
+	for ok.Load() < 100 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	wg.Wait()
+	stopSync()
+	<-synced
+	require.NoError(t, m.Drain(ctx))
+	ds, err := m.Reconcile(ctx, sku)
+	require.NoError(t, err)
+	d := ds[0]
+	s := m.totals(ctx, t, sku)
+	t.Logf("sold %d of %d; SQL synced %d, %d grants of %d units; Reconcile: lost %d (%+v)", ok.Load(), initial, s.sold, s.last, s.granted, d.Lost, d)
+	assert.LessOrEqual(t, ok.Load(), int64(initial), "never oversold")
+	assert.LessOrEqual(t, s.sold, ok.Load(), "SQL never counts a sale that was not made")
+	assert.LessOrEqual(t, ok.Load(), s.sold+s.lost, "every sale made is synced or inside the lost allotment")
+	assert.Equal(t, d.Lost, s.lost)
+	checkDrained(t, s, initial)
+	ds, err = m.Reconcile(ctx, sku)
+	require.NoError(t, err)
+	assert.True(t, ds[0].Clean(), "%+v", ds[0])
+}

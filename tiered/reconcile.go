@@ -53,8 +53,8 @@ type Drift struct {
 	// Lost is Expected less the allotment, when positive: units Redis
 	// should hold but does not, as after Redis lost its state (or its
 	// journal). They are not given back to the pool: a lost journal may
-	// have held sales. When Redis lost its state, they are recorded in
-	// SQL (the lost column), so later Reconciles count them as gone. Excess is the allotment less Expected, when
+	// have held sales. They are recorded in SQL (the lost column), so
+	// later Reconciles count them as gone. Excess is the allotment less Expected, when
 	// positive; Reconcile took it out of the allotment.
 	Lost, Excess int64
 	// GrantsApplied counts grants SQL had made that Redis had not applied
@@ -202,7 +202,13 @@ func (m *Manager) reconcile(ctx context.Context, sku string) (Drift, error) {
 		case a < d.Expected:
 			d.Lost = d.Expected - a
 		}
-		// Repairs, in Redis, while SQL's row is locked.
+		// Repairs, while SQL's row is locked. Lost units are recorded, so
+		// that later Reconciles count them as gone.
+		if d.Lost > 0 {
+			if _, err := tx.ExecContext(ctx, m.q.lose, d.Lost, sku, d.Gen); err != nil {
+				return err
+			}
+		}
 		if d.Excess > 0 {
 			if _, _, err := excessScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku)}, d.Gen, -d.Excess); err != nil && err != redis.Nil {
 				return withCtx(ctx, err)
