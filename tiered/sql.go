@@ -1,0 +1,177 @@
+package tiered
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/stockkit/inventory"
+)
+
+// statements is the SQL of one engine. {{p}} stands for the table prefix.
+type statements struct {
+	create []string
+	drop   []string
+
+	// read returns pool, gen, last_grant of a SKU; lock does so FOR UPDATE.
+	read, lock string
+	// initUpsert sets a SKU's pool and starts a new generation; initGen
+	// reads the generation back in the same transaction; initGrants deletes
+	// the grants of older generations.
+	initUpsert, initGen, initGrants string
+	// grant takes units from the pool; grantRow records the grant;
+	// grantsAfter lists a generation's grants after an id.
+	grant, grantRow, grantsAfter string
+	// ledger records a journal entry once (1 row affected when new); apply
+	// adds synced moves to the SKU's row of the entry's generation.
+	ledger, apply string
+	// seenEntry finds a journal entry in the ledger; lose adds to the
+	// units Redis lost.
+	seenEntry, lose string
+	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
+	// and counts it in direct (net units SQL sold on its own).
+	direct string
+	// skus lists every SKU; totals reads the figures Reconcile and tests
+	// compare.
+	skus, totals string
+}
+
+// mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
+var mysqlSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku VARBINARY(255) NOT NULL PRIMARY KEY,
+			pool BIGINT NOT NULL CHECK (pool >= 0),
+			sold BIGINT NOT NULL DEFAULT 0,
+			returned BIGINT NOT NULL DEFAULT 0,
+			direct BIGINT NOT NULL DEFAULT 0,
+			lost BIGINT NOT NULL DEFAULT 0,
+			gen BIGINT NOT NULL,
+			last_grant BIGINT NOT NULL DEFAULT 0
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{p}}grants (
+			sku VARBINARY(255) NOT NULL,
+			gen BIGINT NOT NULL,
+			grant_id BIGINT NOT NULL,
+			qty BIGINT NOT NULL,
+			PRIMARY KEY (sku, gen, grant_id)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{p}}synced (
+			sku VARBINARY(255) NOT NULL,
+			entry_id VARBINARY(64) NOT NULL,
+			PRIMARY KEY (sku, entry_id)
+		) ENGINE=InnoDB`,
+	},
+	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
+
+	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
+	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
+
+	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
+		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, gen = gen + 1, last_grant = 0`,
+	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
+	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
+
+	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
+
+	ledger:    `INSERT IGNORE INTO {{p}}synced (sku, entry_id) VALUES (?, ?)`,
+	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = ? AND entry_id = ?`,
+	lose:      `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:     `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+
+	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
+
+	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = ?`,
+}
+
+// postgresSQL is the SQL for PostgreSQL. TEXT COLLATE "C" compares bytes.
+var postgresSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+			pool BIGINT NOT NULL CHECK (pool >= 0),
+			sold BIGINT NOT NULL DEFAULT 0,
+			returned BIGINT NOT NULL DEFAULT 0,
+			direct BIGINT NOT NULL DEFAULT 0,
+			lost BIGINT NOT NULL DEFAULT 0,
+			gen BIGINT NOT NULL,
+			last_grant BIGINT NOT NULL DEFAULT 0
+		)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}grants (
+			sku TEXT COLLATE "C" NOT NULL,
+			gen BIGINT NOT NULL,
+			grant_id BIGINT NOT NULL,
+			qty BIGINT NOT NULL,
+			PRIMARY KEY (sku, gen, grant_id)
+		)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}synced (
+			sku TEXT COLLATE "C" NOT NULL,
+			entry_id TEXT COLLATE "C" NOT NULL,
+			PRIMARY KEY (sku, entry_id)
+		)`,
+	},
+	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
+
+	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1`,
+	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
+
+	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES ($1, $2, 0, 0, 1, 0)
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
+			gen = {{p}}stock.gen + 1, last_grant = 0`,
+	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = $1`,
+	initGrants: `DELETE FROM {{p}}grants WHERE sku = $1 AND gen < $2`,
+
+	grant:       `UPDATE {{p}}stock SET pool = pool - $1, last_grant = $2 WHERE sku = $3 AND gen = $4`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
+
+	ledger:    `INSERT INTO {{p}}synced (sku, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = $1 AND entry_id = $2`,
+	lose:      `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
+	apply:     `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
+
+	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
+
+	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = $1`,
+}
+
+// identifier is what a table prefix may be: it begins a plain identifier.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,39}$`)
+
+// engineSQL returns the statements for db.DriverName(), with prefix in
+// place of {{p}}.
+func engineSQL(driver, prefix string) (statements, error) {
+	var s statements
+	switch driver {
+	case "mysql":
+		s = mysqlSQL
+	case "pgx", "postgres":
+		s = postgresSQL
+	default:
+		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx or postgres)", inventory.ErrInvalidArgument, driver)
+	}
+	r := strings.NewReplacer("{{p}}", prefix)
+	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
+		&s.grantsAfter, &s.ledger, &s.seenEntry, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
+		*q = r.Replace(*q)
+	}
+	s.create = replaceAll(r, s.create)
+	s.drop = replaceAll(r, s.drop)
+	return s, nil
+}
+
+func replaceAll(r *strings.Replacer, qs []string) []string {
+	out := make([]string, len(qs))
+	for i, q := range qs {
+		out[i] = r.Replace(q)
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package tiered
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+)
+
+// Sync applies to SQL every journal entry it can read now, on every SKU of
+// the SKU table, and returns how many entries it applied (entries already in
+// the ledger are acknowledged, not counted). Each entry is applied once: its
+// id enters the ledger in the transaction that adds its units to the SKU's
+// synced sales, and it is acknowledged and deleted from the journal only
+// after that commits. Entries that another syncer read and left
+// unacknowledged for the claim-idle time ([WithClaimIdle]) are taken over.
+// Several syncers may run at once, in one process or many.
+func (m *Manager) Sync(ctx context.Context) (int, error) {
+	var skus []string
+	if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
+		return 0, fmt.Errorf("tiered: sync: list SKUs: %w", err)
+	}
+	total := 0
+	for _, sku := range skus {
+		n, err := m.syncSKU(ctx, sku)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// syncSKU applies the journal of one SKU: entries of dead syncers, then
+// this syncer's own unacknowledged entries, then new ones.
+func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
+	stream := m.journalKey(sku)
+	total := 0
+	claimed, _, err := m.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: stream, Group: group, Consumer: m.consumer, MinIdle: m.cfg.claimIdle, Start: "0-0", Count: m.cfg.syncBatch,
+	}).Result()
+	if noGroup(err) {
+		return 0, nil // no journal (Redis has no state for the SKU)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tiered: sync %q: claim: %w", sku, err)
+	}
+	if len(claimed) > 0 {
+		n, err := m.applyEntries(ctx, sku, stream, claimed)
+		if err != nil {
+			return n, err
+		}
+		total += n
+	}
+	for _, start := range []string{"0", ">"} {
+		for {
+			res, err := m.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: group, Consumer: m.consumer, Streams: []string{stream, start}, Count: m.cfg.syncBatch, Block: -1,
+			}).Result()
+			if err == redis.Nil || noGroup(err) {
+				break
+			}
+			if err != nil {
+				return total, fmt.Errorf("tiered: sync %q: read journal: %w", sku, err)
+			}
+			if len(res) == 0 || len(res[0].Messages) == 0 {
+				break
+			}
+			n, err := m.applyEntries(ctx, sku, stream, res[0].Messages)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if int64(len(res[0].Messages)) < m.cfg.syncBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
+
+// applyEntries applies msgs of sku in one transaction, then acknowledges
+// and deletes them in one MULTI.
+func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
+	type moves struct{ sold, returned int64 }
+	applied := 0
+	err := m.tx(ctx, func(tx *sqlx.Tx) error {
+		applied = 0
+		byGen := map[int64]*moves{}
+		for _, msg := range msgs {
+			if len(msg.Values) == 0 {
+				continue // deleted while pending: applied and acknowledged before
+			}
+			gen, err1 := strconv.ParseInt(fmt.Sprint(msg.Values["n"]), 10, 64)
+			d, err2 := strconv.ParseInt(fmt.Sprint(msg.Values["d"]), 10, 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
+			}
+			res, err := tx.ExecContext(ctx, m.q.ledger, sku, msg.ID)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				if err != nil {
+					return err
+				}
+				continue // in the ledger: applied before
+			}
+			mv := byGen[gen]
+			if mv == nil {
+				mv = &moves{}
+				byGen[gen] = mv
+			}
+			if d > 0 {
+				mv.sold += d
+			} else {
+				mv.returned -= d
+			}
+			applied++
+		}
+		for gen, mv := range byGen {
+			// An entry of an older generation (before an Init) changes nothing.
+			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, sku, gen); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("tiered: sync %q: apply journal: %w", sku, err)
+	}
+	if m.beforeAck != nil {
+		if err := m.beforeAck(); err != nil {
+			return applied, err
+		}
+	}
+	ids := make([]string, len(msgs))
+	for i, msg := range msgs {
+		ids[i] = msg.ID
+	}
+	if _, err := m.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAck(ctx, stream, group, ids...)
+		p.XDel(ctx, stream, ids...)
+		return nil
+	}); err != nil {
+		return applied, fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
+	}
+	return applied, nil
+}
+
+// Lag returns how many journal entries, over every SKU, SQL has not
+// acknowledged yet.
+func (m *Manager) Lag(ctx context.Context) (int64, error) {
+	var skus []string
+	if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
+		return 0, fmt.Errorf("tiered: lag: list SKUs: %w", err)
+	}
+	var total int64
+	for _, sku := range skus {
+		n, err := m.rdb.XLen(ctx, m.journalKey(sku)).Result()
+		if err != nil {
+			return total, fmt.Errorf("tiered: lag of %q: %w", sku, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Drain syncs until SQL has every journal entry Redis holds, and returns
+// nil then, or ctx's error. Moves made while it runs may be included.
+func (m *Manager) Drain(ctx context.Context) error {
+	for {
+		if _, err := m.Sync(ctx); err != nil {
+			return err
+		}
+		lag, err := m.Lag(ctx)
+		if err != nil {
+			return err
+		}
+		if lag == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("tiered: drain: %d entries left: %w", lag, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Run syncs until ctx is done, then returns ctx's error: again at once
+// after a sync that applied entries, else after the sync interval
+// ([WithSyncInterval]). A failed sync's error goes to [WithSyncErrors]'s
+// function; Run carries on.
+func (m *Manager) Run(ctx context.Context) error {
+	for {
+		n, err := m.Sync(ctx)
+		if err != nil && ctx.Err() == nil && m.cfg.onSyncErr != nil {
+			m.cfg.onSyncErr(err)
+		}
+		if n > 0 && err == nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(m.cfg.syncInterval):
+		}
+	}
+}

@@ -1,0 +1,731 @@
+// Package tiered keeps the stock of record in SQL and serves the hot path
+// from Redis, without ever selling a unit twice.
+//
+// # Layout
+//
+// SQL holds, per SKU, the pool of units not allotted to Redis, the
+// generation (how many times Init set the SKU), the sales synced from
+// Redis, and the grants: bounded chunks of the pool handed to Redis, each
+// with an id (1, 2, 3... per generation), recorded in the same transaction
+// that takes its units out of the pool. Redis holds, per SKU, a hash under
+// the SKU's hash tag with its allotment (the units it may sell), its view
+// of the pool (never less than SQL's), the generation and the last grant
+// id it applied: a grant applies once, whatever repeats its call. Redis
+// sells only its allotment. A Reduce that leaves the allotment below the
+// low-water mark asks, in the same script, for a refill, which the Manager
+// runs in the background, so that a hot SKU does not stall waiting for it;
+// a Reduce that finds the allotment short while the pool may have units
+// grants what it needs first and calls again.
+//
+// Every move in Redis appends, in the same script, an entry to the SKU's
+// journal, a Redis Stream under the SKU's hash tag. [Manager.Sync] (or
+// [Manager.Run] in a goroutine) reads the journal through a consumer group
+// and applies each entry to SQL exactly once: the entry's id goes into a
+// ledger table in the transaction that adds its units to the SKU's synced
+// sales, and the entry is acknowledged (and deleted) only after the commit.
+// [Manager.Drain] waits until SQL has every entry.
+//
+// For every SKU, at every moment: SQL's pool + units granted + SQL's own
+// net sales (see below) == the generation's initial stock, and Redis's allotment == granted - sold +
+// returned (sold and returned counting the moves Redis made, synced or
+// not). So SQL's pool, which is all SQL may ever sell on its own, never
+// includes a unit Redis holds or sold: never an oversell.
+//
+// The remaining stock a call returns, and Get, are Redis's allotment plus
+// its view of the pool.
+//
+// # Keys and tables
+//
+// Redis keys: PREFIX{tag}:s:SKU (the hash), PREFIX:j{tag}:s:SKU (the
+// journal) and rediskeys' idempotency records under PREFIX. SQL tables:
+// TABLEPREFIXstock, TABLEPREFIXgrants and TABLEPREFIXsynced, on MariaDB/MySQL
+// (driver "mysql") or PostgreSQL ("pgx" or "postgres"); [Manager.CreateTables]
+// creates them.
+//
+// # When Redis is unreachable
+//
+// A circuit breaker ([WithBreaker]) sends calls to SQL alone once Redis
+// has failed a few times in a row: they sell only the pool, the units SQL
+// never granted, and count them as the row's direct sales. The allotment
+// Redis holds is out of reach meanwhile (a bounded undersell, never an
+// oversell); when Redis answers again it sells that allotment, and its
+// view of the pool, then higher than SQL's, is corrected by its next
+// grant. Keyed calls are refused while the circuit is open.
+//
+// # Not yet
+//
+// [Manager.Reconcile] compares grants, synced sales and Redis's allotment
+// per SKU, reports the drift and repairs without ever creating a unit. The
+// allotment of a Redis that lost its state is not reused (a bounded
+// undersell, never an oversell): Reconcile records it as lost. Run it
+// after Redis restarts.
+//
+// This package is a first slice. Still to come: reconciling on its own
+// when the circuit closes, SQLite, WAIT for replicas, orders, benchmarks.
+package tiered
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/rediskeys"
+)
+
+// Defaults of the options.
+const (
+	DefaultPrefix        = "tiered"
+	DefaultTablePrefix   = "tiered_"
+	DefaultChunk         = 1000
+	DefaultRefillTimeout = 5 * time.Second
+	DefaultMaxAttempts   = 8
+	DefaultSyncBatch     = 256
+	DefaultSyncInterval  = 100 * time.Millisecond
+	DefaultClaimIdle     = 30 * time.Second
+)
+
+// group is the consumer group of the syncers.
+const group = "tiered"
+
+var (
+	//go:embed move.lua
+	moveLua string
+	//go:embed apply.lua
+	applyLua string
+	//go:embed warm.lua
+	warmLua string
+
+	moveScript  = rediskeys.NewScript(moveLua)
+	applyScript = rediskeys.NewScript(applyLua)
+	warmScript  = rediskeys.NewScript(warmLua)
+)
+
+// Manager is an [inventory.StockManager] with the stock of record in SQL and
+// the hot path in Redis. It is safe for concurrent use, also by several
+// processes over the same Redis and database. Create it with [New]; Close
+// it to stop its background refills.
+type Manager struct {
+	rdb         redis.UniversalClient
+	db          *sqlx.DB
+	q           statements
+	cfg         config
+	consumer    string
+	bg          context.Context
+	stop        context.CancelFunc
+	wg          sync.WaitGroup
+	mu          sync.Mutex
+	flights     map[string]chan struct{} // sku -> closed when its grant in flight ends
+	demand      map[string]int64         // sku -> units asked for by calls waiting on its flight
+	refillFails atomic.Int64
+	stalls      atomic.Int64
+	br          breaker
+	fallbacks   atomic.Int64
+
+	// beforeAck, if set (tests), runs after a sync transaction commits
+	// and before its entries are acknowledged; an error skips the
+	// acknowledgement, as a syncer dying there would.
+	beforeAck func() error
+}
+
+type config struct {
+	prefix, tablePrefix string
+	chunk, lowWater     int64
+	lowWaterSet         bool
+	keyTTL, refillTO    time.Duration
+	attempts            int
+	syncBatch           int64
+	syncInterval        time.Duration
+	claimIdle           time.Duration
+	onSyncErr           func(error)
+	brFailures          int
+	brOpen              time.Duration
+}
+
+// Option configures [New]. A nil Option is ignored; an out-of-range value
+// makes New fail with an error wrapping [inventory.ErrInvalidArgument].
+type Option func(*config)
+
+// WithPrefix sets the prefix of the Redis keys (see rediskeys.ValidatePrefix
+// for what it may be). The default is [DefaultPrefix].
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithTablePrefix sets the prefix of the SQL table names: a letter or
+// underscore, then letters, digits or underscores, 1 to 40 bytes. The
+// default is [DefaultTablePrefix].
+func WithTablePrefix(p string) Option { return func(c *config) { c.tablePrefix = p } }
+
+// WithChunk sets the units SQL grants Redis at a time (more when one
+// Reduce needs more), 1..MaxStock. The default is [DefaultChunk].
+func WithChunk(n int64) Option { return func(c *config) { c.chunk = n } }
+
+// WithLowWater sets the allotment below which a Reduce asks for the next
+// chunk, 0..chunk (0: only when a Reduce finds it short). The default is a
+// quarter of the chunk.
+func WithLowWater(n int64) Option { return func(c *config) { c.lowWater, c.lowWaterSet = n, true } }
+
+// WithKeyTTL sets how long idempotency keys are remembered, at least a
+// millisecond. The default is [inventory.DefaultKeyTTL].
+func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.keyTTL = d } }
+
+// WithRefillTimeout bounds a background refill; a refill request older
+// than this lets another call ask again. At least a millisecond; the
+// default is [DefaultRefillTimeout].
+func WithRefillTimeout(d time.Duration) Option { return func(c *config) { c.refillTO = d } }
+
+// WithMaxAttempts sets how many times a Reduce calls Redis, granting in
+// between, before it gives up with [inventory.ErrContention]; at least 2.
+// The default is [DefaultMaxAttempts].
+func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
+
+// WithSyncBatch sets how many journal entries of one SKU a sync
+// transaction applies at most, 1..10000. The default is [DefaultSyncBatch].
+func WithSyncBatch(n int) Option { return func(c *config) { c.syncBatch = int64(n) } }
+
+// WithSyncInterval sets how long [Manager.Run] waits between syncs that
+// found nothing; positive. The default is [DefaultSyncInterval].
+func WithSyncInterval(d time.Duration) Option { return func(c *config) { c.syncInterval = d } }
+
+// WithClaimIdle sets how long a journal entry read by another syncer may
+// stay unacknowledged before Sync takes it over (that syncer is taken to
+// be dead); positive. The default is [DefaultClaimIdle].
+func WithClaimIdle(d time.Duration) Option { return func(c *config) { c.claimIdle = d } }
+
+// WithSyncErrors makes [Manager.Run] hand each failed sync's error to fn
+// (Run carries on either way). The default drops them.
+func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncErr = fn } }
+
+// New returns a Manager over rdb (any go-redis client, Cluster included) and
+// db (MariaDB/MySQL or PostgreSQL). Set ContextTimeoutEnabled on the
+// go-redis client, so that a call's deadline bounds its wait for a hung
+// Redis. Script calls are never resent by go-redis (internal/rediskeys
+// Script: NoRetry), whatever its MaxRetries: a call whose connection
+// breaks fails, its outcome unknown, and a keyed retry is safe. It checks the options and does no I/O;
+// call [Manager.CreateTables] once to create the tables.
+func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, error) {
+	c := config{
+		prefix: DefaultPrefix, tablePrefix: DefaultTablePrefix, chunk: DefaultChunk,
+		keyTTL: inventory.DefaultKeyTTL, refillTO: DefaultRefillTimeout, attempts: DefaultMaxAttempts,
+		syncBatch: DefaultSyncBatch, syncInterval: DefaultSyncInterval, claimIdle: DefaultClaimIdle,
+		brFailures: DefaultBreakerFailures, brOpen: DefaultBreakerOpen,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if !c.lowWaterSet {
+		c.lowWater = c.chunk / 4
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("tiered: %w: "+format, append([]any{inventory.ErrInvalidArgument}, a...)...)
+	}
+	switch {
+	case rdb == nil || db == nil:
+		return nil, bad("nil Redis client or database")
+	case c.chunk < 1 || c.chunk > inventory.MaxStock:
+		return nil, bad("chunk %d outside 1..%d", c.chunk, inventory.MaxStock)
+	case c.lowWater < 0 || c.lowWater > c.chunk:
+		return nil, bad("low-water mark %d outside 0..chunk %d", c.lowWater, c.chunk)
+	case c.keyTTL < time.Millisecond:
+		return nil, bad("key TTL %v below 1ms", c.keyTTL)
+	case c.refillTO < time.Millisecond:
+		return nil, bad("refill timeout %v below 1ms", c.refillTO)
+	case c.attempts < 2:
+		return nil, bad("max attempts %d below 2", c.attempts)
+	case c.syncBatch < 1 || c.syncBatch > 10000:
+		return nil, bad("sync batch %d outside 1..10000", c.syncBatch)
+	case c.syncInterval <= 0 || c.claimIdle <= 0:
+		return nil, bad("sync interval %v and claim idle %v must be positive", c.syncInterval, c.claimIdle)
+	case c.brFailures < 1 || c.brOpen <= 0:
+		return nil, bad("breaker of %d failures, open %v: want >= 1 and > 0", c.brFailures, c.brOpen)
+	case !identifier.MatchString(c.tablePrefix):
+		return nil, bad("table prefix %q is not 1..40 bytes of letters, digits and underscores", c.tablePrefix)
+	}
+	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	q, err := engineSQL(db.DriverName(), c.tablePrefix)
+	if err != nil {
+		return nil, err
+	}
+	id := make([]byte, 8)
+	rand.Read(id)
+	bg, stop := context.WithCancel(context.Background())
+	return &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
+		flights: map[string]chan struct{}{}, demand: map[string]int64{}}, nil
+}
+
+// CreateTables creates the SQL tables if they are absent.
+func (m *Manager) CreateTables(ctx context.Context) error {
+	for _, s := range m.q.create {
+		if _, err := m.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("tiered: create tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// dropTables drops the tables (tests).
+func (m *Manager) dropTables(ctx context.Context) error {
+	for _, s := range m.q.drop {
+		if _, err := m.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("tiered: drop tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the background refills and waits for them. It closes
+// neither client.
+func (m *Manager) Close() error {
+	m.stop()
+	m.wg.Wait()
+	return nil
+}
+
+// Stalls returns how many calls found Redis's allotment short while SQL
+// may have had units, and waited for a grant before they could go on: the
+// refills that did not come in time.
+func (m *Manager) Stalls() int64 { return m.stalls.Load() }
+
+// RefillFailures returns how many background refills failed (a later call
+// asks again once the refill timeout has passed).
+func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
+
+func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
+func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
+
+// Init sets the stock of sku to qty: in SQL, as a new generation whose pool
+// is qty, then in Redis, fenced by that generation. Redis's allotment of
+// the older generation is dropped, and its unsynced moves are ignored by the
+// syncer. Idempotency keys are kept.
+//
+// If Init fails after SQL committed (Redis unreachable), Redis keeps
+// selling the older allotment until a refill finds the newer generation;
+// repeat the Init.
+func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
+	if err := inventory.ValidateInit(sku, qty); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tiered: init %q: %w", sku, err)
+	}
+	var gen int64
+	err := m.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, m.q.initUpsert, sku, qty); err != nil {
+			return err
+		}
+		if err := tx.QueryRowxContext(ctx, m.q.initGen, sku).Scan(&gen); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, m.q.initGrants, sku, gen)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tiered: init %q in SQL: %w", sku, err)
+	}
+	if _, err := m.warmWith(ctx, sku, gen, 0, qty); err != nil {
+		return fmt.Errorf("tiered: init %q in Redis: %w", sku, err)
+	}
+	return nil
+}
+
+// Get returns Redis's allotment of sku plus its view of SQL's pool; while
+// the circuit is open, SQL's pool alone.
+func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
+	}
+	if m.br.open() {
+		return m.getFallback(ctx, sku)
+	}
+	for range 2 {
+		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p").Result()
+		m.result(ctx, err)
+		if err != nil {
+			return 0, fmt.Errorf("tiered: get %q: %w", sku, withCtx(ctx, err))
+		}
+		if v[0] != nil && v[1] != nil {
+			a, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+			p, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+			if err := errors.Join(err1, err2); err != nil {
+				return 0, fmt.Errorf("tiered: get %q: state hash: %w", sku, err)
+			}
+			return a + p, nil
+		}
+		if err := m.warm(ctx, sku); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("tiered: get %q: %w: Redis state vanished twice", sku, inventory.ErrContention)
+}
+
+// Reduce takes qty units of sku from Redis's allotment, granting from SQL's
+// pool when the allotment is short.
+//
+// While the circuit to Redis is open ([WithBreaker]), Reduce takes from
+// SQL's pool alone, the units never granted to Redis, and returns the pool
+// as the remaining stock; a keyed Reduce is then refused with
+// [ErrRedisUnreachable]. The call whose failure opened the circuit returns
+// its Redis error (its outcome unknown): a call is never sent to both.
+func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	o, err := inventory.ValidateMove(sku, qty, opts)
+	if err != nil {
+		return 0, err
+	}
+	return m.move(ctx, sku, qty, inventory.DirReduce, o.Key)
+}
+
+// Return gives qty units of sku back to Redis's allotment; while the
+// circuit is open, to SQL's pool (as Reduce).
+func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	o, err := inventory.ValidateMove(sku, qty, opts)
+	if err != nil {
+		return 0, err
+	}
+	return m.move(ctx, sku, qty, inventory.DirReturn, o.Key)
+}
+
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
+	}
+	take := qty
+	if dir == inventory.DirReturn {
+		take = -qty
+	}
+	keys := []string{m.stateKey(sku), m.journalKey(sku)}
+	args := []any{take, -take, m.cfg.lowWater, m.cfg.refillTO.Milliseconds()}
+	if key != "" {
+		keys = append(keys, rediskeys.Key(m.cfg.prefix, sku, dir, key))
+		args = append(args, m.cfg.keyTTL.Milliseconds())
+	}
+	stalled := false
+	for range m.cfg.attempts {
+		if m.br.open() {
+			return m.fallback(ctx, sku, qty, dir, key)
+		}
+		cmd, _, err := moveScript.Run(ctx, m.rdb, 0, 0, keys, args...)
+		m.result(ctx, err)
+		if err != nil {
+			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, withCtx(ctx, err))
+		}
+		r, err := ints(cmd.Val())
+		if err != nil {
+			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
+		}
+		switch r[0] {
+		case 0: // moved
+			if r[2] == 1 {
+				m.refill(sku, r[3])
+			}
+			return r[1], nil
+		case 1: // refused
+			if dir == inventory.DirReturn {
+				return 0, fmt.Errorf("tiered: return %q: %w", sku, inventory.CheckReturn(r[1], qty))
+			}
+			return r[1], fmt.Errorf("tiered: reduce %d of %q: %w", qty, sku, inventory.ErrInsufficientStock)
+		case 2: // allotment short: grant, then again
+			if !stalled {
+				stalled = true
+				m.stalls.Add(1)
+			}
+			if err := m.grantShared(ctx, sku, qty-r[2], r[1]); err != nil {
+				return 0, err
+			}
+		case 3: // no Redis state: warm up, then again
+			if err := m.warm(ctx, sku); err != nil {
+				return 0, err
+			}
+		case 4:
+			return r[1], fmt.Errorf("tiered: %s %q key %q: %w", dir, sku, key, inventory.ErrDuplicate)
+		default:
+			return 0, fmt.Errorf("tiered: %s %q: script replied %v", dir, sku, r)
+		}
+	}
+	return 0, fmt.Errorf("tiered: %s %q: %w: allotment short after %d attempts", dir, sku, inventory.ErrContention, m.cfg.attempts)
+}
+
+// ints reads a script's array reply of integers and decimal strings.
+func ints(v any) ([]int64, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) == 0 {
+		return nil, fmt.Errorf("unexpected script reply %#v", v)
+	}
+	r := make([]int64, len(a))
+	for i, x := range a {
+		switch x := x.(type) {
+		case int64:
+			r[i] = x
+		case string:
+			// An idempotency record: its digits before any ':'.
+			n := len(x)
+			for j := range x {
+				if x[j] == ':' {
+					n = j
+					break
+				}
+			}
+			var err error
+			if r[i], err = strconv.ParseInt(x[:n], 10, 64); err != nil {
+				return nil, fmt.Errorf("unexpected script reply %#v: %w", v, err)
+			}
+		default:
+			return nil, fmt.Errorf("unexpected script reply %#v", v)
+		}
+	}
+	return r, nil
+}
+
+// refill grants sku the next chunk in the background, unless this process
+// already grants sku.
+func (m *Manager) refill(sku string, g int64) {
+	m.mu.Lock()
+	if _, busy := m.flights[sku]; busy || m.bg.Err() != nil {
+		m.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	m.flights[sku] = done
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.bg, m.cfg.refillTO)
+		defer cancel()
+		if err := m.fly(ctx, sku, 0, g, done); err != nil {
+			m.refillFails.Add(1)
+		}
+	}()
+}
+
+// grantShared grants sku at least need units, or adds need to the demand
+// of the grant of sku this process already has in flight and waits for it
+// (the caller then calls Redis again, and grants again if that was not
+// enough).
+func (m *Manager) grantShared(ctx context.Context, sku string, need, after int64) error {
+	m.mu.Lock()
+	if done, busy := m.flights[sku]; busy {
+		m.demand[sku] += need
+		m.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("tiered: reduce %q: waiting for a grant: %w", sku, ctx.Err())
+		}
+	}
+	done := make(chan struct{})
+	m.flights[sku] = done
+	m.mu.Unlock()
+	return m.fly(ctx, sku, need, after, done)
+}
+
+// maxFlightGrants bounds the grants of one flight.
+const maxFlightGrants = 3
+
+// fly runs the flight of sku that done ends: a grant of need units, then
+// (at most maxFlightGrants in all) one more for the demand of the calls
+// that came to wait meanwhile, up to 16 chunks, so that a burst of buyers
+// on a short allotment costs SQL a few grants, not one per buyer.
+func (m *Manager) fly(ctx context.Context, sku string, need, after int64, done chan struct{}) error {
+	defer func() {
+		m.mu.Lock()
+		delete(m.flights, sku)
+		delete(m.demand, sku)
+		m.mu.Unlock()
+		close(done)
+	}()
+	for i := 0; ; i++ {
+		last, err := m.grant(ctx, sku, need, after)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		d := m.demand[sku]
+		delete(m.demand, sku)
+		m.mu.Unlock()
+		if d == 0 || i+1 == maxFlightGrants {
+			return nil
+		}
+		need, after = min(d, 16*m.cfg.chunk), last
+	}
+}
+
+// grant takes max(need, chunk) units (or what is left) of sku's pool in
+// SQL as the next grant, then applies to Redis every grant after id after.
+// It returns SQL's last grant id.
+func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int64, error) {
+	var pool, gen, last int64
+	var list []any
+	err := m.tx(ctx, func(tx *sqlx.Tx) error {
+		if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
+			return err
+		}
+		n := min(max(need, m.cfg.chunk), pool)
+		if n > 0 {
+			last++
+			pool -= n
+			if _, err := tx.ExecContext(ctx, m.q.grant, n, last, sku, gen); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, m.q.grantRow, sku, gen, last, n); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.QueryxContext(ctx, m.q.grantsAfter, sku, gen, after)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, qty int64
+			if err := rows.Scan(&id, &qty); err != nil {
+				return err
+			}
+			list = append(list, id, qty)
+		}
+		return rows.Err()
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("tiered: grant %q: %w", sku, inventory.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tiered: grant %q in SQL: %w", sku, err)
+	}
+	keys := []string{m.stateKey(sku)}
+	args := append([]any{gen, last, pool}, list...)
+	for range 2 {
+		cmd, _, err := applyScript.Run(ctx, m.rdb, 0, 0, keys, args...)
+		if err != nil {
+			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, withCtx(ctx, err))
+		}
+		if g, _ := cmd.Int64(); g != -1 {
+			return last, nil // applied, or Redis is at a newer generation
+		}
+		// No state, or an older generation: warm up. Grants made before
+		// the warm-up count as applied; their units are lost to this
+		// generation (an undersell, never an oversell).
+		if err := m.warm(ctx, sku); err != nil {
+			return 0, err
+		}
+	}
+	return last, nil
+}
+
+// Warm loads skus (every SKU of the SKU table when none is given) from SQL
+// into Redis before a sale, and grants a chunk to each whose allotment is
+// at or below the low-water mark, so that its first buyers do not wait for
+// a grant. It is fenced by generation: it never overwrites Redis state of
+// the same or a newer generation. It returns how many SKUs it loaded.
+func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
+	for _, sku := range skus {
+		if err := inventory.ValidateSKU(sku); err != nil {
+			return 0, err
+		}
+	}
+	if len(skus) == 0 {
+		if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
+			return 0, fmt.Errorf("tiered: warm: list SKUs: %w", err)
+		}
+	}
+	n := 0
+	for _, sku := range skus {
+		wrote, _, err := m.warmSQL(ctx, sku)
+		if err != nil {
+			return n, err
+		}
+		if wrote {
+			n++
+		}
+		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "g").Result()
+		if err != nil {
+			return n, fmt.Errorf("tiered: warm %q: %w", sku, withCtx(ctx, err))
+		}
+		a, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+		g, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		if a <= m.cfg.lowWater {
+			if _, err := m.grant(ctx, sku, 0, g); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// warm loads sku from SQL into Redis unless Redis holds its generation.
+func (m *Manager) warm(ctx context.Context, sku string) error {
+	_, _, err := m.warmSQL(ctx, sku)
+	return err
+}
+
+func (m *Manager) warmSQL(ctx context.Context, sku string) (wrote bool, last int64, err error) {
+	var pool, gen int64
+	err = m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, 0, fmt.Errorf("tiered: %q: %w", sku, inventory.ErrNotFound)
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("tiered: warm %q from SQL: %w", sku, err)
+	}
+	wrote, err = m.warmWith(ctx, sku, gen, last, pool)
+	if err != nil {
+		return false, 0, fmt.Errorf("tiered: warm %q: %w", sku, err)
+	}
+	return wrote, last, nil
+}
+
+func (m *Manager) warmWith(ctx context.Context, sku string, gen, last, pool int64) (bool, error) {
+	cmd, _, err := warmScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku), m.journalKey(sku)}, gen, last, pool, group)
+	m.result(ctx, err)
+	if err != nil {
+		return false, withCtx(ctx, err)
+	}
+	n, err := cmd.Int64()
+	return n == 1, err
+}
+
+// withCtx wraps ctx's error into err, once ctx is done: a Redis call cut
+// by its deadline reports an i/o timeout.
+func withCtx(ctx context.Context, err error) error {
+	c := ctx.Err()
+	var ne net.Error
+	if d, ok := ctx.Deadline(); c == nil && ok && !time.Now().Before(d) && errors.As(err, &ne) && ne.Timeout() {
+		c = context.DeadlineExceeded // the socket's deadline, ctx's, fired first
+	}
+	if c != nil && !errors.Is(err, c) {
+		return fmt.Errorf("%w: %w", c, err)
+	}
+	return err
+}
+
+// tx runs fn in a READ COMMITTED transaction and commits it.
+func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := m.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+var _ inventory.StockManager = (*Manager)(nil)
