@@ -259,8 +259,13 @@ func TestInFlight(t *testing.T) {
 func TestOrders(t *testing.T) {
 	ctx := context.Background()
 	p := newProbe(t)
-	_, ok := p.wrap(inventorytest.NewMemory(0)).(inventory.OrderManager)
+	// Memory has the order calls; a struct that embeds only its
+	// StockManager has not.
+	stockOnly := struct{ inventory.StockManager }{inventorytest.NewMemory(0)}
+	_, ok := p.wrap(stockOnly).(inventory.OrderManager)
 	assert.False(t, ok, "a manager without orders stays without")
+	_, ok = p.wrap(inventorytest.NewMemory(0)).(inventory.OrderManager)
+	assert.True(t, ok, "a manager with orders keeps them")
 
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
