@@ -29,10 +29,16 @@
 //
 //	inventory.client.operations          counter   {operation}  by operation, outcome, strategy
 //	inventory.client.operation.duration  histogram s            by operation, outcome, strategy
-//	inventory.client.active_operations   updown    {operation}  by operation, strategy: calls in flight
+//	inventory.client.active_operations   updown    {operation}  by operation, strategy: calls in flight (observable)
 //	inventory.client.units               counter   {unit}       by operation, direction, strategy
 //	inventory.client.held_units          counter   {unit}       by strategy
 //	inventory.client.released_holds      counter   {hold}       by strategy
+//
+// The duration of a call is its span's (end time minus start time) when
+// the span keeps its times, as the SDK's do; otherwise the wrapper reads
+// the clock. The calls in flight are counted in atomics and observed at
+// each collection (an asynchronous instrument), an operation from its
+// first call on.
 //
 // Outcomes are ok, insufficient (ErrInsufficientStock), duplicate,
 // contention (ErrContention, rate limits included), not_found, invalid,
@@ -392,7 +398,14 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 	c.span.End()
 	var d time.Duration
 	if c.timed != nil {
-		d = c.timed.EndTime().Sub(c.timed.StartTime())
+		// Defensive: a span that End did not end now (someone ended it
+		// before) has no end time of this call.
+		start := c.timed.StartTime()
+		if et := c.timed.EndTime(); et.After(start) {
+			d = et.Sub(start)
+		} else {
+			d = time.Since(start)
+		}
 	} else {
 		d = time.Since(c.t0)
 	}
