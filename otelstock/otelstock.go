@@ -29,10 +29,16 @@
 //
 //	inventory.client.operations          counter   {operation}  by operation, outcome, strategy
 //	inventory.client.operation.duration  histogram s            by operation, outcome, strategy
-//	inventory.client.active_operations   updown    {operation}  by operation, strategy: calls in flight
+//	inventory.client.active_operations   updown    {operation}  by operation, strategy: calls in flight (observable)
 //	inventory.client.units               counter   {unit}       by operation, direction, strategy
 //	inventory.client.held_units          counter   {unit}       by strategy
 //	inventory.client.released_holds      counter   {hold}       by strategy
+//
+// The duration of a call is its span's (end time minus start time) when
+// the span keeps its times, as the SDK's do; otherwise the wrapper reads
+// the clock. The calls in flight are counted in atomics and observed at
+// each collection (an asynchronous instrument), an operation from its
+// first call on.
 //
 // Outcomes are ok, insufficient (ErrInsufficientStock), duplicate,
 // contention (ErrContention, rate limits included), not_found, invalid,
@@ -68,6 +74,9 @@ package otelstock
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -177,17 +186,53 @@ type instruments struct {
 
 	calls    metric.Int64Counter
 	duration metric.Float64Histogram
-	active   metric.Int64UpDownCounter
+	active   metric.Int64ObservableUpDownCounter
 	units    metric.Int64Counter
 	held     metric.Int64Counter
 	released metric.Int64Counter
 
-	// Measurement options made once, so that a call allocates none.
-	byOutcome [numOps][]measure
-	byOp      [numOps][]metric.AddOption
-	moved     [numOps][]metric.AddOption
-	plain     []metric.AddOption
-	spanNames [numOps]string
+	// The calls in flight, observed by the active instrument's callback.
+	flight *flight
+
+	// Measurement options and span attributes made once, so that a call
+	// allocates none of them.
+	byOutcome  [numOps][]measure
+	moved      [numOps][]metric.AddOption
+	plain      []metric.AddOption
+	spanNames  [numOps]string
+	strategyKV attribute.KeyValue
+	outcomeKV  []attribute.KeyValue // by index in outcome.All
+}
+
+// flight counts the calls in flight by operation. The active instrument
+// is asynchronous: a call adds to an atomic counter (two SDK measurements
+// per call, with their attribute lookups and exemplars, cost a few hundred
+// ns more), and a collection observes the counters. An operation is
+// observed once it has been called, as a synchronous counter would report
+// it.
+type flight struct {
+	n    [numOps]atomic.Int64
+	seen [numOps]atomic.Bool
+}
+
+func (f *flight) add(o op, d int64) {
+	if d > 0 && !f.seen[o].Load() {
+		f.seen[o].Store(true)
+	}
+	f.n[o].Add(d)
+}
+
+// observe returns the callback reporting f on active, one point per
+// operation called so far.
+func (f *flight) observe(active metric.Int64ObservableUpDownCounter, byOp [numOps][]metric.ObserveOption) metric.Callback {
+	return func(_ context.Context, o metric.Observer) error {
+		for op := range numOps {
+			if f.seen[op].Load() {
+				o.ObserveInt64(active, f.n[op].Load(), byOp[op]...)
+			}
+		}
+		return nil
+	}
 }
 
 type measure struct {
@@ -246,7 +291,7 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 		metric.WithDescription("Duration of stock calls, by operation and outcome."),
 		metric.WithExplicitBucketBoundaries(DurationBuckets...))
 	mk(e)
-	in.active, e = meter.Int64UpDownCounter(MetricActiveOperations, metric.WithUnit("{operation}"),
+	in.active, e = meter.Int64ObservableUpDownCounter(MetricActiveOperations, metric.WithUnit("{operation}"),
 		metric.WithDescription("Stock calls in flight."))
 	mk(e)
 	in.units, e = meter.Int64Counter(MetricUnits, metric.WithUnit("{unit}"),
@@ -262,10 +307,15 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 		return nil, err
 	}
 	strategy := KeyStrategy.String(c.strategy)
+	in.strategyKV = strategy
+	for _, oc := range outcome.All {
+		in.outcomeKV = append(in.outcomeKV, KeyOutcome.String(oc))
+	}
+	var byOp [numOps][]metric.ObserveOption
 	for o := range numOps {
 		operation := KeyOperation.String(opNames[o])
 		in.spanNames[o] = "inventory " + opNames[o]
-		in.byOp[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(operation, strategy))}
+		byOp[o] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(operation, strategy))}
 		for _, oc := range outcome.All {
 			set := metric.WithAttributeSet(attribute.NewSet(operation, strategy, KeyOutcome.String(oc)))
 			in.byOutcome[o] = append(in.byOutcome[o], measure{add: []metric.AddOption{set}, record: []metric.RecordOption{set}})
@@ -282,15 +332,25 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 		}
 	}
 	in.plain = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(strategy))}
+	in.flight = new(flight)
+	reg, err := meter.RegisterCallback(in.flight.observe(in.active, byOp), in.active)
+	if err != nil {
+		return nil, fmt.Errorf("otelstock: %w", err)
+	}
+	// The callback holds the counters, not the wrapper: once the wrapper
+	// is unreachable, its callback is unregistered, so that wrapping often
+	// (per request, say) leaks nothing into the provider.
+	runtime.AddCleanup(in, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	return in, nil
 }
 
 // call is one call in progress, and what its span will say.
 type call struct {
-	in   *instruments
-	op   op
-	span trace.Span
-	t0   time.Time
+	in    *instruments
+	op    op
+	span  trace.Span
+	t0    time.Time // when the span keeps no times
+	timed timedSpan
 
 	sku       string
 	lines     []inventory.Line
@@ -304,20 +364,55 @@ type call struct {
 
 func (in *instruments) begin(ctx context.Context, o op) (context.Context, call) {
 	ctx, span := in.tracer.Start(ctx, in.spanNames[o], clientSpan...)
-	in.active.Add(ctx, 1, in.byOp[o]...)
-	return ctx, call{in: in, op: o, span: span, t0: time.Now()}
+	in.flight.add(o, 1)
+	c := call{in: in, op: o, span: span}
+	if ts, ok := span.(timedSpan); ok {
+		c.timed = ts
+	} else {
+		c.t0 = time.Now()
+	}
+	return ctx, c
 }
 
+// timedSpan is a span that keeps its start and end times (the SDK's): the
+// call's duration is the span's, without reading the clock twice more.
+type timedSpan interface {
+	StartTime() time.Time
+	EndTime() time.Time
+}
+
+// attrBufs are the buffers of the span attributes set at the end of a
+// call (the SDK copies them), so that a call allocates no buffer.
+var attrBufs = sync.Pool{New: func() any { return new([8]attribute.KeyValue) }}
+
 // end records the call's outcome; moved is the units it moved (or held)
-// if it took effect.
+// if it took effect. The span ends first, so that the metrics take its
+// duration; they are recorded in ctx, the span's, for exemplars.
 func (c *call) end(ctx context.Context, err error, moved int64) {
-	d := time.Since(c.t0)
 	in := c.in
 	oc := outcome.Of(err)
-	ms := in.byOutcome[c.op][outcomeIndex(oc)]
+	oi := outcomeIndex(oc)
+	if c.span.IsRecording() {
+		c.setAttributes(err, oc, oi)
+	}
+	c.span.End()
+	var d time.Duration
+	if c.timed != nil {
+		// Defensive: a span that End did not end now (someone ended it
+		// before) has no end time of this call.
+		start := c.timed.StartTime()
+		if et := c.timed.EndTime(); et.After(start) {
+			d = et.Sub(start)
+		} else {
+			d = time.Since(start)
+		}
+	} else {
+		d = time.Since(c.t0)
+	}
+	ms := in.byOutcome[c.op][oi]
 	in.calls.Add(ctx, 1, ms.add...)
 	in.duration.Record(ctx, d.Seconds(), ms.record...)
-	in.active.Add(ctx, -1, in.byOp[c.op]...)
+	in.flight.add(c.op, -1)
 	if err == nil && moved > 0 {
 		switch {
 		case in.moved[c.op] != nil:
@@ -326,42 +421,47 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 			in.held.Add(ctx, moved, in.plain...)
 		}
 	}
-	if c.span.IsRecording() {
-		// The operation is in the span's name; keyed only when true.
-		var buf [8]attribute.KeyValue
-		attrs := append(buf[:0], KeyStrategy.String(in.strategy), KeyOutcome.String(oc))
-		switch {
-		case c.sku != "":
-			attrs = append(attrs, KeySKU.String(c.sku))
-		case c.lines != nil:
-			skus := make([]string, len(c.lines))
-			for i, l := range c.lines {
-				skus[i] = l.SKU
-			}
-			attrs = append(attrs, KeySKUs.StringSlice(skus))
+}
+
+// setAttributes gives the span what it says of the call; oc is the
+// outcome, oi its index in outcome.All.
+func (c *call) setAttributes(err error, oc string, oi int) {
+	in := c.in
+	buf := attrBufs.Get().(*[8]attribute.KeyValue)
+	// The operation is in the span's name; keyed only when true.
+	attrs := append(buf[:0], in.strategyKV, in.outcomeKV[oi])
+	switch {
+	case c.sku != "":
+		attrs = append(attrs, KeySKU.String(c.sku))
+	case c.lines != nil:
+		skus := make([]string, len(c.lines))
+		for i, l := range c.lines {
+			skus[i] = l.SKU
 		}
-		if c.qty != 0 {
-			attrs = append(attrs, KeyQty.Int64(c.qty))
-		}
-		if c.keyed {
-			attrs = append(attrs, KeyKeyed.Bool(true))
-		}
-		if c.hasRemain && (oc == outcome.OK || oc == outcome.Insufficient || oc == outcome.Duplicate) {
-			attrs = append(attrs, KeyRemaining.Int64(c.remaining))
-		}
-		if c.hold != "" {
-			attrs = append(attrs, KeyHoldID.String(c.hold))
-		}
-		if c.op == opSweep {
-			attrs = append(attrs, KeyReleased.Int(c.released))
-		}
-		c.span.SetAttributes(attrs...)
-		if outcome.Failed(oc) {
-			c.span.RecordError(err)
-			c.span.SetStatus(codes.Error, err.Error())
-		}
+		attrs = append(attrs, KeySKUs.StringSlice(skus))
 	}
-	c.span.End()
+	if c.qty != 0 {
+		attrs = append(attrs, KeyQty.Int64(c.qty))
+	}
+	if c.keyed {
+		attrs = append(attrs, KeyKeyed.Bool(true))
+	}
+	if c.hasRemain && (oc == outcome.OK || oc == outcome.Insufficient || oc == outcome.Duplicate) {
+		attrs = append(attrs, KeyRemaining.Int64(c.remaining))
+	}
+	if c.hold != "" {
+		attrs = append(attrs, KeyHoldID.String(c.hold))
+	}
+	if c.op == opSweep {
+		attrs = append(attrs, KeyReleased.Int(c.released))
+	}
+	c.span.SetAttributes(attrs...)
+	clear(attrs) // hold no SKU in the pool
+	attrBufs.Put(buf)
+	if outcome.Failed(oc) {
+		c.span.RecordError(err)
+		c.span.SetStatus(codes.Error, err.Error())
+	}
 }
 
 var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}

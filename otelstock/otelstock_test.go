@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -256,11 +257,67 @@ func TestInFlight(t *testing.T) {
 	assert.EqualValues(t, 3, p.sum(otelstock.MetricUnits))
 }
 
+// The duration recorded is the span's, to the nanosecond.
+func TestDurationIsTheSpans(t *testing.T) {
+	p := newProbe(t)
+	m := p.wrap(inventorytest.NewMemory(0))
+	require.NoError(t, m.Init(context.Background(), "shoe", 5))
+	spans := p.spans.Ended()
+	require.Len(t, spans, 1)
+	d := spans[0].EndTime().Sub(spans[0].StartTime())
+	require.Positive(t, d)
+	count, sum := p.durations(op("init"))
+	assert.EqualValues(t, 1, count)
+	assert.InDelta(t, d.Seconds(), sum, 1e-9)
+}
+
+// A wrapper nobody holds any more stops reporting its calls in flight (its
+// callback is unregistered), so that wrapping often leaks nothing into the
+// provider; a wrapper still held goes on reporting.
+func TestInFlightCallbackReleased(t *testing.T) {
+	ctx := context.Background()
+	p := newProbe(t)
+	kept := p.wrap(inventorytest.NewMemory(0), otelstock.WithStrategy("kept"))
+	dropped := p.wrap(inventorytest.NewMemory(0), otelstock.WithStrategy("dropped"))
+	require.NoError(t, kept.Init(ctx, "x", 1))
+	require.NoError(t, dropped.Init(ctx, "x", 1))
+	points := func(strategy string) int {
+		n := 0
+		for _, sm := range p.collect().ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != otelstock.MetricActiveOperations {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					if matches(dp.Attributes, []attribute.KeyValue{otelstock.KeyStrategy.String(strategy)}) {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, points("dropped"), "init was called: one point, 0 in flight")
+	dropped = nil
+	assert.Eventually(t, func() bool {
+		runtime.GC()
+		return points("dropped") == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, points("kept"))
+	runtime.KeepAlive(kept)
+	_ = dropped
+}
+
 func TestOrders(t *testing.T) {
 	ctx := context.Background()
 	p := newProbe(t)
-	_, ok := p.wrap(inventorytest.NewMemory(0)).(inventory.OrderManager)
+	// Memory has the order calls; a struct that embeds only its
+	// StockManager has not.
+	stockOnly := struct{ inventory.StockManager }{inventorytest.NewMemory(0)}
+	_, ok := p.wrap(stockOnly).(inventory.OrderManager)
 	assert.False(t, ok, "a manager without orders stays without")
+	_, ok = p.wrap(inventorytest.NewMemory(0)).(inventory.OrderManager)
+	assert.True(t, ok, "a manager with orders keeps them")
 
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
