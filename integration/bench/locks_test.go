@@ -147,7 +147,9 @@ type naiveLock interface {
 // tries counts a polling baseline's lock tries and the failed ones.
 type tries struct{ n, failed atomic.Int64 }
 
-func (t *tries) failedPct() float64 { return 100 * float64(t.failed.Load()) / float64(max(t.n.Load(), 1)) }
+func (t *tries) failedPct() float64 {
+	return 100 * float64(t.failed.Load()) / float64(max(t.n.Load(), 1))
+}
 
 var tokenRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
