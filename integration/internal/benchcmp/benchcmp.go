@@ -335,8 +335,9 @@ func Main(m *testing.M, versions func() (map[string]string, error)) {
 			}
 		}
 		if len(list) == 0 {
-			fmt.Fprintln(os.Stderr, "benchcmp: no case ran; not writing", *flagOut)
-		} else if err := WriteReport(*flagOut, Report{Env: env, Results: list}); err != nil {
+			fmt.Fprintln(os.Stderr, "benchcmp: no case ran")
+		}
+		if err := WriteReport(*flagOut, Report{Env: env, Results: list}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = cmp.Or(code, 1)
 		}

@@ -152,8 +152,8 @@ func oneLine(s string) string {
 	return s
 }
 
-// Ratio formats a ratio with two significant digits, at least two decimals
-// below 1: 0.043, 0.43, 4.3, 43.
+// Ratio formats a ratio: three decimals below 0.1, two below 10, one
+// below 100, none above: 0.043, 0.43, 4.34, 43.4, 434.
 func Ratio(x float64) string {
 	switch {
 	case x == 0:
