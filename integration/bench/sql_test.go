@@ -216,13 +216,16 @@ func BenchmarkSQL(b *testing.B) {
 				}
 				for _, g := range r.gs {
 					var gu gaveUp
+					strategy, baseline := r.side(r.l, &gu), r.base(r.l, &gaveUp{})
+					strategy.Name += ", " + s.name
+					baseline.Name += ", " + s.name
 					benchcmp.Run(b, benchcmp.Case{
 						Group:      "SQL",
 						Name:       s.name + ", " + r.variant + ", " + r.l.name,
 						Layout:     r.l.String(),
 						Goroutines: g,
-						Strategy:   r.side(r.l, &gu),
-						Baseline:   r.base(r.l, &gaveUp{}),
+						Strategy:   strategy,
+						Baseline:   baseline,
 						Note:       gu.note,
 					})
 				}

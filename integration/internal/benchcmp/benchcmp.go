@@ -80,6 +80,11 @@ type Case struct {
 	// Note, if not nil, is called after the rounds for a short note the
 	// table prints beside the row (e.g. "0.1% of calls gave up").
 	Note func() string
+	// TurnScale, if above 1, makes each turn of this case (and its
+	// warm-up) TurnScale times the configured duration or op count: for
+	// slow cases (hundreds of ops/s, lock waits near a second) whose
+	// per-round ratio a short turn leaves noisy. The table notes it.
+	TurnScale int
 }
 
 // ID identifies c's row across runs: Group/Name/g=Goroutines.
@@ -190,6 +195,13 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 	if c.Goroutines < 1 || c.Strategy.Op == nil || c.Baseline.Op == nil {
 		return r, fmt.Errorf("benchcmp: case %s needs Goroutines >= 1 and both Ops", c.ID())
 	}
+	var notes []string
+	if c.TurnScale > 1 {
+		cfg.Round *= time.Duration(c.TurnScale)
+		cfg.Ops *= c.TurnScale
+		cfg.Warmup *= time.Duration(c.TurnScale)
+		notes = append(notes, fmt.Sprintf("turns %dx as long", c.TurnScale))
+	}
 	if cfg.Warmup > 0 {
 		for _, s := range []Side{c.Strategy, c.Baseline} {
 			if _, err := turn(ctx, s, c.Goroutines, Config{Round: cfg.Warmup}, 0); err != nil {
@@ -220,8 +232,11 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 	}
 	r.Median, r.Min, r.Max = Median(r.Ratios), slices.Min(r.Ratios), slices.Max(r.Ratios)
 	if c.Note != nil {
-		r.Note = c.Note()
+		if n := c.Note(); n != "" {
+			notes = append(notes, n)
+		}
 	}
+	r.Note = strings.Join(notes, "; ")
 	return r, nil
 }
 
@@ -323,7 +338,7 @@ func Main(m *testing.M, versions func() (map[string]string, error)) {
 		results.Lock()
 		list := slices.Clone(results.list)
 		results.Unlock()
-		slices.SortStableFunc(list, func(a, b Result) int { return cmp.Compare(groupRank(list, a.Group), groupRank(list, b.Group)) })
+		slices.SortStableFunc(list, func(a, b Result) int { return cmp.Compare(firstRun(list, a.Group), firstRun(list, b.Group)) })
 		env.End = time.Now().UTC()
 		env.Load1End = load1()
 		env.Config = FlagConfig()
@@ -348,8 +363,8 @@ func Main(m *testing.M, versions func() (map[string]string, error)) {
 	os.Exit(code)
 }
 
-// groupRank is the index of group's first result in list: groups keep the
+// firstRun is the index of group's first result in list: groups keep the
 // order in which they first ran.
-func groupRank(list []Result, group string) int {
+func firstRun(list []Result, group string) int {
 	return slices.IndexFunc(list, func(r Result) bool { return r.Group == group })
 }

@@ -72,6 +72,19 @@ func TestMeasureAlternatesAndCountsFixedOps(t *testing.T) {
 	assert.Equal(t, "g/n/g=8", r.ID())
 }
 
+func TestMeasureTurnScale(t *testing.T) {
+	var order []string
+	var mu sync.Mutex
+	s := &counting{name: "s", order: &order, mu: &mu}
+	base := &counting{name: "b", order: &order, mu: &mu}
+	r, err := Measure(context.Background(), Config{Rounds: 2, Ops: 10}, Case{Group: "g", Name: "n", Goroutines: 3,
+		Strategy: s.side(), Baseline: base.side(), TurnScale: 3, Note: func() string { return "x" }})
+	require.NoError(t, err)
+	assert.Equal(t, int64(60), s.calls.Load())
+	assert.Equal(t, int64(60), base.calls.Load())
+	assert.Equal(t, "turns 3x as long; x", r.Note)
+}
+
 func TestMeasureWarmsUpEachSide(t *testing.T) {
 	var order []string
 	var mu sync.Mutex
@@ -169,7 +182,7 @@ func TestTable(t *testing.T) {
 	run.Results[0].Note = "a note"
 	alone := Table(run, nil)
 	for _, want := range []string{"2026-12-01 17:00-17:09 UTC", "2 CPUs (nproc), AMD EPYC", "Go 1.26.8", "MariaDB 10.11.19, Redis 7.0.15",
-		"5 rounds", "**locks**", "| lib (a note) | naive | 1 hot | 64 | **2.00** | 1.80-2.20 | 2,000 | 1,000 |", "Not yet checked"} {
+		"5 rounds", "**locks**", "| lib | naive | 1 hot | 64 | **2.00** | 1.80-2.20 | 2,000 | 1,000 | a note |", "Not yet checked"} {
 		assert.Contains(t, alone, want)
 	}
 	assert.NotContains(t, alone, "unstable**")
@@ -181,6 +194,15 @@ func TestTable(t *testing.T) {
 	assert.Contains(t, checked, "| 3.00 (2.90-3.10) | **unstable** |")
 	assert.Contains(t, checked, "| not run | **unstable** |")
 	assert.Equal(t, 3, strings.Count(checked, "| lib"))
+
+	order := run
+	order.Results = []Result{result("l", 1, 1, 1), result("s", 1, 1, 1), result("o", 1, 1, 1), result("u", 1, 1, 1)}
+	order.Results[1].Group = "SQL"
+	order.Results[2].Group = "other"
+	order.Results[3].Group = "luascript"
+	ordered := Table(order, nil)
+	u, q, l, o := strings.Index(ordered, "**luascript**"), strings.Index(ordered, "**SQL**"), strings.Index(ordered, "**locks**"), strings.Index(ordered, "**other**")
+	assert.True(t, 0 < u && u < q && q < l && l < o, "groups in GroupOrder, then the others:\n%s", ordered)
 
 	failed := run
 	failed.Results = []Result{result("failed", 0, 0, 0)}

@@ -68,8 +68,10 @@ func Table(run Report, check *Report) string {
 	} else {
 		b.WriteString("\nNot yet checked against a second run (`make bench-check`).\n")
 	}
+	results := slices.Clone(run.Results)
+	slices.SortStableFunc(results, func(a, b Result) int { return groupRank(a.Group) - groupRank(b.Group) })
 	group := ""
-	for _, r := range run.Results {
+	for _, r := range results {
 		if r.Group != group {
 			group = r.Group
 			fmt.Fprintf(&b, "\n**%s**\n\n", group)
@@ -77,20 +79,16 @@ func Table(run Report, check *Report) string {
 			if check != nil {
 				b.WriteString(" second run | |")
 			}
-			b.WriteString("\n|---|---|---|---|---|---|---|---|")
+			b.WriteString(" notes |\n|---|---|---|---|---|---|---|---|")
 			if check != nil {
 				b.WriteString("---|---|")
 			}
-			b.WriteString("\n")
-		}
-		name := r.Strategy
-		if r.Note != "" {
-			name += " (" + r.Note + ")"
+			b.WriteString("---|\n")
 		}
 		if r.Err != "" {
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | failed: %s | | | |", name, r.Baseline, r.Layout, r.Goroutines, oneLine(r.Err))
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | failed: %s | | | |", r.Strategy, r.Baseline, r.Layout, r.Goroutines, oneLine(r.Err))
 		} else {
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | **%s** | %s-%s | %s | %s |", name, r.Baseline, r.Layout, r.Goroutines,
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | **%s** | %s-%s | %s | %s |", r.Strategy, r.Baseline, r.Layout, r.Goroutines,
 				Ratio(r.Median), Ratio(r.Min), Ratio(r.Max), Ops(r.StrategyMedian()), Ops(r.BaselineMedian()))
 		}
 		if check != nil {
@@ -108,9 +106,20 @@ func Table(run Report, check *Report) string {
 				fmt.Fprintf(&b, " %s (%s-%s) | %s |", Ratio(c.Median), Ratio(c.Min), Ratio(c.Max), mark)
 			}
 		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, " %s |\n", oneLine(r.Note))
 	}
 	return b.String()
+}
+
+// GroupOrder is the order in which Table prints the groups it knows;
+// other groups follow in the order they ran.
+var GroupOrder = []string{"luascript", "SQL", "locks"}
+
+func groupRank(g string) int {
+	if i := slices.Index(GroupOrder, g); i >= 0 {
+		return i
+	}
+	return len(GroupOrder)
 }
 
 func span(a, b time.Time) string {
@@ -146,8 +155,8 @@ func versions(e Env) string {
 
 func oneLine(s string) string {
 	s = strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "|", "/")
-	if len(s) > 120 {
-		s = s[:120] + "..."
+	if len(s) > 200 {
+		s = s[:200] + "..."
 	}
 	return s
 }
