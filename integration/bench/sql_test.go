@@ -152,7 +152,7 @@ func (n *naiveCAS) take(ctx context.Context, sku string) error {
 
 // BenchmarkSQL compares the SQL strategies with the bare conditional UPDATE
 // on each engine (MariaDB, PostgreSQL, SQLite):
-//   - optimistic as shipped, on one hot row (16 and 64 goroutines) and on
+//   - optimistic as shipped, on one hot row (16, 64 and 256 goroutines) and on
 //     64 spread rows;
 //   - optimistic.WithSingleStatement on spread rows, where there is nothing
 //     to combine;
@@ -192,7 +192,7 @@ func BenchmarkSQL(b *testing.B) {
 			}
 			bare := func(l layout, _ *gaveUp) benchcmp.Side { return s.bareUpdate(l) }
 			rows := []row{
-				{"optimistic", hot, []int{16, 64}, one(opt, "optimistic"), bare, nil},
+				{"optimistic", hot, goroutines, one(opt, "optimistic"), bare, nil},
 				{"optimistic", spread, []int{64}, one(opt, "optimistic"), bare, nil},
 				{"single statement", spread, []int{64}, one(single, "optimistic, WithSingleStatement"), bare, nil},
 				{"rowlock", hot, []int{64}, one(rl, "rowlock"), bare, nil},
