@@ -67,8 +67,8 @@ test: services overlay modules banned
 # min-max). Regenerate the table with `make bench bench-check` (about 25 min
 # on 2 cores). With a BENCH filter, bench writes partial.json and prints
 # the table of the rows it ran, leaving run.json and README alone.
-BENCH_ROUNDS ?= 5
-BENCH_ROUND ?= 1s
+BENCH_ROUNDS ?= 10
+BENCH_ROUND ?= 500ms
 BENCH_RESULTS := $(CURDIR)/integration/bench/results
 BENCHCMP = cd integration && $(GOTEST) -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./bench/ \
 	-args -benchcmp.rounds $(BENCH_ROUNDS) -benchcmp.round $(BENCH_ROUND)

@@ -82,6 +82,7 @@ func redisStore(b *testing.B, name string, c redis.UniversalClient) *store {
 
 // sqlStore is a sqlstore on fresh tables in db.
 func sqlStore(b *testing.B, name string, db *sqlx.DB) *store {
+	fillPool(b, db, sqlConns)
 	schema := sqltest.Schema(b, db)
 	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
@@ -476,6 +477,7 @@ func BenchmarkLocks(b *testing.B) {
 		for _, e := range sqltest.Engines[:2] {
 			// The locks on a pool of their own, as sqllock's doc advises.
 			locks := e.Open(b)
+			fillPool(b, locks, sqlConns)
 			adv := &advisory{db: locks}
 			lc := lockCase{strategy: "sqllock", st: sqlStore(b, engineNames[e.Name], e.Open(b)), l: hot, g: 16,
 				locker: func() lockmgr.Locker {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -24,7 +25,42 @@ import (
 // sqlConns is the pool size of the server engines in these comparisons,
 // shared by both sides: PostgreSQL allows 100 connections, and other test
 // runs may share the server.
-const sqlConns = 32
+const sqlConns = sqltest.Conns
+
+// fillPool opens n connections of db before any case runs, and keeps them
+// idle in the pool, so that no turn waits for a connection or fails to get
+// one while other clients crowd the server: it retries for up to a minute
+// while the server refuses ("too many clients").
+func fillPool(b *testing.B, db *sqlx.DB, n int) {
+	b.Helper()
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for len(conns) < n {
+		c, err := db.Conn(ctx)
+		if err == nil {
+			err = c.PingContext(ctx)
+		}
+		if err == nil {
+			conns = append(conns, c)
+			continue
+		}
+		if c != nil {
+			c.Close()
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("%d of %d connections open after a minute: %v", len(conns), n, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 // engineNames are sqltest.Engines' names as the table shows them.
 var engineNames = map[string]string{"mariadb": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}
@@ -44,8 +80,7 @@ type sqlBench struct {
 func openSQL(b *testing.B, e sqltest.Engine) *sqlBench {
 	db := e.Open(b)
 	if db.DriverName() != "sqlite" {
-		db.SetMaxOpenConns(sqlConns)
-		db.SetMaxIdleConns(sqlConns)
+		fillPool(b, db, sqlConns)
 	}
 	schema := sqltest.Schema(b, db)
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))

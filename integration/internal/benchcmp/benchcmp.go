@@ -18,8 +18,8 @@
 //
 // Flags (after -args on the go test command line):
 //
-//	-benchcmp.rounds N    rounds per case (default 5, at least 1)
-//	-benchcmp.round D     duration of each side's turn in a round (default 1s)
+//	-benchcmp.rounds N    rounds per case (default 10, at least 1)
+//	-benchcmp.round D     duration of each side's turn in a round (default 500ms)
 //	-benchcmp.ops N       fixed op count per turn instead of a duration (default 0: use -benchcmp.round)
 //	-benchcmp.warmup D    warm-up of each side before the rounds (default 200ms)
 //	-benchcmp.out FILE    write the results of the run to FILE as JSON
@@ -125,8 +125,8 @@ type Config struct {
 }
 
 var (
-	flagRounds = flag.Int("benchcmp.rounds", 5, "benchcmp: rounds per case")
-	flagRound  = flag.Duration("benchcmp.round", time.Second, "benchcmp: duration of each side's turn in a round")
+	flagRounds = flag.Int("benchcmp.rounds", 10, "benchcmp: rounds per case")
+	flagRound  = flag.Duration("benchcmp.round", 500*time.Millisecond, "benchcmp: duration of each side's turn in a round")
 	flagOps    = flag.Int("benchcmp.ops", 0, "benchcmp: fixed op count per turn (instead of -benchcmp.round)")
 	flagWarmup = flag.Duration("benchcmp.warmup", 200*time.Millisecond, "benchcmp: warm-up of each side before the rounds")
 	flagOut    = flag.String("benchcmp.out", "", "benchcmp: write the run's results to this JSON file")
