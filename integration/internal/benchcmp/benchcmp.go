@@ -225,9 +225,6 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 		}
 		r.StrategyOps = append(r.StrategyOps, ops[0])
 		r.BaselineOps = append(r.BaselineOps, ops[1])
-		if ops[1] <= 0 {
-			return r, fmt.Errorf("%s: round %d: the baseline completed no call", c.ID(), i+1)
-		}
 		r.Ratios = append(r.Ratios, ops[0]/ops[1])
 	}
 	r.Median, r.Min, r.Max = Median(r.Ratios), slices.Min(r.Ratios), slices.Max(r.Ratios)
@@ -240,11 +237,17 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 	return r, nil
 }
 
-// turn runs s from g goroutines for cfg.Ops calls, or for cfg.Round, and
-// returns its calls per second. With a duration, only the calls that end
-// within it count, divided by the duration; the calls still running when it
-// ends are waited for, untimed. seed varies the goroutines' random sources
-// from turn to turn; both sides of a round get the same ones.
+// MinCalls is the fewest calls a timed turn counts: a turn whose duration
+// is up before MinCalls calls have ended goes on until they have, so that
+// no ratio rests on a handful of calls (or divides by none).
+const MinCalls = 20
+
+// turn runs s from g goroutines for cfg.Ops calls, or for cfg.Round (and
+// at least MinCalls calls), and returns its calls per second. With a
+// duration, only the calls that end within the turn count, divided by its
+// length; the calls still running when it ends are waited for, untimed.
+// seed varies the goroutines' random sources from turn to turn; both sides
+// of a round get the same ones.
 func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64, error) {
 	if s.Reset != nil {
 		if err := s.Reset(ctx); err != nil {
@@ -252,7 +255,9 @@ func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64,
 		}
 	}
 	var (
-		stop     atomic.Bool
+		stop     atomic.Bool  // no goroutine starts another call
+		ended    atomic.Bool  // the timed turn is over: no call counts
+		length   atomic.Int64 // of the timed turn, once ended
 		next     atomic.Int64
 		done     atomic.Int64
 		firstErr error
@@ -264,9 +269,18 @@ func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64,
 		stop.Store(true)
 	}
 	start := time.Now()
-	deadline := start.Add(cfg.Round)
+	end := func() {
+		if ended.CompareAndSwap(false, true) {
+			length.Store(int64(time.Since(start)))
+			stop.Store(true)
+		}
+	}
 	if cfg.Ops == 0 {
-		t := time.AfterFunc(cfg.Round, func() { stop.Store(true) })
+		t := time.AfterFunc(cfg.Round, func() {
+			if done.Load() >= MinCalls {
+				end()
+			}
+		})
 		defer t.Stop()
 	}
 	for w := range g {
@@ -280,8 +294,13 @@ func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64,
 					fail(err)
 					return
 				}
-				if cfg.Ops > 0 || !time.Now().After(deadline) {
+				switch {
+				case cfg.Ops > 0:
 					done.Add(1)
+				case !ended.Load():
+					if done.Add(1) >= MinCalls && time.Since(start) >= cfg.Round {
+						end()
+					}
 				}
 			}
 		})
@@ -293,7 +312,7 @@ func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64,
 	if cfg.Ops > 0 {
 		return float64(done.Load()) / time.Since(start).Seconds(), nil
 	}
-	return float64(done.Load()) / cfg.Round.Seconds(), nil
+	return float64(done.Load()) / time.Duration(length.Load()).Seconds(), nil
 }
 
 // Median returns the median of xs (the mean of the two middle values for

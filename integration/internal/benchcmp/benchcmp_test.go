@@ -3,6 +3,7 @@ package benchcmp
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -110,6 +111,25 @@ func TestMeasureWithADurationStops(t *testing.T) {
 	assert.Positive(t, calls.Load())
 	for _, ops := range append(r.StrategyOps, r.BaselineOps...) {
 		assert.Positive(t, ops)
+	}
+}
+
+// A timed turn whose time is up before MinCalls calls have ended goes on
+// until they have, and counts them.
+func TestMeasureCountsAtLeastMinCalls(t *testing.T) {
+	var calls atomic.Int64
+	slow := func(context.Context, int, *rand.Rand) error {
+		calls.Add(1)
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	r, err := Measure(context.Background(), Config{Rounds: 1, Round: time.Millisecond},
+		Case{Group: "g", Name: "n", Goroutines: 1, Strategy: Side{Name: "s", Op: slow}, Baseline: Side{Name: "b", Op: slow}})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, calls.Load(), int64(2*MinCalls))
+	for _, ops := range append(r.StrategyOps, r.BaselineOps...) {
+		assert.Positive(t, ops)
+		assert.False(t, math.IsInf(ops, 0))
 	}
 }
 
