@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,8 +122,11 @@ func (s *sqlBench) bareUpdate(l layout) benchcmp.Side {
 }
 
 // gaveUp counts the calls that ended in ErrContention, which a caller
-// retries; the Op retries them too.
-type gaveUp struct{ calls, gave atomic.Int64 }
+// retries; the Op retries them too. extra, if set, adds to its note.
+type gaveUp struct {
+	calls, gave atomic.Int64
+	extra       func() string
+}
 
 func (g *gaveUp) take(ctx context.Context, reduce func(ctx context.Context) error) error {
 	g.calls.Add(1)
@@ -137,10 +141,14 @@ func (g *gaveUp) take(ctx context.Context, reduce func(ctx context.Context) erro
 
 // note says how many calls gave up, if any did.
 func (g *gaveUp) note() string {
+	var notes []string
 	if n := g.gave.Load(); n > 0 {
-		return fmt.Sprintf("%.2f%% of calls gave up with ErrContention and were retried", 100*float64(n)/float64(max(g.calls.Load(), 1)))
+		notes = append(notes, fmt.Sprintf("%.2f%% of calls gave up with ErrContention and were retried", 100*float64(n)/float64(max(g.calls.Load(), 1))))
 	}
-	return ""
+	if g.extra != nil {
+		notes = append(notes, g.extra())
+	}
+	return strings.Join(notes, "; ")
 }
 
 // managerSide is a StockManager taking one unit per call, ErrContention
@@ -232,8 +240,11 @@ func BenchmarkSQL(b *testing.B) {
 				{"single statement", spread, []int{64}, one(single, "optimistic, WithSingleStatement"), bare, nil},
 				{"rowlock", hot, []int{64}, one(rl, "rowlock"), bare, nil},
 				{"rowlock", spread, []int{64}, one(rl, "rowlock"), bare, nil},
-				{"naive CAS", hot, []int{64}, func(l layout, _ *gaveUp) benchcmp.Side {
+				{"naive CAS", hot, []int{64}, func(l layout, g *gaveUp) benchcmp.Side {
 					n := &naiveCAS{store: s.store}
+					g.extra = func() string {
+						return fmt.Sprintf("%.0f%% of its CAS writes lost", 100*float64(n.conflicts.Load())/float64(max(n.attempts.Load(), 1)))
+					}
 					skus := s.skus[l]
 					return benchcmp.Side{Name: "naive version CAS (reference)", Op: func(ctx context.Context, _ int, rng *rand.Rand) error {
 						return n.take(ctx, pick(rng, skus))
