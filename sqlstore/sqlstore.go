@@ -38,9 +38,11 @@ import (
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
-// Schema names the stock table, its columns and the ledger table. Zero
-// fields take the defaults: table "stock" with columns "sku", "stock" and
-// "version", and ledger "stock_ledger". Each name must be a plain
+// Schema names the stock table, its columns, the ledger table and the
+// holds table. Zero fields take the defaults: table "stock" with columns
+// "sku", "stock" and "version", ledger "stock_ledger", and holds the stock
+// table's name (its first 57 bytes) followed by "_holds": "stock_holds".
+// Each name must be a plain
 // identifier: a letter or underscore, then letters, digits or underscores,
 // at most 63 bytes. Names are quoted in SQL: reserved words are fine, and
 // on PostgreSQL names are case-sensitive.
@@ -50,6 +52,7 @@ type Schema struct {
 	Stock   string // stock column, a 64-bit integer
 	Version string // version column, a 64-bit integer
 	Ledger  string // idempotency ledger table
+	Holds   string // holds table (orders: Reserve, Confirm, Cancel)
 }
 
 // Store keeps stock and idempotency keys in SQL. It is safe for concurrent

@@ -13,6 +13,10 @@ func (t *Tables) Statements() []Statement {
 		{"init", q.init}, {"set", q.set}, {"move", q.move},
 		{"seen", q.seen}, {"peek", q.peek}, {"record", q.record}, {"renew", q.renew}, {"prune", q.prune},
 		{"keys", expand(t.Engine, q.keys, 2)}, {"insert", expand(t.Engine, q.insert, 2)},
+		{"readHolds", expand(t.Engine, q.readHolds, 2)}, {"lockHolds", q.lockHolds}, {"expired", q.expired},
+		{"release", expand(t.Engine, q.release, 2)}, {"reserve", expand(t.Engine, q.reserve, 2)},
+		{"lines", q.lines}, {"lockLines", q.lockLines}, {"confirm", q.confirm}, {"end", q.end},
+		{"forget", q.forget}, {"held", q.held}, {"due", q.due}, {"pruneHolds", q.pruneHolds},
 	}
 	for _, c := range q.create {
 		ss = append(ss, Statement{"create", c})

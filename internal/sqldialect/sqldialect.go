@@ -60,10 +60,10 @@ func EngineOf(driverName string) (Engine, error) {
 		inventory.ErrInvalidArgument, driverName)
 }
 
-// Schema names the stock table, its columns and the idempotency ledger.
-// Zero fields take the defaults below.
+// Schema names the stock table, its columns, the idempotency ledger and
+// the holds table. Zero fields take the defaults below.
 type Schema struct {
-	Table, SKU, Stock, Version, Ledger string
+	Table, SKU, Stock, Version, Ledger, Holds string
 }
 
 // Default names.
@@ -73,6 +73,11 @@ const (
 	DefaultStock   = "stock"
 	DefaultVersion = "version"
 	DefaultLedger  = "stock_ledger"
+
+	// HoldsSuffix names the default holds table: the stock table's name
+	// (its first 57 bytes) and this suffix, "stock_holds" for the default
+	// table.
+	HoldsSuffix = "_holds"
 )
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -89,6 +94,7 @@ func (s Schema) WithDefaults() Schema {
 	def(&s.Stock, DefaultStock)
 	def(&s.Version, DefaultVersion)
 	def(&s.Ledger, DefaultLedger)
+	def(&s.Holds, s.Table[:min(len(s.Table), 63-len(HoldsSuffix))]+HoldsSuffix)
 	return s
 }
 
@@ -97,15 +103,15 @@ func (s Schema) WithDefaults() Schema {
 func (s Schema) validate() error {
 	for _, f := range []struct{ what, v string }{
 		{"table", s.Table}, {"sku column", s.SKU}, {"stock column", s.Stock},
-		{"version column", s.Version}, {"ledger table", s.Ledger},
+		{"version column", s.Version}, {"ledger table", s.Ledger}, {"holds table", s.Holds},
 	} {
 		if !identRE.MatchString(f.v) {
 			return fmt.Errorf("%w: %s name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)",
 				inventory.ErrInvalidArgument, f.what, f.v)
 		}
 	}
-	if s.Table == s.Ledger {
-		return fmt.Errorf("%w: table and ledger are both %q", inventory.ErrInvalidArgument, s.Table)
+	if s.Table == s.Ledger || s.Table == s.Holds || s.Ledger == s.Holds {
+		return fmt.Errorf("%w: table %q, ledger %q and holds %q must differ", inventory.ErrInvalidArgument, s.Table, s.Ledger, s.Holds)
 	}
 	if s.SKU == s.Stock || s.SKU == s.Version || s.Stock == s.Version {
 		return fmt.Errorf("%w: sku, stock and version columns must differ", inventory.ErrInvalidArgument)
@@ -137,22 +143,38 @@ type Tables struct {
 // text/template text over [names]; [build] renders it into the same struct.
 // keys and insert hold one {{rows "..."}}, the list of n rows of a batch,
 // which [expand] writes out per call; record is insert with one row.
+//
+// The holds statements (see holds.go) follow the same rules; readHolds,
+// release and reserve are batch statements.
 type statements struct {
 	quote string // identifier quote
+	now   string // the database's clock, in Unix microseconds (see [names])
 
 	get, read, lock, lockTimeout, init, set, move string
 	seen, peek, record, renew, prune              string
 	keys, insert                                  string
-	create                                        []string
+
+	lockHolds, expired, lines, lockLines, confirm, end, forget string
+	held, due, pruneHolds                                      string
+	readHolds, release, reserve                                string
+	readHolds1                                                 string // readHolds with one row
+
+	create []string
 }
 
 // names is what a statement's template may use: the schema's identifiers,
-// validated and quoted, and the lock wait in the units the engines take.
+// validated and quoted, the lock wait in the units the engines take, and
+// the engine's clock.
 type names struct {
 	Table, SKU, Stock, Version, Ledger string
 	Index                              string // the ledger's expires_at index
 	WaitSeconds                        int64  // MariaDB's FOR UPDATE WAIT n: LockWait rounded up; 0 for none
 	LockTimeoutMillis                  int64  // PostgreSQL's lock_timeout; 0 for none
+
+	Holds                          string // the holds table
+	BySKU, Due, Ended              string // its indexes
+	Now                            string // the database's clock as Unix microseconds: an expression
+	MaxRelease                     int    // expired holds one call of a SKU releases at most
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.
@@ -188,6 +210,10 @@ func build(eng Engine, cfg Config) statements {
 	n := names{
 		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
 		Index: quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at"), // within 63 bytes
+		Holds: quote(s.Holds), Now: text.now, MaxRelease: MaxRelease,
+		BySKU: quote(s.Holds[:min(len(s.Holds), 56)] + "_by_sku"),
+		Due:   quote(s.Holds[:min(len(s.Holds), 59)] + "_due"),
+		Ended: quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
 	}
 	if cfg.LockWait > 0 {
 		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
@@ -203,15 +229,20 @@ func build(eng Engine, cfg Config) statements {
 		}
 		return dedent(b.String())
 	}
-	q := statements{quote: text.quote, keys: render(text.keys), insert: render(text.insert)}
+	q := statements{quote: text.quote, now: text.now, keys: render(text.keys), insert: render(text.insert),
+		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
 	for _, f := range []struct{ dst, src *string }{
 		{&q.get, &text.get}, {&q.read, &text.read}, {&q.lock, &text.lock}, {&q.lockTimeout, &text.lockTimeout},
 		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move},
 		{&q.seen, &text.seen}, {&q.peek, &text.peek}, {&q.renew, &text.renew}, {&q.prune, &text.prune},
+		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
+		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
+		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}
 	q.record = expand(eng, q.insert, 1)
+	q.readHolds1 = expand(eng, q.readHolds, 1)
 	for _, c := range text.create {
 		q.create = append(q.create, render(c))
 	}
@@ -293,7 +324,12 @@ func (t *Tables) CreateTables(ctx context.Context) error {
 // Init sets the stock of sku to qty, creating the row if absent, and moves
 // its version on so that a compare-and-set that read before it fails.
 func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
-	if _, err := t.DB.ExecContext(ctx, t.q.init, sku, qty); err != nil {
+	return t.InitOn(ctx, t.DB, sku, qty)
+}
+
+// InitOn is Init through e, a caller's transaction.
+func (t *Tables) InitOn(ctx context.Context, e sqlx.ExecerContext, sku string, qty int64) error {
+	if _, err := e.ExecContext(ctx, t.q.init, sku, qty); err != nil {
 		return t.Err(ctx, "init", err)
 	}
 	return nil
@@ -301,8 +337,13 @@ func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns the stock of sku.
 func (t *Tables) Get(ctx context.Context, sku string) (int64, error) {
+	return t.GetOn(ctx, t.DB, sku)
+}
+
+// GetOn is Get through q, a caller's transaction.
+func (t *Tables) GetOn(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
 	var n int64
-	err := t.DB.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
+	err := q.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, t.NotFound(sku)
 	}
@@ -360,8 +401,10 @@ func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, vers
 }
 
 // Move adds delta to sku's stock in one conditional UPDATE, if the stock is
-// within lo..hi, and returns the new stock. ok=false means no row matched:
-// sku is unknown or its stock is outside lo..hi; nothing changed.
+// within lo..hi and the SKU has no hold past its TTL to release first, and
+// returns the new stock. ok=false means no row matched: sku is unknown, its
+// stock is outside lo..hi or it has expired holds (see [Tables.ReadHolds]);
+// nothing changed.
 func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
 	if t.Engine != MySQL {
 		err = e.QueryRowxContext(ctx, t.q.move, delta, sku, lo, hi).Scan(&remaining)
@@ -400,18 +443,20 @@ func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, di
 	return remaining, true, nil
 }
 
-// Peek reads in one statement the stock of sku and, when key is not
-// empty, the remaining value recorded for an unexpired (sku, dir, key).
-func (t *Tables) Peek(ctx context.Context, sku string, dir inventory.Direction, key string) (stock, remaining int64, found bool, err error) {
+// Peek reads in one statement the stock of sku, the units of its holds
+// past their TTL and not yet released (which a move would release first)
+// and, when key is not empty, the remaining value recorded for an
+// unexpired (sku, dir, key), through q.
+func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
 	var rem sql.NullInt64
-	err = t.DB.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem)
+	err = q.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem, &expired)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, false, t.NotFound(sku)
+		return 0, 0, 0, false, t.NotFound(sku)
 	}
 	if err != nil {
-		return 0, 0, false, t.Err(ctx, "read", err)
+		return 0, 0, 0, false, t.Err(ctx, "read", err)
 	}
-	return stock, rem.Int64, rem.Valid, nil
+	return stock, expired, rem.Int64, rem.Valid, nil
 }
 
 // Record writes (sku, dir, key) -> remaining into the ledger through e,

@@ -62,15 +62,17 @@ func Run(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
 func Schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	t.Helper()
 	p := testenv.Prefix()
-	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
+	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p}
 	st, err := sqlstore.New(db, sqlstore.WithSchema(s))
 	require.NoError(t, err)
 	require.NoError(t, st.CreateTables(context.Background()))
-	Drop(t, db, s.Table, s.Ledger)
+	Drop(t, db, s.Table, s.Ledger, s.Holds)
 	return s
 }
 
-// Drop drops the tables at the end of t.
+// Drop drops the tables at the end of t, and with each the holds table
+// that a schema naming it as its stock table gets by default (its name
+// followed by "_holds"), if there is one.
 func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	q := `"`
 	if db.DriverName() == "mysql" {
@@ -79,6 +81,9 @@ func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	t.Cleanup(func() {
 		for _, tb := range tables {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + tb + q)
+			if holds := tb[:min(len(tb), 57)] + "_holds"; len(tb) > 0 {
+				_, _ = db.Exec("DROP TABLE IF EXISTS " + q + holds + q)
+			}
 		}
 	})
 }
