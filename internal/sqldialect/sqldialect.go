@@ -171,10 +171,10 @@ type names struct {
 	WaitSeconds                        int64  // MariaDB's FOR UPDATE WAIT n: LockWait rounded up; 0 for none
 	LockTimeoutMillis                  int64  // PostgreSQL's lock_timeout; 0 for none
 
-	Holds                          string // the holds table
-	BySKU, Due, Ended              string // its indexes
-	Now                            string // the database's clock as Unix microseconds: an expression
-	MaxRelease                     int    // expired holds one call of a SKU releases at most
+	Holds             string // the holds table
+	BySKU, Due, Ended string // its indexes
+	Now               string // the database's clock as Unix microseconds: an expression
+	MaxRelease        int    // expired holds one call of a SKU releases at most
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.

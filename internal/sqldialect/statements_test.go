@@ -133,15 +133,15 @@ func TestStatements(t *testing.T) {
 				require.EqualValues(t, 2, rem)
 			}},
 			{"peek", func(t *testing.T) {
-				stock, rem, found, err := tb.Peek(ctx, sku, reduce, "k1")
+				stock, expired, rem, found, err := tb.Peek(ctx, db, sku, reduce, "k1")
 				require.NoError(t, err)
-				require.Equal(t, [2]int64{4, 4}, [2]int64{stock, rem})
+				require.Equal(t, [3]int64{4, 0, 4}, [3]int64{stock, expired, rem})
 				require.True(t, found)
-				stock, _, found, err = tb.Peek(ctx, sku, reduce, "")
+				stock, _, _, found, err = tb.Peek(ctx, db, sku, reduce, "")
 				require.NoError(t, err)
 				require.EqualValues(t, 4, stock)
 				require.False(t, found)
-				_, _, _, err = tb.Peek(ctx, unknown, reduce, "k1")
+				_, _, _, _, err = tb.Peek(ctx, db, unknown, reduce, "k1")
 				require.ErrorIs(t, err, inventory.ErrNotFound)
 			}},
 			{"insert", func(t *testing.T) {
@@ -173,6 +173,131 @@ func TestStatements(t *testing.T) {
 				es, err := tb.Entries(ctx, db, sku, []string{"k1", "k4"})
 				require.NoError(t, err)
 				require.Len(t, es, 1)
+			}},
+			{"readHolds", func(t *testing.T) {
+				rs, err := tb.ReadHolds(ctx, db, []string{sku, unknown})
+				require.NoError(t, err)
+				require.Equal(t, map[string]sqldialect.Row{sku: {Stock: 4, Version: 4}}, rs)
+			}},
+			{"reserve", func(t *testing.T) {
+				ok, err := tb.Reserve(ctx, db, "h1", []inventory.Line{{SKU: sku, Qty: 1}}, time.Hour)
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.Reserve(ctx, db, "h1", []inventory.Line{{SKU: sku, Qty: 1}}, time.Hour)
+				require.NoError(t, err)
+				require.False(t, ok, "h1 exists")
+				ok, err = tb.Reserve(ctx, db, "h2", []inventory.Line{{SKU: sku, Qty: 2}, {SKU: unknown, Qty: 1}}, time.Millisecond)
+				require.NoError(t, err)
+				require.True(t, ok, "two lines")
+			}},
+			{"lines", func(t *testing.T) {
+				ls, now, err := tb.Lines(ctx, db, "h1", false)
+				require.NoError(t, err)
+				require.Len(t, ls, 1)
+				l := ls[0]
+				require.Equal(t, inventory.Line{SKU: sku, Qty: 1}, l.Line)
+				require.Equal(t, sqldialect.Held, l.State)
+				require.False(t, l.Ended.Valid)
+				require.InDelta(t, time.Hour.Microseconds(), l.Expires-now, float64(time.Minute.Microseconds()),
+					"expires an hour from the database's now")
+				require.InDelta(t, time.Now().UnixMicro(), now, float64(time.Minute.Microseconds()), "now is Unix µs")
+				ls, _, err = tb.Lines(ctx, db, "h2", false)
+				require.NoError(t, err)
+				require.Len(t, ls, 2)
+				require.Less(t, ls[0].SKU, ls[1].SKU, "by SKU")
+			}},
+			{"lockLines", func(t *testing.T) {
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					ls, _, err := tb.Lines(ctx, tx, "h1", true)
+					require.Len(t, ls, 1)
+					return err
+				}))
+			}},
+			{"held", func(t *testing.T) {
+				n, err := tb.Held(ctx, db, sku)
+				require.NoError(t, err)
+				require.EqualValues(t, 3, n, "h1 and h2, expired or not")
+				_, err = tb.Held(ctx, db, unknown)
+				require.ErrorIs(t, err, inventory.ErrNotFound, "no stock row")
+			}},
+			{"lockHolds", func(t *testing.T) {
+				time.Sleep(5 * time.Millisecond) // h2 expires
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					r, err := tb.LockHolds(ctx, tx, sku)
+					require.Equal(t, sqldialect.Row{Stock: 4, Version: 4, Expired: true}, r)
+					return err
+				}))
+				err := tb.Tx(ctx, func(tx *sqlx.Tx) error { _, err := tb.LockHolds(ctx, tx, unknown); return err })
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+				_, ok, err := tb.Move(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "move refuses a SKU with expired holds")
+				stock, expired, _, _, err := tb.Peek(ctx, db, sku, reduce, "")
+				require.NoError(t, err)
+				require.Equal(t, [2]int64{4, 2}, [2]int64{stock, expired}, "peek sums the expired holds")
+			}},
+			{"expired", func(t *testing.T) {
+				refs, units, err := tb.Expired(ctx, db, sku)
+				require.NoError(t, err)
+				require.Equal(t, []sqldialect.Ref{{ID: "h2", Qty: 2}}, refs)
+				require.EqualValues(t, 2, units)
+			}},
+			{"due", func(t *testing.T) {
+				ids, err := tb.Due(ctx, db, 10)
+				require.NoError(t, err)
+				require.Equal(t, []string{"h2"}, ids)
+			}},
+			{"release", func(t *testing.T) {
+				ok, err := tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				require.NoError(t, err)
+				require.False(t, ok, "h2 is no longer held")
+				ls, _, err := tb.Lines(ctx, db, "h2", false)
+				require.NoError(t, err)
+				states := map[string]string{}
+				for _, l := range ls {
+					states[l.SKU] = l.State
+				}
+				require.Equal(t, map[string]string{sku: sqldialect.Expired, unknown: sqldialect.Held}, states,
+					"the line of the other SKU stays held")
+			}},
+			{"confirm", func(t *testing.T) {
+				n, err := tb.ConfirmHold(ctx, db, "h1")
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+				n, err = tb.ConfirmHold(ctx, db, "h1")
+				require.NoError(t, err)
+				require.Zero(t, n, "no longer held")
+				n, err = tb.ConfirmHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.Zero(t, n, "expired")
+			}},
+			{"end", func(t *testing.T) {
+				n, err := tb.EndHold(ctx, db, "h2", sqldialect.Expired)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "the line still held")
+				n, err = tb.EndHold(ctx, db, "h2", sqldialect.Cancelled)
+				require.NoError(t, err)
+				require.Zero(t, n)
+			}},
+			{"forget", func(t *testing.T) {
+				n, err := tb.ForgetHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.Zero(t, n, "ended less than an hour ago")
+				time.Sleep(5 * time.Millisecond)
+				n, err = short.ForgetHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.EqualValues(t, 2, n)
+			}},
+			{"pruneHolds", func(t *testing.T) {
+				n, err := tb.PruneHolds(ctx)
+				require.NoError(t, err)
+				require.Zero(t, n)
+				n, err = short.PruneHolds(ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "h1, confirmed")
 			}},
 		}
 

@@ -4,6 +4,7 @@ package sqltest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
@@ -68,6 +69,17 @@ func Schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	require.NoError(t, st.CreateTables(context.Background()))
 	Drop(t, db, s.Table, s.Ledger, s.Holds)
 	return s
+}
+
+// Harness returns the schema for a manager of the inventorytest suite's
+// subtest t: shared, or, for the order subtests ("/Orders/" in t's name),
+// tables of t's own, since the suite's hold ids and Sweep are not kept
+// apart by SKU.
+func Harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema {
+	if strings.Contains(t.Name(), "/Orders/") {
+		return Schema(t, db)
+	}
+	return shared
 }
 
 // Drop drops the tables at the end of t, and with each the holds table
