@@ -67,4 +67,3 @@ func TestInTxLockUntilCommit(t *testing.T) {
 		require.EqualValues(t, 8, rem, "after the caller's commit")
 	})
 }
-
