@@ -69,7 +69,9 @@ func bucket(id string) int {
 }
 
 // bucketBase is the prefix and hash tag of bucket b's keys.
-func (s *Store) bucketBase(b int) string { return s.prefix + "{o" + strconv.FormatInt(int64(b), 16) + "}" }
+func (s *Store) bucketBase(b int) string {
+	return s.prefix + "{o" + strconv.FormatInt(int64(b), 16) + "}"
+}
 
 // orderKeys returns the record key of order id and its bucket's index.
 func (s *Store) orderKeys(id string) []string {
