@@ -157,7 +157,8 @@ type Manager struct {
 	locker      Locker
 	store       Store
 	maxAttempts int
-	name        string // prefixes the errors of the order calls, as the front's
+	name        string        // prefixes the errors of the order calls, as the front's
+	abandon     time.Duration // see WithAbandonGrace
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }
@@ -167,6 +168,7 @@ var _ inventory.StockManager = (*Manager)(nil)
 type config struct {
 	name        string
 	maxAttempts int
+	abandon     time.Duration
 }
 
 // Option configures a Manager. A nil Option is ignored.
@@ -189,13 +191,13 @@ func WithName(name string) Option {
 
 // New returns a Manager that locks with l and keeps stock in s.
 func New(l Locker, s Store, opts ...Option) *Manager {
-	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts}
+	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, name: c.name}
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, name: c.name, abandon: c.abandon}
 	m.f = front.New(c.name, (*backend)(m))
 	return m
 }

@@ -38,7 +38,8 @@ import (
 //
 // A crash midway leaves an incomplete order and some held lines: the
 // units are out of the available stock (never sold twice, never lost) and
-// come back once the order's TTL plus [AbandonGrace] has passed, through
+// come back once the order's TTL plus the abandon grace ([AbandonGrace]
+// unless configured) has passed, through
 // Sweep or through the lazy release below. The final effect of the Reserve
 // is then none.
 //
@@ -50,10 +51,19 @@ import (
 // up to [SweepLimit] orders per call.
 
 // AbandonGrace is how long after its TTL an incomplete order (a Reserve
-// that crashed midway, or is still running) is given up: its held lines
-// are then given back. A Reserve that takes longer than half of it to hold
-// its lines gives up with inventory.ErrContention.
+// that crashed midway, or is still running) is given up, unless
+// configured otherwise ([WithAbandonGrace]): its held lines are then given
+// back. A Reserve that takes longer than half of it to hold its lines
+// gives up with inventory.ErrContention.
 const AbandonGrace = time.Minute
+
+// WithAbandonGrace sets how long after its TTL an incomplete order is
+// given up (see [AbandonGrace], the default). Every Manager on one store
+// should use the same. New has no error to return, so it treats values
+// below 2ms as 2ms.
+func WithAbandonGrace(d time.Duration) Option {
+	return func(c *config) { c.abandon = max(d, 2*time.Millisecond) }
+}
 
 // SweepLimit bounds the orders one Sweep looks at, so that one call's work
 // stays bounded; a Sweep that released that many returns, and the next
@@ -175,7 +185,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, m.returnAll(ctx, hs, lines))
 	}
 	id := kindReturnKey + o.Key
-	if _, err := hs.CreateOrder(ctx, id, lines, linesTTL, AbandonGrace); errors.Is(err, inventory.ErrDuplicate) {
+	if _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); errors.Is(err, inventory.ErrDuplicate) {
 		return m.fail(op, m.repeat(ctx, hs, id, o.Key))
 	} else if err != nil {
 		return m.fail(op, err)
@@ -273,12 +283,12 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 // reserve records the order id and holds each line under it, giving back
 // what it took when a line is refused.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
-	o, err := hs.CreateOrder(ctx, id, lines, ttl, AbandonGrace)
+	o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
 	if err != nil {
 		return err
 	}
 	// The lines must be held well before the order is abandoned.
-	hctx, cancel := context.WithTimeout(ctx, AbandonGrace/2)
+	hctx, cancel := context.WithTimeout(ctx, m.abandon/2)
 	defer cancel()
 	for i, l := range lines {
 		err := m.holdLine(hctx, hs, l, id, o.Expires)
@@ -286,7 +296,7 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 			continue
 		}
 		if ctx.Err() == nil && hctx.Err() != nil {
-			err = fmt.Errorf("%w: holding the lines took over %v", inventory.ErrContention, AbandonGrace/2)
+			err = fmt.Errorf("%w: holding the lines took over %v", inventory.ErrContention, m.abandon/2)
 		}
 		taken := lines[:i]
 		var short *inventory.InsufficientError
