@@ -77,7 +77,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 				return err
 			}
 		}
-		err := o.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, &shot{lockCtx: lockCtx}, tx) })
+		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, &shot{lockCtx: lockCtx}, tx) })
 		if errors.Is(err, errConflict) {
 			return fmt.Errorf("%s: %s: %w: another writer moved a row it read; roll back and retry the transaction",
 				o.T.Pkg(), op, inventory.ErrContention)
@@ -138,25 +138,6 @@ func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, 
 		return fmt.Errorf("%s: %w: no lock within %v: %w", o.T.Pkg(), inventory.ErrContention, o.LockWait, err)
 	}
 	return err
-}
-
-// savepoint runs fn inside the caller's transaction tx, between SAVEPOINT
-// and RELEASE; when fn fails it rolls back to the savepoint, so that a call
-// that returns an error leaves the caller's transaction as it found it.
-func (o *Orders) savepoint(ctx context.Context, tx *sqlx.Tx, op string, fn func(tx *sqlx.Tx) error) error {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT inventory_call"); err != nil {
-		return o.T.Err(ctx, op+": savepoint", err)
-	}
-	if err := fn(tx); err != nil {
-		// After a deadlock MySQL has rolled the whole transaction back and
-		// the savepoint is gone; the error says to retry the transaction.
-		_, _ = tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT inventory_call")
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT inventory_call"); err != nil {
-		return o.T.Err(ctx, op+": release savepoint", err)
-	}
-	return nil
 }
 
 // row is one SKU of a call as the call found it, with the expired lines it

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"text/template"
@@ -63,7 +64,7 @@ func EngineOf(driverName string) (Engine, error) {
 // Schema names the stock table, its columns, the idempotency ledger and
 // the holds table. Zero fields take the defaults below.
 type Schema struct {
-	Table, SKU, Stock, Version, Ledger, Holds string
+	Table, SKU, Stock, Version, Ledger, Holds, Orders string
 }
 
 // Default names.
@@ -78,6 +79,10 @@ const (
 	// (its first 57 bytes) and this suffix, "stock_holds" for the default
 	// table.
 	HoldsSuffix = "_holds"
+
+	// OrdersSuffix names the default orders table (the lock strategies'
+	// order records, see sqlstore) in the same way: "stock_orders".
+	OrdersSuffix = "_orders"
 )
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -95,6 +100,7 @@ func (s Schema) WithDefaults() Schema {
 	def(&s.Version, DefaultVersion)
 	def(&s.Ledger, DefaultLedger)
 	def(&s.Holds, s.Table[:min(len(s.Table), 63-len(HoldsSuffix))]+HoldsSuffix)
+	def(&s.Orders, s.Table[:min(len(s.Table), 63-len(OrdersSuffix))]+OrdersSuffix)
 	return s
 }
 
@@ -104,14 +110,16 @@ func (s Schema) validate() error {
 	for _, f := range []struct{ what, v string }{
 		{"table", s.Table}, {"sku column", s.SKU}, {"stock column", s.Stock},
 		{"version column", s.Version}, {"ledger table", s.Ledger}, {"holds table", s.Holds},
+		{"orders table", s.Orders},
 	} {
 		if !identRE.MatchString(f.v) {
 			return fmt.Errorf("%w: %s name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)",
 				inventory.ErrInvalidArgument, f.what, f.v)
 		}
 	}
-	if s.Table == s.Ledger || s.Table == s.Holds || s.Ledger == s.Holds {
-		return fmt.Errorf("%w: table %q, ledger %q and holds %q must differ", inventory.ErrInvalidArgument, s.Table, s.Ledger, s.Holds)
+	if names := []string{s.Table, s.Ledger, s.Holds, s.Orders}; len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+		return fmt.Errorf("%w: table %q, ledger %q, holds %q and orders %q must differ",
+			inventory.ErrInvalidArgument, s.Table, s.Ledger, s.Holds, s.Orders)
 	}
 	if s.SKU == s.Stock || s.SKU == s.Version || s.Stock == s.Version {
 		return fmt.Errorf("%w: sku, stock and version columns must differ", inventory.ErrInvalidArgument)
@@ -159,6 +167,11 @@ type statements struct {
 	readHolds, release, reserve                                string
 	readHolds1                                                 string // readHolds with one row
 
+	// the lock strategies' holds (sqlstore, lockmgr.HoldStore)
+	holdsOf, holdLine, lockLine, dropLine, give                     string
+	createOrder, order, lockOrder, setOrder, dropOrder, forgetOrder string
+	dueOrders, pruneOrders                                          string
+
 	create []string
 }
 
@@ -173,6 +186,7 @@ type names struct {
 
 	Holds             string // the holds table
 	BySKU, Due, Ended string // its indexes
+	Orders, OrdersDue string // the orders table and its index
 	Now               string // the database's clock as Unix microseconds: an expression
 	MaxRelease        int    // expired holds one call of a SKU releases at most
 }
@@ -211,9 +225,10 @@ func build(eng Engine, cfg Config) statements {
 		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
 		Index: quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at"), // within 63 bytes
 		Holds: quote(s.Holds), Now: text.now, MaxRelease: MaxRelease,
-		BySKU: quote(s.Holds[:min(len(s.Holds), 56)] + "_by_sku"),
-		Due:   quote(s.Holds[:min(len(s.Holds), 59)] + "_due"),
-		Ended: quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
+		BySKU:  quote(s.Holds[:min(len(s.Holds), 56)] + "_by_sku"),
+		Due:    quote(s.Holds[:min(len(s.Holds), 59)] + "_due"),
+		Ended:  quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
+		Orders: quote(s.Orders), OrdersDue: quote(s.Orders[:min(len(s.Orders), 59)] + "_due"),
 	}
 	if cfg.LockWait > 0 {
 		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
@@ -238,6 +253,11 @@ func build(eng Engine, cfg Config) statements {
 		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
 		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
 		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
+		{&q.holdsOf, &text.holdsOf}, {&q.holdLine, &text.holdLine}, {&q.lockLine, &text.lockLine},
+		{&q.dropLine, &text.dropLine}, {&q.give, &text.give}, {&q.createOrder, &text.createOrder},
+		{&q.order, &text.order}, {&q.lockOrder, &text.lockOrder}, {&q.setOrder, &text.setOrder},
+		{&q.dropOrder, &text.dropOrder}, {&q.forgetOrder, &text.forgetOrder}, {&q.dueOrders, &text.dueOrders},
+		{&q.pruneOrders, &text.pruneOrders},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}

@@ -63,11 +63,11 @@ func Run(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
 func Schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	t.Helper()
 	p := testenv.Prefix()
-	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p}
+	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p, Orders: "orders_" + p}
 	st, err := sqlstore.New(db, sqlstore.WithSchema(s))
 	require.NoError(t, err)
 	require.NoError(t, st.CreateTables(context.Background()))
-	Drop(t, db, s.Table, s.Ledger, s.Holds)
+	Drop(t, db, s.Table, s.Ledger, s.Holds, s.Orders)
 	return s
 }
 
@@ -82,9 +82,9 @@ func Harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema 
 	return shared
 }
 
-// Drop drops the tables at the end of t, and with each the holds table
-// that a schema naming it as its stock table gets by default (its name
-// followed by "_holds"), if there is one.
+// Drop drops the tables at the end of t, and with each the holds and
+// orders tables that a schema naming it as its stock table gets by default
+// (its name followed by "_holds", "_orders"), if there are any.
 func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	q := `"`
 	if db.DriverName() == "mysql" {
@@ -93,8 +93,8 @@ func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	t.Cleanup(func() {
 		for _, tb := range tables {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + tb + q)
-			if holds := tb[:min(len(tb), 57)] + "_holds"; len(tb) > 0 {
-				_, _ = db.Exec("DROP TABLE IF EXISTS " + q + holds + q)
+			for _, d := range []string{tb[:min(len(tb), 57)] + "_holds", tb[:min(len(tb), 56)] + "_orders"} {
+				_, _ = db.Exec("DROP TABLE IF EXISTS " + q + d + q)
 			}
 		}
 	})
