@@ -10,7 +10,7 @@ func (t *Tables) Statements() []Statement {
 	q := t.q
 	ss := []Statement{
 		{"get", q.get}, {"read", q.read}, {"lockTimeout", q.lockTimeout}, {"lock", q.lock},
-		{"init", q.init}, {"set", q.set}, {"move", q.move},
+		{"init", q.init}, {"set", q.set}, {"move", q.move}, {"shift", q.shift},
 		{"seen", q.seen}, {"peek", q.peek}, {"record", q.record}, {"renew", q.renew}, {"prune", q.prune},
 		{"keys", expand(t.Engine, q.keys, 2)}, {"insert", expand(t.Engine, q.insert, 2)},
 		{"readHolds", expand(t.Engine, q.readHolds, 2)}, {"lockHolds", q.lockHolds}, {"expired", q.expired},

@@ -31,6 +31,9 @@ var mysqlSQL = statements{
 			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
 				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})`,
 
+	shift: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?`,
+
 	seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
 	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h

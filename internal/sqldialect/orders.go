@@ -32,7 +32,9 @@ import (
 type Orders struct {
 	T *Tables
 	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
-	// first, without locks, and write them with a version compare-and-set
+	// first, without locks, check the lines, and then write each row with
+	// one conditional UPDATE (stock still within bounds) or, where the
+	// read found expired holds to release, a version compare-and-set
 	// (optimistic); otherwise they lock the rows with FOR UPDATE (rowlock).
 	// Confirm, Cancel and Sweep always lock: they must see the hold's
 	// lines as they are.
@@ -336,6 +338,23 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 		}
 		for _, sku := range skus {
 			i := slices.IndexFunc(lines, func(l inventory.Line) bool { return l.SKU == sku })
+			if r := rs[sku]; o.CAS && len(r.refs) == 0 {
+				// Nothing to release: one conditional UPDATE, which waits
+				// for a row lock instead of losing to its holder.
+				delta, lo, hi := -lines[i].Qty, lines[i].Qty, inventory.MaxStock
+				if dir == inventory.DirReturn {
+					delta, lo, hi = lines[i].Qty, 0, inventory.MaxStock-lines[i].Qty
+				}
+				rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
+				if err == nil && !ok {
+					err = errConflict // the stock no longer fits: read again
+				}
+				if err != nil {
+					return err
+				}
+				stock[i] = rem
+				continue
+			}
 			if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
 				return err
 			}

@@ -159,6 +159,7 @@ type statements struct {
 	now   string // the database's clock, in Unix microseconds (see [names])
 
 	get, read, lock, lockTimeout, init, set, move string
+	shift                                         string // move without the holds guard
 	seen, peek, record, renew, prune              string
 	keys, insert                                  string
 
@@ -248,7 +249,7 @@ func build(eng Engine, cfg Config) statements {
 		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
 	for _, f := range []struct{ dst, src *string }{
 		{&q.get, &text.get}, {&q.read, &text.read}, {&q.lock, &text.lock}, {&q.lockTimeout, &text.lockTimeout},
-		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move},
+		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move}, {&q.shift, &text.shift},
 		{&q.seen, &text.seen}, {&q.peek, &text.peek}, {&q.renew, &text.renew}, {&q.prune, &text.prune},
 		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
 		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
@@ -426,8 +427,18 @@ func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, vers
 // stock is outside lo..hi or it has expired holds (see [Tables.ReadHolds]);
 // nothing changed.
 func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
+	return t.move(ctx, e, t.q.move, sku, delta, lo, hi)
+}
+
+// Shift is Move without the check for expired holds, for a transaction
+// that read the SKU's holds before.
+func (t *Tables) Shift(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
+	return t.move(ctx, e, t.q.shift, sku, delta, lo, hi)
+}
+
+func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
 	if t.Engine != MySQL {
-		err = e.QueryRowxContext(ctx, t.q.move, delta, sku, lo, hi).Scan(&remaining)
+		err = e.QueryRowxContext(ctx, stmt, delta, sku, lo, hi).Scan(&remaining)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
@@ -436,7 +447,7 @@ func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta,
 		}
 		return remaining, true, nil
 	}
-	res, err := e.ExecContext(ctx, t.q.move, delta, sku, lo, hi)
+	res, err := e.ExecContext(ctx, stmt, delta, sku, lo, hi)
 	if err != nil {
 		return 0, false, t.Err(ctx, "update", err)
 	}

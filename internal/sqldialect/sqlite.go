@@ -34,6 +34,10 @@ var sqliteSQL = statements{
 				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		RETURNING {{.Stock}}`,
 
+	shift: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+		RETURNING {{.Stock}}`,
+
 	seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
 	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h

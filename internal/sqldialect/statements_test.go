@@ -420,6 +420,26 @@ func TestStatements(t *testing.T) {
 				require.NoError(t, err)
 				require.EqualValues(t, 1, n)
 			}},
+			{"shift", func(t *testing.T) {
+				cur, err := tb.Get(ctx, sku)
+				require.NoError(t, err)
+				ok, err := tb.HoldLine(ctx, nil, sku, 7, cur-1, "h:4", 1, time.Now().Add(-time.Second))
+				require.NoError(t, err)
+				require.True(t, ok, "a line past its expiry")
+				_, ok, err = tb.Move(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "move: expired holds")
+				n, ok, err := tb.Shift(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.True(t, ok, "shift does not look at holds")
+				require.Equal(t, cur-2, n)
+				_, ok, err = tb.Shift(ctx, db, sku, -100, 100, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "out of range")
+				_, ok, err = tb.Shift(ctx, db, unknown, 1, 0, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "unknown sku")
+			}},
 		}
 
 		var want, ran []string
