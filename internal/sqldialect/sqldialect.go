@@ -2,7 +2,15 @@
 // share: what differs between MariaDB/MySQL, PostgreSQL and SQLite
 // (placeholders, identifier quoting, upserts, how an UPDATE reports the new
 // value, which errors mean "lock contention"), and the statements over the
-// stock table and the idempotency ledger, built once from a validated schema.
+// stock table, the idempotency ledger, the holds table and the orders
+// table, built once from a validated schema. [Orders] runs the order calls
+// (and single-SKU moves) of optimistic and rowlock over them, in a
+// transaction of its own or a caller's; seam.go has sqlstore's hold
+// statements (lockmgr.HoldStore).
+//
+// Hold times are Unix microseconds on the database's clock, an expression
+// each engine's file defines once ({{.Now}} in the statements); idempotency
+// keys keep their expiry in Unix milliseconds of the writing process.
 //
 // Each engine's statements are written out whole in its own file (mysql.go,
 // postgres.go, sqlite.go) as text/template text; testdata/statements.golden
