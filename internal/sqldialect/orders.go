@@ -79,7 +79,11 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 				return err
 			}
 		}
-		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, &shot{lockCtx: lockCtx}, tx) })
+		s := &shot{lockCtx: lockCtx}
+		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
+		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
+			return fmt.Errorf("%s: %s: %w: no lock within %v: %w", o.T.Pkg(), op, inventory.ErrContention, o.LockWait, err)
+		}
 		if errors.Is(err, errConflict) {
 			return fmt.Errorf("%s: %s: %w: another writer moved a row it read; roll back and retry the transaction",
 				o.T.Pkg(), op, inventory.ErrContention)
