@@ -52,10 +52,12 @@
 //
 // The Manager is also an [inventory.OrderManager]. ReduceLines,
 // ReturnLines and Reserve read the rows of their SKUs in one statement,
-// check every line, and write them in one transaction with a version
-// compare-and-set per line, in SKU order, retried as single calls are
-// ([WithMaxAttempts], [WithBackoff]); a refusal writes nothing and opens
-// no transaction. Confirm, Cancel and Sweep lock the rows of the hold's
+// check every line, and write them in one transaction with one
+// conditional UPDATE per line, in SKU order (stock = stock - n WHERE
+// stock >= n, with the units of the expired holds it releases); an UPDATE
+// that no longer matches rolls the transaction back and the call reads
+// again, up to [WithMaxAttempts] times with [WithBackoff]. A refusal
+// writes nothing and opens no transaction. Confirm, Cancel and Sweep lock the rows of the hold's
 // SKUs (FOR UPDATE) for their short transaction, as they must see the
 // hold's lines as they are. Holds live in the holds table of
 // [sqlstore.Schema] (one row per line), which
@@ -80,12 +82,13 @@
 //
 // [Manager.InTx] binds every call to a transaction of the caller's, so
 // that the stock move, its idempotency key and the caller's own rows (the
-// order) commit or roll back together. There a call reads through the
-// caller's transaction and tries its compare-and-set once, with no
-// combining: a compare-and-set that loses (another writer moved the row
-// since the caller's transaction read it) returns an error wrapping
-// [inventory.ErrContention], and the caller rolls back and retries the
-// whole transaction. Each call runs in a savepoint: one that returns any
+// order) commit or roll back together. There a call, with no combining,
+// reads through the caller's transaction and writes each row once with a
+// conditional UPDATE: if that finds the row moved so that the call no
+// longer fits (another writer took the stock after the caller's
+// transaction read it), or the database refuses it as a serialization
+// failure, the call returns an error wrapping [inventory.ErrContention];
+// the caller rolls back and retries the whole transaction. Each call runs in a savepoint: one that returns any
 // other error has changed nothing in the caller's transaction, which the
 // caller may go on using. The rows a call writes stay locked until the
 // caller's transaction ends.

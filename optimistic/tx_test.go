@@ -21,9 +21,10 @@ func TestInTx(t *testing.T) {
 	})
 }
 
-// TestInTxContention: a compare-and-set inside the caller's transaction
-// that loses to another writer returns ErrContention and changes nothing;
-// the caller retries the whole transaction, which then goes through.
+// TestInTxContention: a call inside the caller's transaction that finds
+// its row moved by another writer since the transaction read it, so that
+// the call no longer fits, returns ErrContention and changes nothing; the
+// caller retries the whole transaction, which then sees the truth.
 func TestInTxContention(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		if db.DriverName() == "sqlite" {
@@ -44,21 +45,24 @@ func TestInTxContention(t *testing.T) {
 		n, err := in.Get(ctx, sku) // the caller's transaction reads
 		require.NoError(t, err)
 		require.EqualValues(t, 10, n)
-		_, err = m.Reduce(ctx, sku, 1) // another writer moves the row
+		_, err = m.Reduce(ctx, sku, 9) // another writer takes most of it
 		require.NoError(t, err)
-		_, err = in.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+		_, err = in.Reduce(ctx, sku, 2, inventory.WithKey("k"))
 		require.ErrorIs(t, err, inventory.ErrContention)
 		t.Logf("in the caller's transaction: %v", err)
 		require.NoError(t, tx.Rollback())
 
 		tx, err = db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		require.NoError(t, err)
-		rem, err := m.InTx(tx).Reduce(ctx, sku, 1, inventory.WithKey("k"))
-		require.NoError(t, err, "the retried transaction")
-		require.EqualValues(t, 8, rem)
+		rem, err := m.InTx(tx).Reduce(ctx, sku, 2, inventory.WithKey("k"))
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock, "the retried transaction")
+		require.EqualValues(t, 1, rem)
+		rem, err = m.InTx(tx).Reduce(ctx, sku, 1, inventory.WithKey("k"))
+		require.NoError(t, err, "the key was not used up")
+		require.Zero(t, rem)
 		require.NoError(t, tx.Commit())
 		n, err = m.Get(ctx, sku)
 		require.NoError(t, err)
-		require.EqualValues(t, 8, n)
+		require.Zero(t, n)
 	})
 }

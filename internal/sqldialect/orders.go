@@ -32,10 +32,12 @@ import (
 type Orders struct {
 	T *Tables
 	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
-	// first, without locks, check the lines, and then write each row with
-	// one conditional UPDATE (stock still within bounds) or, where the
-	// read found expired holds to release, a version compare-and-set
-	// (optimistic); otherwise they lock the rows with FOR UPDATE (rowlock).
+	// (and their expired holds) first, without locks, check the lines, and
+	// then write each row with one conditional UPDATE, in SKU order: the
+	// stock moves (with the released units) only if it still lets the line
+	// through, and the released holds must all still be held; otherwise
+	// the attempt rolls back and reads again (optimistic). Without CAS they
+	// lock the rows with FOR UPDATE first (rowlock).
 	// Confirm, Cancel and Sweep always lock: they must see the hold's
 	// lines as they are.
 	CAS bool
@@ -342,26 +344,31 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 		}
 		for _, sku := range skus {
 			i := slices.IndexFunc(lines, func(l inventory.Line) bool { return l.SKU == sku })
-			if r := rs[sku]; o.CAS && len(r.refs) == 0 {
-				// Nothing to release: one conditional UPDATE, which waits
-				// for a row lock instead of losing to its holder.
-				delta, lo, hi := -lines[i].Qty, lines[i].Qty, inventory.MaxStock
-				if dir == inventory.DirReturn {
-					delta, lo, hi = lines[i].Qty, 0, inventory.MaxStock-lines[i].Qty
-				}
-				rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
-				if err == nil && !ok {
-					err = errConflict // the stock no longer fits: read again
-				}
-				if err != nil {
+			if !o.CAS {
+				if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
 					return err
 				}
-				stock[i] = rem
 				continue
 			}
-			if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
+			// One conditional UPDATE that adds the released units and
+			// moves the line, if the stock still lets it: it waits for a
+			// row lock instead of losing to its holder.
+			r, q := rs[sku], lines[i].Qty
+			delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
+			if dir == inventory.DirReturn {
+				delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
+			}
+			rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
+			if err == nil && ok {
+				ok, err = o.T.Release(ctx, tx, sku, r.refs)
+			}
+			if err == nil && !ok {
+				err = errConflict // the stock no longer fits, or the holds were released: read again
+			}
+			if err != nil {
 				return err
 			}
+			stock[i] = rem
 		}
 		if key != "" {
 			dup, err := o.T.Record(ctx, tx, ledgerSKU, dir, key, remainingOf(ledgerSKU, stock))
