@@ -39,8 +39,10 @@ func TestConformance(t *testing.T) {
 			sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 				schema := sqltest.Schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
+					RequireOrders: true,
+					Timeout:       5 * time.Minute, // 2,000 carts on a loaded 2-core machine under -race: SQLite needs more than 2m
 					NewManager: func(t *testing.T) inventory.StockManager {
-						return newManager(t, db, schema, mode.opts...)
+						return newManager(t, db, sqltest.Harness(t, db, schema), mode.opts...)
 					},
 				})
 			})
