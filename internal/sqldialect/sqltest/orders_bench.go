@@ -23,7 +23,7 @@ var OrderSides = []string{"reserve+confirm", "reducelines-3"}
 
 // BenchOrders measures OrderSides against the baseline, a single-SKU
 // Reduce by the same manager, in the same run: rounds rounds in which each
-// side runs for round at g goroutines over 64 benchSKUs, the sides' order
+// side runs for round at g goroutines over 64 SKUs, the sides' order
 // turning each round. It reports, per side, the median ratio of its ops/s
 // to the baseline's over the rounds ("x-reduce") with the lowest and
 // highest ratio ("x-min", "x-max"), and the baseline's median ops/s.
