@@ -136,8 +136,13 @@ func TestGlobal(t *testing.T) {
 
 func TestOrders(t *testing.T) {
 	ctx := context.Background()
-	_, ok := wrap(t, inventorytest.NewMemory(0)).(inventory.OrderManager)
+	// Memory has the order calls; a struct that embeds only its
+	// StockManager has not.
+	stockOnly := struct{ inventory.StockManager }{inventorytest.NewMemory(0)}
+	_, ok := wrap(t, stockOnly).(inventory.OrderManager)
 	assert.False(t, ok, "a manager without orders stays without")
+	_, ok = wrap(t, inventorytest.NewMemory(0)).(inventory.OrderManager)
+	assert.True(t, ok, "a manager with orders keeps them")
 
 	inner := fakeorders.New(nil)
 	m := wrap(t, inner, ratelimit.WithGlobal(rate.Inf, 1), ratelimit.WithPerSKU(1, 2))

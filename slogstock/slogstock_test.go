@@ -114,10 +114,16 @@ func TestVerdictsAtDebug(t *testing.T) {
 func TestOrders(t *testing.T) {
 	ctx := context.Background()
 	var buf bytes.Buffer
-	plain, err := slogstock.Wrap(inventorytest.NewMemory(0))
+	// Memory has the order calls; a struct that embeds only its
+	// StockManager has not.
+	plain, err := slogstock.Wrap(struct{ inventory.StockManager }{inventorytest.NewMemory(0)})
 	require.NoError(t, err)
 	_, ok := plain.(inventory.OrderManager)
 	assert.False(t, ok, "a manager without orders stays without")
+	withOrders, err := slogstock.Wrap(inventorytest.NewMemory(0))
+	require.NoError(t, err)
+	_, ok = withOrders.(inventory.OrderManager)
+	assert.True(t, ok, "a manager with orders keeps them")
 
 	m, err := slogstock.Wrap(fakeorders.New(nil), slogstock.WithLogger(logger(&buf, slog.LevelDebug)))
 	require.NoError(t, err)
