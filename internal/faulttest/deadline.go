@@ -11,36 +11,41 @@ import (
 
 // Late runs call with a context whose deadline is d from now and reports how
 // long after that deadline call returned (zero or negative when it returned in
-// time), beside the scheduler's own delay over the same span: the longer of
-// how late a bare timer set for the deadline fired and how long, between the
-// deadline and call's return, a watcher goroutine that wakes every
+// time), beside the scheduler's own delay over the same span: the longest of
+// how late a bare timer set for the deadline fired, how late a goroutine
+// waiting on the very context given to call saw it end, and how long, between
+// the deadline and call's return, a watcher goroutine that wakes every
 // millisecond was kept from running (the process descheduled by the OS, a
 // long run queue, a stop-the-world pause). The difference is the library's
 // own lateness.
 //
-// A bare timer alone is one sample of the scheduler at the deadline: on a
-// loaded machine the goroutine that returns from call may be held up later,
-// or longer, than the timer's, and a call then looked late that was not.
-// The watcher samples the whole span: it misses only delays shorter than its
-// tick, and a call that is late by itself (the watcher running on time
-// meanwhile) is still counted late.
+// A bare timer alone is one sample of the scheduler, on one P: on a loaded
+// machine the context's own timer (another P's, and delivered through a
+// goroutine of its own) or the goroutine that returns from call may be held
+// up later, or longer, and a call then looked late that was not. A call that
+// is late by itself (it waits for something past ctx's end while the probes
+// and the watcher run on time) is still counted late.
 func Late(d time.Duration, call func(ctx context.Context) error) (late, sched time.Duration, err error) {
 	stop := watch.start()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	var timerLate time.Duration
+	var timerLate, doneLate time.Duration
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-time.After(time.Until(deadline))
 		timerLate = time.Since(deadline)
 	})
+	wg.Go(func() {
+		<-ctx.Done() // ends at the deadline: cancel runs after wg.Wait
+		doneLate = time.Since(deadline)
+	})
 	err = call(ctx)
 	returned := time.Now()
 	wg.Wait()
 	watch.wake() // a stall that spans returned is recorded once the watcher runs again
-	return returned.Sub(deadline), max(timerLate, watch.stalled(deadline, returned), 0), err
+	return returned.Sub(deadline), max(timerLate, doneLate, watch.stalled(deadline, returned), 0), err
 }
 
 // CheckLate runs call as Late does and fails t when it returned more than
