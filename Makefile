@@ -2,7 +2,9 @@
 # (scripts/services.sh: Redis, Redis Cluster, MariaDB, PostgreSQL, ZooKeeper).
 #
 #   make test                      all tests with the race detector
-#   make bench [BENCH=regex] [PKG=./internal/foo/...]
+#   make bench [BENCH=regex]       the comparisons (integration/bench); writes README's table
+#   make bench-check               a second run, checked against the first; marks unstable rows
+#   make microbench [BENCH=regex] [PKG=./internal/foo/...]   the per-package benchmarks
 #   make soak                      long-running tests behind the soak build tag
 #   make lint                      gofmt, go vet, staticcheck, banned modules
 #
@@ -32,7 +34,7 @@ BANNED := github.com/Shopify/toxiproxy github.com/prometheus/ github.com/rs/zero
 # -race needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: services test bench soak lint overlay modules banned
+.PHONY: services test bench bench-check microbench soak lint overlay modules banned
 
 services:
 	bash scripts/services.sh
@@ -56,8 +58,40 @@ test: services overlay modules banned
 	set -e; for m in $(MODULES); do (cd $$m && $(GOTEST) -race -count=1 -timeout 25m $(PKG)); done
 	$(GOTEST) -count=1 -timeout 5m -run '$(NORACE_TESTS)' $(NORACE_PKGS)
 
+# bench runs the comparisons of integration/bench (integration/internal/benchcmp:
+# each strategy against its baseline in BENCH_ROUNDS alternating rounds of
+# BENCH_ROUND per side), writes the run to $(BENCH_RESULTS)/run.json and
+# README's generated block from it. bench-check runs them again into
+# check.json and rewrites the block from run.json, each row checked against
+# the second run (unstable when either median lies outside the other run's
+# min-max). Regenerate the table with `make bench bench-check` (about 25 min
+# on 2 cores). With a BENCH filter, bench writes partial.json and prints
+# the table of the rows it ran, leaving run.json and README alone.
+BENCH_ROUNDS ?= 5
+BENCH_ROUND ?= 1s
+BENCH_RESULTS := $(CURDIR)/integration/bench/results
+BENCHCMP = cd integration && $(GOTEST) -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./bench/ \
+	-args -benchcmp.rounds $(BENCH_ROUNDS) -benchcmp.round $(BENCH_ROUND)
+BENCHTABLE = cd integration && $(GO) run ./internal/benchcmp/benchtable
+
 bench: services overlay modules
-	set -e; for m in $(MODULES); do (cd $$m && $(GOTEST) -run '^$$' -bench '$(BENCH)' -benchtime 2s -timeout 60m $(PKG)); done
+ifeq ($(BENCH),.)
+	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/run.json
+	rm -f $(BENCH_RESULTS)/check.json
+	$(BENCHTABLE) -readme $(CURDIR)/README.md -run $(BENCH_RESULTS)/run.json
+else
+	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/partial.json
+	$(BENCHTABLE) -run $(BENCH_RESULTS)/partial.json
+endif
+
+bench-check: services overlay modules
+	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/check.json
+	$(BENCHTABLE) -readme $(CURDIR)/README.md -run $(BENCH_RESULTS)/run.json -check $(BENCH_RESULTS)/check.json
+
+# microbench runs the plain per-package benchmarks of the root and examples
+# modules (the comparisons are bench's).
+microbench: services overlay modules
+	set -e; for m in . examples; do (cd $$m && $(GOTEST) -run '^$$' -bench '$(BENCH)' -benchtime 2s -timeout 60m $(PKG)); done
 
 soak: services overlay
 	cd integration && $(GOTEST) -v -count=1 -run Soak -tags soak -timeout 60m ./soak/

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/redisstore"
@@ -34,4 +36,13 @@ func FuzzManager(f *testing.F) {
 		f.Fatal(err)
 	}
 	inventorytest.Fuzz(f, m)
+}
+
+// removeAll deletes p and everything under it, best effort.
+func removeAll(conn *zk.Conn, p string) {
+	children, _, _ := conn.Children(p)
+	for _, c := range children {
+		removeAll(conn, p+"/"+c)
+	}
+	_ = conn.Delete(p, -1)
 }
