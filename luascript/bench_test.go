@@ -167,7 +167,11 @@ func BenchmarkMergedCeiling(b *testing.B) {
 					"-p", "6379", "-c", strconv.Itoa(g), "-n", strconv.Itoa(n), "--csv",
 					"evalsha", sha, "1", key, "1").Output()
 				if err != nil {
-					b.Fatalf("redis-benchmark: %v", err)
+					var ee *exec.ExitError
+					if errors.As(err, &ee) {
+						err = fmt.Errorf("%w: %s", err, ee.Stderr)
+					}
+					b.Fatalf("redis-benchmark: %v (output %q)", err, out)
 				}
 				rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
 				if err != nil || len(rows) < 2 {

@@ -141,10 +141,13 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // a retry safe). A batch runs with the latest deadline of its calls.
 func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 
-// DefaultMaxBatch and MaxBatch bound [WithMaxBatch]. A batch of MaxBatch
-// calls keeps Redis busy for a few hundred microseconds.
+// DefaultMaxBatch and MaxBatch bound [WithMaxBatch]. Redis runs a batch
+// alone, as any script: measured on a 2-core machine, a merged call costs
+// Redis about 1 µs of CPU unkeyed and 3.5 µs keyed (a call on its own: 7-9
+// µs), so a batch of DefaultMaxBatch keyed calls holds Redis for about a
+// millisecond, one of MaxBatch for about 4 ms.
 const (
-	DefaultMaxBatch = 64
+	DefaultMaxBatch = 256
 	MaxBatch        = 1024
 )
 
