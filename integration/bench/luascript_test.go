@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/integration/internal/benchcmp"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/luascript"
+)
+
+// bareLua is luascript's baseline: a bare check-and-DECRBY script, safe (it
+// never oversells) but with no idempotency keys, no errors told apart and
+// no protection against resends.
+const bareLua = `local v = tonumber(redis.call('GET', KEYS[1]))
+if v and v >= tonumber(ARGV[1]) then return redis.call('DECRBY', KEYS[1], ARGV[1]) end
+return -1`
+
+// BenchmarkLuascript compares luascript's Reduce with the bare
+// check-and-DECRBY EVALSHA loop on the same Redis (issue 13.1, 13.2):
+// calls one at a time (WithMaxBatch(1)), unkeyed and keyed, on one hot SKU
+// and 64 spread SKUs at 16, 64 and 256 goroutines; and the default Manager,
+// which merges the concurrent calls of one SKU, on the hot SKU. Keyed calls
+// have a fresh key each. The stock never runs out. (luascript's own
+// bench_test.go has the comparison with redis-benchmark's EVALSHA ceiling,
+// the Redis CPU per call and the sold-out refusals.)
+func BenchmarkLuascript(b *testing.B) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	prefix := testenv.RedisPrefix(b, c)
+	client := redis.NewClient(&redis.Options{Addr: c.Options().Addr, PoolSize: 256, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { client.Close() })
+	newManager := func(opts ...luascript.Option) *luascript.Manager {
+		m, err := luascript.New(client, append([]luascript.Option{luascript.WithPrefix(prefix), luascript.WithKeyTTL(time.Minute)}, opts...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
+	perCall, merged := newManager(luascript.WithMaxBatch(1)), newManager()
+	bare := redis.NewScript(bareLua)
+	if err := bare.Load(ctx, client).Err(); err != nil {
+		b.Fatal(err)
+	}
+	var keys atomic.Int64
+	for _, l := range []layout{hot, spread} {
+		skus := l.names("lua")
+		stock := make(map[string][]string, len(skus))
+		for _, s := range skus {
+			stock[s] = []string{rediskeys.Stock(prefix, s)}
+		}
+		reset := func(ctx context.Context) error {
+			for _, s := range skus {
+				if err := perCall.Init(ctx, s, inventory.MaxStock); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		baseline := benchcmp.Side{Name: "bare check-and-DECRBY EVALSHA", Reset: reset,
+			Op: func(ctx context.Context, _ int, rng *rand.Rand) error {
+				return bare.EvalSha(ctx, client, stock[pick(rng, skus)], 1).Err()
+			}}
+		reduce := func(m *luascript.Manager, keyed bool) benchcmp.Op {
+			return func(ctx context.Context, _ int, rng *rand.Rand) error {
+				var opts []inventory.Option
+				if keyed {
+					opts = append(opts, inventory.WithKey("k"+strconv.FormatInt(keys.Add(1), 10)))
+				}
+				_, err := m.Reduce(ctx, pick(rng, skus), 1, opts...)
+				return err
+			}
+		}
+		type row struct {
+			name, side string
+			m          *luascript.Manager
+			keyed      bool
+			gs         []int
+		}
+		rows := []row{
+			{l.name + ", unkeyed", "luascript, unkeyed, one call per script", perCall, false, goroutines},
+			{l.name + ", keyed", "luascript, keyed, one call per script", perCall, true, goroutines},
+		}
+		if l == hot {
+			rows = append(rows,
+				row{l.name + ", merged, unkeyed", "luascript, unkeyed, merged (default)", merged, false, []int{64, 256}},
+				row{l.name + ", merged, keyed", "luascript, keyed, merged (default)", merged, true, []int{64}})
+		}
+		for _, r := range rows {
+			for _, g := range r.gs {
+				benchcmp.Run(b, benchcmp.Case{
+					Group: "luascript", Name: r.name, Layout: l.String(), Goroutines: g,
+					Strategy: benchcmp.Side{Name: r.side, Reset: reset, Op: reduce(r.m, r.keyed)},
+					Baseline: baseline,
+				})
+			}
+		}
+	}
+}
