@@ -219,10 +219,23 @@ start_mariadb() {
 		--user=mysql --bind-address=127.0.0.1 --port=3306 --log-error="$MARIADB_LOG" 9>&-
 }
 
+# The tests run two packages at once, each with pools of its own (and the
+# orders suites hold connections per cart): the default limits (151 on
+# MariaDB, 100 on PostgreSQL) refuse connections under a full make test.
+MARIADB_MAX_CONNECTIONS=1000
+PG_MAX_CONNECTIONS=500
+
+# mariadb_connections raises max_connections to MARIADB_MAX_CONNECTIONS (until
+# the server restarts).
+mariadb_connections() {
+	mariadb -h 127.0.0.1 -P 3306 -u root -e "SET GLOBAL max_connections = GREATEST(@@max_connections, $MARIADB_MAX_CONNECTIONS)"
+}
+
 svc_mariadb() {
 	local t0 state="already running"
 	t0=$(now)
 	if mariadb_tcp_up >/dev/null 2>&1; then
+		mariadb_connections
 		say mariadb 127.0.0.1:3306 "$state"
 		return
 	fi
@@ -242,6 +255,7 @@ svc_mariadb() {
 		CREATE DATABASE IF NOT EXISTS test;
 		FLUSH PRIVILEGES;"
 	wait_until "MariaDB 127.0.0.1:3306 (root over TCP)" "$MARIADB_LOG" mariadb_tcp_up
+	mariadb_connections
 	if [[ $state == started ]]; then
 		state="started ($(since "$t0"))"
 	else
@@ -279,10 +293,25 @@ pg_trust_loopback() {
 host    all    all    ::1/128         trust    # scripts/services.sh' "$hba"
 }
 
+# pg_connections raises max_connections to PG_MAX_CONNECTIONS, which takes a
+# restart of the cluster (ALTER SYSTEM keeps it across restarts).
+pg_connections() {
+	local ver have
+	have=$(pg_sql -d postgres -c 'show max_connections')
+	((have >= PG_MAX_CONNECTIONS)) && return 0
+	need_root "raise PostgreSQL's max_connections"
+	ver=$(pg_version)
+	pg_sql -d postgres -c "ALTER SYSTEM SET max_connections = $PG_MAX_CONNECTIONS"
+	pg_ctlcluster "$ver" main restart 9>&-
+	wait_until "PostgreSQL $ver 127.0.0.1:5432 (restarted, max_connections $PG_MAX_CONNECTIONS)" \
+		"/var/log/postgresql/postgresql-$ver-main.log" pg_up
+}
+
 svc_postgres() {
 	local t0 ver state="already running"
 	t0=$(now)
 	if pg_up; then
+		pg_connections
 		say postgresql 127.0.0.1:5432 "$state"
 		return
 	fi
@@ -304,6 +333,7 @@ svc_postgres() {
 	[[ $(pg_sql -d postgres -c "select 1 from pg_database where datname = 'test'") == 1 ]] ||
 		pg_sql -d postgres -c 'CREATE DATABASE test'
 	wait_until "PostgreSQL $ver 127.0.0.1:5432 (select 1 in db test)" "$log" pg_up
+	pg_connections
 	if [[ $state == started ]]; then
 		state="started ($ver/main, $(since "$t0"))"
 	else
