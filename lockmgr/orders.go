@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -170,7 +171,11 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 }
 
 // ReturnLines implements [inventory.OrderManager]: it locks every line's
-// SKU (in byte order), checks every line, then writes them.
+// SKU (in byte order), checks every line, then writes them, each with a
+// ledger entry of its own (see returnAll). With a key, the call's order
+// record is complete once the lines are checked: a repeat that finds it
+// complete but not confirmed (the first call failed midway, or is still
+// writing) writes what is missing and reports ErrDuplicate.
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	const op = "return lines"
 	o, err := inventory.ValidateLinesCall(lines, opts)
@@ -182,30 +187,66 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, err)
 	}
 	if o.Key == "" {
-		return m.fail(op, m.returnAll(ctx, hs, lines))
-	}
-	id := kindReturnKey + o.Key
-	if _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); errors.Is(err, inventory.ErrDuplicate) {
-		return m.fail(op, m.repeat(ctx, hs, id, o.Key))
-	} else if err != nil {
+		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
 		return m.fail(op, err)
 	}
-	if err := m.returnAll(ctx, hs, lines); err != nil {
-		detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
+	switch _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); {
+	case errors.Is(err, inventory.ErrDuplicate):
+		rec, err := hs.Order(ctx, id)
+		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
+			return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+		}
+		// Checked, and perhaps written in part: write the rest. The
+		// lines' ledger entries say which are written.
+		if _, err := m.returnAll(ctx, hs, rec.Lines, lk, nil); err != nil {
+			return m.fail(op, err)
+		}
+		_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
+		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
+		return m.fail(op, fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, o.Key))
+	case err != nil:
 		return m.fail(op, err)
 	}
-	for _, step := range []OrderStep{StepComplete, StepConfirm, StepFinish} {
+	complete := func(ctx context.Context) error {
+		_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+		if err == nil && !changed {
+			err = fmt.Errorf("%w: the call's record was given up", inventory.ErrContention)
+		}
+		return err
+	}
+	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
+		if !wrote {
+			detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+		}
+		return m.fail(op, err)
+	}
+	for _, step := range []OrderStep{StepConfirm, StepFinish} {
 		if _, _, err := hs.UpdateOrder(ctx, id, step); err != nil {
-			return m.fail(op, fmt.Errorf("the lines were returned, recording key %q failed: %w", o.Key, err))
+			return m.fail(op, fmt.Errorf("the lines were returned; recording key %q failed: %w", o.Key, err))
 		}
 	}
 	return nil
 }
 
-// returnAll locks the lines' SKUs in byte order, checks every line and
-// writes them. All are written or none, unless a lock lapses midway and
-// the stock moves under it (then the error says so).
-func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line) error {
+// lineKey is the ledger key of the lines of a ReturnLines with key k: a
+// hash, so that it stays within MaxSKULen.
+func lineKey(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return "L" + hex.EncodeToString(h[:16])
+}
+
+// returnAll returns lines: it locks their SKUs in byte order and, when
+// checked is not nil, checks every line and calls checked before it writes
+// any (an error of checked ends the call); then it writes each
+// with a compare-and-set that records (sku, return, key) in the ledger, so
+// that a line is never written twice. Once a line is written the call goes
+// on to the end, even past a lapsed lock or a done ctx (for a bounded
+// time): all lines or none. wrote says whether some line may be written;
+// an error with wrote true wraps no ErrContention (a blind retry would
+// return twice): retry with the same idempotency key, which finishes the
+// call.
+func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line, key string, checked func(context.Context) error) (wrote bool, err error) {
 	sorted := slices.SortedFunc(slices.Values(lines), func(a, b inventory.Line) int { return cmp.Compare(a.SKU, b.SKU) })
 	leases := make([]Lease, 0, len(sorted))
 	defer func() {
@@ -216,37 +257,66 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 	for _, l := range sorted {
 		le, err := m.locker.Acquire(ctx, l.SKU)
 		if err != nil {
-			return fmt.Errorf("lock %q: %w", l.SKU, err)
+			return false, fmt.Errorf("lock %q: %w", l.SKU, err)
 		}
 		leases = append(leases, le)
 	}
 	for _, l := range sorted {
 		cur, _, err := m.readLive(ctx, hs, l.SKU)
 		if err != nil {
-			return fmt.Errorf("%q: %w", l.SKU, err)
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
 		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
-			return fmt.Errorf("%q: %w", l.SKU, err)
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+	}
+	if checked != nil {
+		if err := checked(ctx); err != nil {
+			return false, err
 		}
 	}
 	for i, l := range sorted {
-		if err := m.returnLine(ctx, hs, l, leases[i]); err != nil {
-			if i > 0 {
-				err = fmt.Errorf("%w (after %d of %d lines were returned: a lock lapsed)", err, i, len(sorted))
-			}
-			return fmt.Errorf("%q: %w", l.SKU, err)
+		err := m.returnLine(ctx, hs, l, key)
+		if err == nil {
+			continue
 		}
+		if i == 0 && !errors.Is(err, errUnknown) {
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+		// Some line may be written: finish the others.
+		var rerr error
+		detached(ctx, func(ctx context.Context) {
+			for _, l := range sorted[i:] {
+				if rerr = m.returnLine(ctx, hs, l, key); rerr != nil {
+					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
+					return
+				}
+			}
+		})
+		if rerr == nil && ctx.Err() == nil {
+			return true, nil
+		}
+		if errors.Is(rerr, inventory.ErrContention) {
+			// Not a reason to retry blindly: it would return twice.
+			rerr = fmt.Errorf("%v", rerr)
+		}
+		return true, fmt.Errorf("some lines may be returned and not others; a retry with the same key finishes the call: %w", errors.Join(rerr, ctx.Err(), errUnknown))
 	}
-	return nil
+	return true, nil
 }
 
-// returnLine writes one checked line of returnAll under its lease.
-func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, lease Lease) error {
-	for range m.maxAttempts {
-		select {
-		case <-lease.Lost():
-			return fmt.Errorf("%w: lock lost before the write", inventory.ErrContention)
-		default:
+// errUnknown marks an outcome the caller cannot know.
+var errUnknown = errors.New("the outcome is unknown")
+
+// returnLine writes one line of returnAll: unless the ledger has (sku,
+// return, key) already, it reads, checks and compare-and-sets, recording
+// the entry, until the write takes.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string) error {
+	for range 4 * m.maxAttempts {
+		if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil {
+			return fmt.Errorf("%w: %w", err, errUnknown)
+		} else if found {
+			return nil
 		}
 		cur, version, err := m.readLive(ctx, hs, l.SKU)
 		if err != nil {
@@ -255,12 +325,17 @@ func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line
 		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
 			return err
 		}
-		ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, "")
-		if err != nil || ok {
-			return err
+		ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
+		switch {
+		case errors.Is(err, inventory.ErrDuplicate):
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: %w", err, errUnknown)
+		case ok:
+			return nil
 		}
 	}
-	return fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, m.maxAttempts)
+	return fmt.Errorf("%w: the stock moved %d times", inventory.ErrContention, 4*m.maxAttempts)
 }
 
 // Reserve implements [inventory.OrderManager].
