@@ -1,14 +1,13 @@
 package lockmgr
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strings"
 	"time"
 
@@ -33,9 +32,10 @@ import (
 //     lines and mark the order done.
 //   - ReduceLines is a Reserve followed by a Confirm, under an order of its
 //     own (kept, with WithKey, to refuse repeats).
-//   - ReturnLines locks every line's SKU, in byte order of the SKUs (so
-//     two calls never wait on each other in a cycle), checks every line,
-//     then writes them one by one.
+//   - ReturnLines checks every line, then writes them one by one, each
+//     under its SKU's lock with an entry of its own in the ledger; once
+//     one is written it finishes the others (a return cannot be refused
+//     once checked, but a sale can take the units it gave back).
 //
 // A crash midway leaves an incomplete order and some held lines: the
 // units are out of the available stock (never sold twice, never lost) and
@@ -170,9 +170,9 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 	return fmt.Errorf("%w: an earlier call with key %q failed and its key is kept until its record expires", inventory.ErrContention, key)
 }
 
-// ReturnLines implements [inventory.OrderManager]: it locks every line's
-// SKU (in byte order), checks every line, then writes them, each with a
-// ledger entry of its own (see returnAll). With a key, the call's order
+// ReturnLines implements [inventory.OrderManager]: it checks every line,
+// then writes them one by one, each under its SKU's lock and with a ledger
+// entry of its own (see returnAll). With a key, the call's order
 // record is complete once the lines are checked: a repeat that finds it
 // complete but not confirmed (the first call failed midway, or is still
 // writing) writes what is missing and reports ErrDuplicate.
@@ -236,33 +236,21 @@ func lineKey(k string) string {
 	return "L" + hex.EncodeToString(h[:16])
 }
 
-// returnAll returns lines: it locks their SKUs in byte order and, when
-// checked is not nil, checks every line and calls checked before it writes
-// any (an error of checked ends the call); then it writes each
-// with a compare-and-set that records (sku, return, key) in the ledger, so
-// that a line is never written twice. Once a line is written the call goes
-// on to the end, even past a lapsed lock or a done ctx (for a bounded
-// time): all lines or none. wrote says whether some line may be written;
+// returnAll returns lines. When checked is not nil it first checks every
+// line (reading each SKU) and calls checked (an error of checked ends the
+// call); then it writes each line under its SKU's lock, one lock at a time
+// (holding them all would make every caller of one SKU wait for the queues
+// of the others), with a compare-and-set that records (sku, return, key) in
+// the ledger, so that a line is never written twice. Once a line is
+// written the call goes on to the end, even past a done ctx (for a bounded
+// time): all lines or none, unless another return in between pushes a
+// checked line past MaxStock. wrote says whether some line may be written;
 // an error with wrote true wraps no ErrContention (a blind retry would
 // return twice): retry with the same idempotency key, which finishes the
 // call.
 func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line, key string, checked func(context.Context) error) (wrote bool, err error) {
-	sorted := slices.SortedFunc(slices.Values(lines), func(a, b inventory.Line) int { return cmp.Compare(a.SKU, b.SKU) })
-	leases := make([]Lease, 0, len(sorted))
-	defer func() {
-		for _, le := range leases {
-			release(ctx, le)
-		}
-	}()
-	for _, l := range sorted {
-		le, err := m.locker.Acquire(ctx, l.SKU)
-		if err != nil {
-			return false, fmt.Errorf("lock %q: %w", l.SKU, err)
-		}
-		leases = append(leases, le)
-	}
-	for _, l := range sorted {
-		cur, _, err := m.readLive(ctx, hs, l.SKU)
+	for _, l := range lines {
+		cur, _, _, _, err := hs.ReadHolds(ctx, l.SKU, 1)
 		if err != nil {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
@@ -275,19 +263,22 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 			return false, err
 		}
 	}
-	for i, l := range sorted {
-		err := m.returnLine(ctx, hs, l, key)
+	for i, l := range lines {
+		err := m.returnLine(ctx, hs, l, key, m.maxAttempts)
 		if err == nil {
 			continue
 		}
 		if i == 0 && !errors.Is(err, errUnknown) {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
-		// Some line may be written: finish the others.
+		// Some line may be written: finish the others, without waiting
+		// in the SKUs' queues (the compare-and-set and the ledger keep
+		// the writes right). A return is never refused once checked, so
+		// only time bounds the attempts.
 		var rerr error
 		detached(ctx, func(ctx context.Context) {
-			for _, l := range sorted[i:] {
-				if rerr = m.returnLine(ctx, hs, l, key); rerr != nil {
+			for _, l := range lines[i:] {
+				if rerr = m.returnLine(ctx, hs, l, key, 0); rerr != nil {
 					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
 					return
 				}
@@ -308,34 +299,69 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 // errUnknown marks an outcome the caller cannot know.
 var errUnknown = errors.New("the outcome is unknown")
 
-// returnLine writes one line of returnAll: unless the ledger has (sku,
-// return, key) already, it reads, checks and compare-and-sets, recording
-// the entry, until the write takes.
-func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string) error {
-	for range 4 * m.maxAttempts {
-		if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil {
-			return fmt.Errorf("%w: %w", err, errUnknown)
-		} else if found {
-			return nil
-		}
-		cur, version, err := m.readLive(ctx, hs, l.SKU)
-		if err != nil {
+// returnLine writes one line of returnAll under its SKU's lock: unless
+// the ledger has (sku, return, key) already, it reads, checks and
+// compare-and-sets, recording the entry, until the write takes or after
+// attempts tries. With attempts 0 it takes no lock and tries until ctx is
+// done.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int) error {
+	locked := attempts > 0
+	if !locked {
+		attempts = math.MaxInt
+	}
+	for i := 0; i < attempts && ctx.Err() == nil; i++ {
+		done, err := m.returnAttempt(ctx, hs, l, key, locked)
+		if done {
 			return err
-		}
-		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
-			return err
-		}
-		ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
-		switch {
-		case errors.Is(err, inventory.ErrDuplicate):
-			return nil
-		case err != nil:
-			return fmt.Errorf("%w: %w", err, errUnknown)
-		case ok:
-			return nil
 		}
 	}
-	return fmt.Errorf("%w: the stock moved %d times", inventory.ErrContention, 4*m.maxAttempts)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, attempts)
+}
+
+func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.Line, key string, locked bool) (done bool, err error) {
+	lost := make(<-chan struct{}) // never closed: no lock, nothing to lose
+	if locked {
+		lease, err := m.locker.Acquire(ctx, l.SKU)
+		if err != nil {
+			return true, fmt.Errorf("lock: %w", err)
+		}
+		defer release(ctx, lease)
+		lost = lease.Lost()
+	}
+	if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil || found {
+		return true, unknown(err)
+	}
+	cur, version, err := m.readLive(ctx, hs, l.SKU)
+	if err != nil {
+		return true, err
+	}
+	if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+		return true, err
+	}
+	select {
+	case <-lost:
+		return false, nil // the version check would catch it; go round
+	default:
+	}
+	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
+	switch {
+	case errors.Is(err, inventory.ErrDuplicate):
+		return true, nil
+	case err != nil:
+		return true, unknown(err)
+	}
+	return ok, nil
+}
+
+// unknown marks err, if any, as an error whose outcome is unknown.
+func unknown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", err, errUnknown)
 }
 
 // Reserve implements [inventory.OrderManager].

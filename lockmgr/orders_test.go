@@ -379,9 +379,9 @@ func TestReturnLinesFinishes(t *testing.T) {
 	err := m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k"))
 	require.ErrorIs(t, err, errDown)
 	require.NotErrorIs(t, err, inventory.ErrContention)
+	levels(t, m, "c", 13, 0) // the lines are written in the call's order
 	levels(t, m, "a", 11, 0)
 	levels(t, m, "b", 10, 0)
-	levels(t, m, "c", 10, 0)
 	down.Store(false)
 	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
 	levels(t, m, "a", 11, 0)
