@@ -28,7 +28,8 @@
 // (Reserve, Confirm, Cancel, Held), their expiry with and without traffic
 // (lazy release, Sweep, [inventory.Reap]), Confirm racing expiry, bad input
 // refused before any I/O, and 2,000 concurrent carts checked against
-// initial - available == sold - returned + held per SKU. Set
+// initial - available == sold - returned + held per SKU, plus 200 races of
+// Confirm against expiry in which exactly one may win. Set
 // Config.RequireOrders for a strategy that must implement it.
 //
 // Holds that the suite lets expire live for Config.HoldTTL (300ms); a
@@ -41,8 +42,11 @@
 // at ctx or its backend, so a call with bad arguments and a cancelled
 // context still reports ErrInvalidArgument.
 //
-// Every subtest makes a fresh manager and uses SKUs with a random prefix, so
-// runs sharing a server never see each other's data.
+// Every subtest makes a fresh manager and uses SKUs, hold ids and
+// idempotency keys with a random prefix, so runs sharing a server never see
+// each other's data. The order subtests count on nothing else: another
+// process sweeping the same holds (a strategy's own reaper, another test
+// run) changes no outcome they check.
 package inventorytest
 
 import (
@@ -73,14 +77,17 @@ type Config struct {
 	// successive calls may share a backend: the suite keeps its SKUs apart.
 	NewManager func(t *testing.T) inventory.StockManager
 
-	// Buyers is how many goroutines race in the flash sale. The default is
-	// 2000, which stays well inside the race detector's goroutine limit.
+	// Buyers is how many goroutines race in the flash sale, and how many
+	// carts Orders/Carts runs at once. The default is 2000, which stays
+	// well inside the race detector's goroutine limit.
 	Buyers int
 
 	// Stock is the flash sale's stock. The default is 100.
 	Stock int64
 
-	// Timeout bounds each concurrent subtest. The default is 2 minutes.
+	// Timeout bounds each concurrent subtest. The default is 2 minutes. A
+	// call of the order subtests that keeps failing with ErrContention is
+	// retried for half of Timeout, then fails the subtest.
 	Timeout time.Duration
 
 	// RequireOrders makes Run fail unless the manager also implements
@@ -92,8 +99,9 @@ type Config struct {
 	RequireOrders bool
 
 	// HoldTTL is the TTL of the holds the order subtests let expire; the
-	// other holds live for Timeout. The default is 300ms. A backend whose
-	// clock is coarse sets ClockResolution rather than a longer HoldTTL.
+	// other holds live for Timeout, at least a minute. The default is
+	// 300ms. A backend whose clock is coarse sets ClockResolution rather
+	// than a longer HoldTTL.
 	HoldTTL time.Duration
 
 	// ClockResolution is the resolution of the clock on which the backend
@@ -135,7 +143,7 @@ func (c *Config) defaults() {
 	if c.HoldTTL <= 0 {
 		c.HoldTTL = 300 * time.Millisecond
 	}
-	c.HoldTTL = max(c.HoldTTL, inventory.MinHoldTTL)
+	c.HoldTTL = min(max(c.HoldTTL, inventory.MinHoldTTL), inventory.MaxHoldTTL)
 	if c.ClockResolution < 0 {
 		c.ClockResolution = 0
 	}
@@ -150,7 +158,12 @@ func (c *Config) defaults() {
 	}
 }
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance suite as subtests of t: the StockManager subtests,
+// then, if the manager implements [inventory.OrderManager], the order
+// subtests under "Orders". To find out, Run makes one extra manager with
+// NewManager(t) and asserts its type; without RequireOrders, a manager
+// that does not implement OrderManager gets a log line saying the order
+// subtests did not run.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.NewManager == nil {

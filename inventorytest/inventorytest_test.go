@@ -19,7 +19,19 @@ import (
 
 func TestMemory(t *testing.T) {
 	inventorytest.Run(t, inventorytest.Config{
-		NewManager: func(*testing.T) inventory.StockManager { return inventorytest.NewMemory(0) },
+		NewManager:    func(*testing.T) inventory.StockManager { return inventorytest.NewMemory(0) },
+		RequireOrders: true,
+	})
+}
+
+// TestMemoryShared runs the suite on one Memory for every subtest, as a
+// backend shared by successive managers (or runs): the subtests' SKUs, hold
+// ids and keys must not meet.
+func TestMemoryShared(t *testing.T) {
+	m := inventorytest.NewMemory(0)
+	inventorytest.Run(t, inventorytest.Config{
+		NewManager:    func(*testing.T) inventory.StockManager { return m },
+		RequireOrders: true,
 	})
 }
 

@@ -85,11 +85,20 @@ func (s *suite) skus(t *testing.T, ctx context.Context, m orderManager, qtys ...
 	t.Helper()
 	out := make([]string, len(qtys))
 	for i, q := range qtys {
-		out[i] = s.sku(t, fmt.Sprintf("sku-%d", i))
+		out[i] = s.osku(t, fmt.Sprintf("sku-%d", i))
 		mustInit(t, ctx, m, out[i], q)
 	}
 	return out
 }
+
+// id returns a hold id or idempotency key unique to this run and subtest:
+// ids and the keys of the lines calls are not per SKU, so a backend shared
+// by successive managers (or runs) must not see one twice.
+func (s *suite) id(t *testing.T, name string) string { return s.osku(t, "id/"+name) }
+
+// osku returns a SKU unique to this run and order subtest, apart from those
+// of the StockManager subtest of the same name.
+func (s *suite) osku(t *testing.T, name string) string { return s.sku(t, "orders/"+name) }
 
 // requireLevels checks the available and held units of sku.
 func requireLevels(t *testing.T, ctx context.Context, m orderManager, sku string, available, held int64) {
@@ -141,14 +150,21 @@ func sleepUntil(ctx context.Context, when time.Time) {
 	}
 }
 
-// retry runs op until it reports something other than ErrContention or ctx
-// is done.
-func retry(ctx context.Context, op func() error) error {
+// retry runs op until it reports something other than ErrContention, ctx
+// is done, or half of Config.Timeout has passed (then the
+// ErrContention it returns fails the subtest: a call must get through
+// eventually), pausing up to a millisecond between attempts.
+func (s *suite) retry(ctx context.Context, op func() error) error {
+	giveUp := time.Now().Add(s.cfg.Timeout / 2)
 	for {
 		err := op()
 		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
 			return err
 		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("inventorytest: still refused after retrying for %v: %w", s.cfg.Timeout/2, err)
+		}
+		time.Sleep(time.Duration(mrand.Int64N(int64(time.Millisecond))))
 	}
 }
 
@@ -165,7 +181,7 @@ func (s *suite) testReduceLines(t *testing.T, m orderManager) {
 	// MaxLines lines in one call.
 	many := make([]inventory.Line, inventory.MaxLines)
 	for i := range many {
-		many[i] = inventory.Line{SKU: s.sku(t, fmt.Sprintf("many-%d", i)), Qty: 2}
+		many[i] = inventory.Line{SKU: s.osku(t, fmt.Sprintf("many-%d", i)), Qty: 2}
 		mustInit(t, ctx, m, many[i].SKU, 3)
 	}
 	require.NoError(t, m.ReduceLines(ctx, many), "%d lines", inventory.MaxLines)
@@ -214,10 +230,11 @@ func requireShort(t *testing.T, err error, call []inventory.Line, short map[stri
 }
 
 func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 2, 10, inventory.MaxStock-1)
 	a, b, c, full := sk[0], sk[1], sk[2], sk[3]
-	unknown := s.sku(t, "unknown")
+	unknown := s.osku(t, "unknown")
 	unchanged := func() {
 		t.Helper()
 		requireLevels(t, ctx, m, a, 10, 0)
@@ -236,14 +253,14 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 	} {
 		requireShort(t, m.ReduceLines(ctx, call), call, map[string]int64{b: 2})
 		unchanged()
-		requireShort(t, m.Reserve(ctx, "hold-short", call, s.longTTL()), call, map[string]int64{b: 2})
+		requireShort(t, m.Reserve(ctx, id("hold-short"), call, s.longTTL()), call, map[string]int64{b: 2})
 		unchanged()
 	}
 	// Two short lines: the strategy names one or both.
 	call := lines(a, 3, b, 5, c, 11, full, 1)
 	requireShort(t, m.ReduceLines(ctx, call), call, map[string]int64{b: 2, c: 10})
 	unchanged()
-	requireShort(t, m.Reserve(ctx, "hold-short", call, s.longTTL()), call, map[string]int64{b: 2, c: 10})
+	requireShort(t, m.Reserve(ctx, id("hold-short"), call, s.longTTL()), call, map[string]int64{b: 2, c: 10})
 	unchanged()
 
 	// An unknown SKU anywhere: ErrNotFound, nothing moves.
@@ -254,7 +271,7 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 		unchanged()
 		require.ErrorIs(t, m.ReturnLines(ctx, call), inventory.ErrNotFound, "ReturnLines with an unknown SKU")
 		unchanged()
-		require.ErrorIs(t, m.Reserve(ctx, "hold-unknown", call, s.longTTL()), inventory.ErrNotFound, "Reserve with an unknown SKU")
+		require.ErrorIs(t, m.Reserve(ctx, id("hold-unknown"), call, s.longTTL()), inventory.ErrNotFound, "Reserve with an unknown SKU")
 		unchanged()
 	}
 
@@ -267,7 +284,7 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 	}
 
 	// The refused calls used up nothing: the same carts fit once stock is there.
-	require.NoError(t, m.Reserve(ctx, "hold-short", lines(a, 1, b, 1), s.longTTL()), "a refused Reserve does not use up its id")
+	require.NoError(t, m.Reserve(ctx, id("hold-short"), lines(a, 1, b, 1), s.longTTL()), "a refused Reserve does not use up its id")
 	requireLevels(t, ctx, m, a, 9, 1)
 	requireLevels(t, ctx, m, b, 1, 1)
 	require.NoError(t, m.ReturnLines(ctx, lines(a, 1, full, 1)))
@@ -275,11 +292,12 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 20, 20)
 	a, b := sk[0], sk[1]
 	cart := lines(a, 2, b, 3)
-	key := inventory.WithKey("cart-1")
+	key := inventory.WithKey(id("cart-1"))
 
 	require.NoError(t, m.ReduceLines(ctx, cart, key))
 	for range 3 {
@@ -300,16 +318,16 @@ func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
 	rem, err := m.Reduce(ctx, a, 1, key)
 	require.NoError(t, err, "a single-SKU Reduce with the key of a ReduceLines")
 	require.EqualValues(t, 19, rem)
-	require.NoError(t, m.ReduceLines(ctx, cart, inventory.WithKey("cart-2")), "another key")
+	require.NoError(t, m.ReduceLines(ctx, cart, inventory.WithKey(id("cart-2"))), "another key")
 	require.NoError(t, m.ReduceLines(ctx, cart), "no key")
 	require.NoError(t, m.ReduceLines(ctx, cart), "no key, again: calls without a key are never duplicates")
 	requireLevels(t, ctx, m, a, 13, 0)
 	requireLevels(t, ctx, m, b, 11, 0)
 
 	// Calls that failed did not use up their keys.
-	k3 := inventory.WithKey("cart-3")
+	k3 := inventory.WithKey(id("cart-3"))
 	requireShort(t, m.ReduceLines(ctx, lines(a, 1, b, 1000), k3), lines(a, 1, b, 1000), map[string]int64{b: 11})
-	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 1, s.sku(t, "unknown"), 1), k3), inventory.ErrNotFound)
+	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 1, s.osku(t, "unknown"), 1), k3), inventory.ErrNotFound)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, m.ReduceLines(cancelled, cart, k3), context.Canceled)
@@ -324,10 +342,11 @@ func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testReserve(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 5)
 	a, b := sk[0], sk[1]
-	require.NoError(t, m.Reserve(ctx, "order-1", lines(a, 3, b, 5), s.longTTL()))
+	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 5), s.longTTL()))
 	requireLevels(t, ctx, m, a, 7, 3)
 	requireLevels(t, ctx, m, b, 0, 5)
 
@@ -336,85 +355,89 @@ func (s *suite) testReserve(t *testing.T, m orderManager) {
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Reduce of a SKU whose units are all held")
 	require.EqualValues(t, 0, rem)
 	requireShort(t, m.ReduceLines(ctx, lines(a, 1, b, 1)), lines(a, 1, b, 1), map[string]int64{b: 0})
-	requireShort(t, m.Reserve(ctx, "order-2", lines(b, 1), s.longTTL()), lines(b, 1), map[string]int64{b: 0})
+	requireShort(t, m.Reserve(ctx, id("order-2"), lines(b, 1), s.longTTL()), lines(b, 1), map[string]int64{b: 0})
 	requireLevels(t, ctx, m, a, 7, 3)
 	requireLevels(t, ctx, m, b, 0, 5)
 
-	require.NoError(t, m.Reserve(ctx, "order-2", lines(a, 7), s.longTTL()))
+	require.NoError(t, m.Reserve(ctx, id("order-2"), lines(a, 7), s.longTTL()))
 	requireLevels(t, ctx, m, a, 0, 10)
 	// Return and Init move the available stock only.
 	_, err = m.Return(ctx, b, 2)
 	require.NoError(t, err)
 	requireLevels(t, ctx, m, b, 2, 5)
-	require.NoError(t, m.Reserve(ctx, "order-3", lines(b, 2), s.longTTL()))
+	require.NoError(t, m.Reserve(ctx, id("order-3"), lines(b, 2), s.longTTL()))
 	requireLevels(t, ctx, m, b, 0, 7)
 }
 
 func (s *suite) testConfirm(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 5)
 	a, b := sk[0], sk[1]
-	require.NoError(t, m.Reserve(ctx, "order-1", lines(a, 3, b, 2), s.longTTL()))
-	require.NoError(t, m.Confirm(ctx, "order-1"))
+	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 2), s.longTTL()))
+	require.NoError(t, m.Confirm(ctx, id("order-1")))
 	requireLevels(t, ctx, m, a, 7, 0)
 	requireLevels(t, ctx, m, b, 3, 0)
 
 	for range 2 {
-		require.ErrorIs(t, m.Confirm(ctx, "order-1"), inventory.ErrDuplicate, "Confirm of a confirmed hold")
-		err := m.Cancel(ctx, "order-1")
+		require.ErrorIs(t, m.Confirm(ctx, id("order-1")), inventory.ErrDuplicate, "Confirm of a confirmed hold")
+		err := m.Cancel(ctx, id("order-1"))
 		require.ErrorIs(t, err, inventory.ErrHoldConfirmed, "Cancel of a confirmed hold")
 		require.NotErrorIs(t, err, inventory.ErrNotFound)
 		requireLevels(t, ctx, m, a, 7, 0)
 		requireLevels(t, ctx, m, b, 3, 0)
 	}
 	// Another hold is untouched by the first one's Confirm.
-	require.NoError(t, m.Reserve(ctx, "order-2", lines(a, 1), s.longTTL()))
-	require.NoError(t, m.Reserve(ctx, "order-3", lines(a, 2), s.longTTL()))
-	require.NoError(t, m.Confirm(ctx, "order-3"))
+	require.NoError(t, m.Reserve(ctx, id("order-2"), lines(a, 1), s.longTTL()))
+	require.NoError(t, m.Reserve(ctx, id("order-3"), lines(a, 2), s.longTTL()))
+	require.NoError(t, m.Confirm(ctx, id("order-3")))
 	requireLevels(t, ctx, m, a, 4, 1)
-	require.NoError(t, m.Cancel(ctx, "order-2"))
+	require.NoError(t, m.Cancel(ctx, id("order-2")))
 	requireLevels(t, ctx, m, a, 5, 0)
 }
 
 func (s *suite) testCancel(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 5)
 	a, b := sk[0], sk[1]
-	require.NoError(t, m.Reserve(ctx, "order-1", lines(a, 3, b, 5), s.longTTL()))
-	require.NoError(t, m.Cancel(ctx, "order-1"))
+	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 5), s.longTTL()))
+	require.NoError(t, m.Cancel(ctx, id("order-1")))
 	requireLevels(t, ctx, m, a, 10, 0)
 	requireLevels(t, ctx, m, b, 5, 0)
 	for range 3 {
-		require.NoError(t, m.Cancel(ctx, "order-1"), "Cancel is idempotent")
+		require.NoError(t, m.Cancel(ctx, id("order-1")), "Cancel is idempotent")
 		requireLevels(t, ctx, m, a, 10, 0)
 		requireLevels(t, ctx, m, b, 5, 0)
 	}
-	err := m.Confirm(ctx, "order-1")
+	err := m.Confirm(ctx, id("order-1"))
 	require.ErrorIs(t, err, inventory.ErrHoldReleased, "Confirm of a cancelled hold")
 	require.NotErrorIs(t, err, inventory.ErrDuplicate)
 	requireLevels(t, ctx, m, a, 10, 0)
 	requireLevels(t, ctx, m, b, 5, 0)
-	require.NoError(t, m.Cancel(ctx, "order-1"), "Cancel after a refused Confirm")
+	require.NoError(t, m.Cancel(ctx, id("order-1")), "Cancel after a refused Confirm")
 	requireLevels(t, ctx, m, b, 5, 0)
 }
 
 func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10)
-	err := m.Confirm(ctx, "never-reserved")
+	err := m.Confirm(ctx, id("never-reserved"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Confirm of an unknown hold")
 	require.NotErrorIs(t, err, inventory.ErrHoldReleased)
-	err = m.Cancel(ctx, "never-reserved")
+	err = m.Cancel(ctx, id("never-reserved"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Cancel of an unknown hold")
-	_, err = m.Held(ctx, s.sku(t, "never-initialised"))
+	_, err = m.Held(ctx, s.osku(t, "never-initialised"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Held of an unknown SKU")
 	// Asking about an id creates nothing.
-	require.NoError(t, m.Reserve(ctx, "never-reserved", lines(sk[0], 1), s.longTTL()))
-	require.NoError(t, m.Confirm(ctx, "never-reserved"))
+	require.NoError(t, m.Reserve(ctx, id("never-reserved"), lines(sk[0], 1), s.longTTL()))
+	require.NoError(t, m.Confirm(ctx, id("never-reserved")))
 	requireLevels(t, ctx, m, sk[0], 9, 0)
 }
 
 func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
@@ -426,51 +449,53 @@ func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
 		requireLevels(t, ctx, m, a, availA, heldA)
 		requireLevels(t, ctx, m, b, 10, 0)
 	}
-	require.NoError(t, m.Reserve(ctx, "live", lines(a, 1), s.longTTL()))
-	dup("live", 9, 1)
-	require.NoError(t, m.Reserve(ctx, "confirmed", lines(a, 1), s.longTTL()))
-	require.NoError(t, m.Confirm(ctx, "confirmed"))
-	dup("confirmed", 8, 1)
-	require.NoError(t, m.Reserve(ctx, "cancelled", lines(a, 1), s.longTTL()))
-	require.NoError(t, m.Cancel(ctx, "cancelled"))
-	dup("cancelled", 8, 1)
+	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
+	dup(id("live"), 9, 1)
+	require.NoError(t, m.Reserve(ctx, id("confirmed"), lines(a, 1), s.longTTL()))
+	require.NoError(t, m.Confirm(ctx, id("confirmed")))
+	dup(id("confirmed"), 8, 1)
+	require.NoError(t, m.Reserve(ctx, id("cancelled"), lines(a, 1), s.longTTL()))
+	require.NoError(t, m.Cancel(ctx, id("cancelled")))
+	dup(id("cancelled"), 8, 1)
 
-	expired := s.reserveShort(t, ctx, m, "expired", lines(a, 2))
+	expired := s.reserveShort(t, ctx, m, id("expired"), lines(a, 2))
 	sleepUntil(ctx, expired)
 	for _, ls := range [][]inventory.Line{lines(a, 1), lines(b, 2)} {
-		require.ErrorIs(t, m.Reserve(ctx, "expired", ls, s.longTTL()), inventory.ErrDuplicate, "Reserve of an expired hold's id")
+		require.ErrorIs(t, m.Reserve(ctx, id("expired"), ls, s.longTTL()), inventory.ErrDuplicate, "Reserve of an expired hold's id")
 	}
 	_, err := m.Sweep(ctx)
 	require.NoError(t, err)
 	requireLevels(t, ctx, m, a, 8, 1)
 	requireLevels(t, ctx, m, b, 10, 0)
-	dup("expired", 8, 1)
-	require.NoError(t, m.Confirm(ctx, "live"), "the duplicates left the live hold alone")
+	dup(id("expired"), 8, 1)
+	require.NoError(t, m.Confirm(ctx, id("live")), "the duplicates left the live hold alone")
 	requireLevels(t, ctx, m, a, 8, 0)
 }
 
 func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 2)
 	a := sk[0]
-	requireShort(t, m.Reserve(ctx, "f", lines(a, 5), s.longTTL()), lines(a, 5), map[string]int64{a: 2})
-	require.ErrorIs(t, m.Reserve(ctx, "f", lines(a, 1, s.sku(t, "unknown"), 1), s.longTTL()), inventory.ErrNotFound)
-	require.ErrorIs(t, m.Reserve(ctx, "f", lines(a, 1), 0), inventory.ErrInvalidArgument)
+	requireShort(t, m.Reserve(ctx, id("f"), lines(a, 5), s.longTTL()), lines(a, 5), map[string]int64{a: 2})
+	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1, s.osku(t, "unknown"), 1), s.longTTL()), inventory.ErrNotFound)
+	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1), 0), inventory.ErrInvalidArgument)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	require.ErrorIs(t, m.Reserve(cancelled, "f", lines(a, 1), s.longTTL()), context.Canceled)
+	require.ErrorIs(t, m.Reserve(cancelled, id("f"), lines(a, 1), s.longTTL()), context.Canceled)
 	requireLevels(t, ctx, m, a, 2, 0)
-	require.ErrorIs(t, m.Confirm(ctx, "f"), inventory.ErrNotFound, "a failed Reserve leaves no hold")
-	require.NoError(t, m.Reserve(ctx, "f", lines(a, 2), s.longTTL()), "the failed Reserves did not use up their id")
+	require.ErrorIs(t, m.Confirm(ctx, id("f")), inventory.ErrNotFound, "a failed Reserve leaves no hold")
+	require.NoError(t, m.Reserve(ctx, id("f"), lines(a, 2), s.longTTL()), "the failed Reserves did not use up their id")
 	requireLevels(t, ctx, m, a, 0, 2)
-	require.NoError(t, m.Confirm(ctx, "f"))
+	require.NoError(t, m.Confirm(ctx, id("f")))
 }
 
 func (s *suite) testOrdersCancelledContext(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
-	require.NoError(t, m.Reserve(ctx, "live", lines(a, 1), s.longTTL()))
+	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -487,11 +512,11 @@ func (s *suite) testOrdersCancelledContext(t *testing.T, m orderManager) {
 			require.NotErrorIs(t, err, inventory.ErrNotFound, what)
 		}
 		check("ReduceLines", m.ReduceLines(c.ctx, lines(a, 1, b, 1)))
-		check("keyed ReduceLines", m.ReduceLines(c.ctx, lines(a, 1, b, 1), inventory.WithKey("k")))
+		check("keyed ReduceLines", m.ReduceLines(c.ctx, lines(a, 1, b, 1), inventory.WithKey(id("k"))))
 		check("ReturnLines", m.ReturnLines(c.ctx, lines(a, 1, b, 1)))
-		check("Reserve", m.Reserve(c.ctx, "new", lines(a, 1), s.longTTL()))
-		check("Confirm", m.Confirm(c.ctx, "live"))
-		check("Cancel", m.Cancel(c.ctx, "live"))
+		check("Reserve", m.Reserve(c.ctx, id("new"), lines(a, 1), s.longTTL()))
+		check("Confirm", m.Confirm(c.ctx, id("live")))
+		check("Cancel", m.Cancel(c.ctx, id("live")))
 		_, err := m.Held(c.ctx, a)
 		check("Held", err)
 		_, err = m.Sweep(c.ctx)
@@ -499,19 +524,20 @@ func (s *suite) testOrdersCancelledContext(t *testing.T, m orderManager) {
 	}
 	requireLevels(t, ctx, m, a, 9, 1)
 	requireLevels(t, ctx, m, b, 10, 0)
-	require.NoError(t, m.ReduceLines(ctx, lines(a, 1, b, 1), inventory.WithKey("k")), "the failed call did not use up its key")
-	require.NoError(t, m.Reserve(ctx, "new", lines(a, 1), s.longTTL()), "the failed Reserve did not use up its id")
-	require.NoError(t, m.Confirm(ctx, "live"), "the failed Confirm and Cancel left the hold live")
+	require.NoError(t, m.ReduceLines(ctx, lines(a, 1, b, 1), inventory.WithKey(id("k"))), "the failed call did not use up its key")
+	require.NoError(t, m.Reserve(ctx, id("new"), lines(a, 1), s.longTTL()), "the failed Reserve did not use up its id")
+	require.NoError(t, m.Confirm(ctx, id("live")), "the failed Confirm and Cancel left the hold live")
 	requireLevels(t, ctx, m, a, 7, 1)
 	requireLevels(t, ctx, m, b, 9, 0)
 }
 
 func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
-	unknown := s.sku(t, "unknown")
-	require.NoError(t, m.Reserve(ctx, "live", lines(a, 1), s.longTTL()))
+	unknown := s.osku(t, "unknown")
+	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
 	// A call with bad arguments is refused before it looks at ctx or the
 	// backend: with a cancelled context it still reports ErrInvalidArgument.
 	cancelled, cancel := context.WithCancel(ctx)
@@ -525,7 +551,7 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 
 	tooMany := make([]inventory.Line, inventory.MaxLines+1)
 	for i := range tooMany {
-		tooMany[i] = inventory.Line{SKU: s.sku(t, fmt.Sprintf("many-%d", i)), Qty: 1}
+		tooMany[i] = inventory.Line{SKU: s.osku(t, fmt.Sprintf("many-%d", i)), Qty: 1}
 	}
 	badLines := map[string][]inventory.Line{
 		"nil lines":           nil,
@@ -545,9 +571,9 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 	for name, ls := range badLines {
 		t.Run(name, func(t *testing.T) {
 			both("ReduceLines", func(c context.Context) error { return m.ReduceLines(c, ls) })
-			both("keyed ReduceLines", func(c context.Context) error { return m.ReduceLines(c, ls, inventory.WithKey("k")) })
+			both("keyed ReduceLines", func(c context.Context) error { return m.ReduceLines(c, ls, inventory.WithKey(id("k"))) })
 			both("ReturnLines", func(c context.Context) error { return m.ReturnLines(c, ls) })
-			both("Reserve", func(c context.Context) error { return m.Reserve(c, "new", ls, s.longTTL()) })
+			both("Reserve", func(c context.Context) error { return m.Reserve(c, id("new"), ls, s.longTTL()) })
 		})
 	}
 	for name, bad := range badSKUs() {
@@ -560,7 +586,7 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 	}
 	for _, ttl := range []time.Duration{0, -1, -time.Hour, inventory.MinHoldTTL - 1, inventory.MaxHoldTTL + 1, math.MaxInt64, math.MinInt64} {
 		t.Run(fmt.Sprintf("ttl %d", ttl), func(t *testing.T) {
-			both("Reserve", func(c context.Context) error { return m.Reserve(c, "new", lines(a, 1), ttl) })
+			both("Reserve", func(c context.Context) error { return m.Reserve(c, id("new"), lines(a, 1), ttl) })
 		})
 	}
 	for name, key := range map[string]string{
@@ -580,19 +606,20 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 		_, err := m.Get(ctx, sku)
 		require.ErrorIs(t, err, inventory.ErrNotFound, "a refused call must not create a SKU")
 	}
-	require.NoError(t, m.ReduceLines(ctx, lines(b, 1), inventory.WithKey("k")), "a refused call does not use up its key")
-	require.NoError(t, m.Reserve(ctx, "new", lines(a, 1, b, 1), s.longTTL()), "a refused Reserve does not use up its id")
-	require.NoError(t, m.Confirm(ctx, "live"))
+	require.NoError(t, m.ReduceLines(ctx, lines(b, 1), inventory.WithKey(id("k"))), "a refused call does not use up its key")
+	require.NoError(t, m.Reserve(ctx, id("new"), lines(a, 1, b, 1), s.longTTL()), "a refused Reserve does not use up its id")
+	require.NoError(t, m.Confirm(ctx, id("live")))
 	requireLevels(t, ctx, m, a, 8, 1)
 	requireLevels(t, ctx, m, b, 8, 1)
 }
 
 func (s *suite) testExpiryWithTraffic(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10, 10, 10)
 	a, b, c, d := sk[0], sk[1], sk[2], sk[3]
 	for i, sku := range sk {
-		s.reserveShort(t, ctx, m, fmt.Sprintf("hold-%d", i), lines(sku, 4))
+		s.reserveShort(t, ctx, m, id(fmt.Sprintf("hold-%d", i)), lines(sku, 4))
 	}
 	requireStock(t, ctx, m, d, 6)
 	sleepUntil(ctx, time.Now().Add(s.expiredAfter(s.cfg.HoldTTL)))
@@ -609,13 +636,13 @@ func (s *suite) testExpiryWithTraffic(t *testing.T, m orderManager) {
 	requireLevels(t, ctx, m, b, 11, 0)
 	require.NoError(t, m.ReduceLines(ctx, lines(c, 10)), "ReduceLines of every unit, 4 of them in an expired hold")
 	requireLevels(t, ctx, m, c, 0, 0)
-	require.NoError(t, m.Reserve(ctx, "hold-new", lines(d, 10), s.longTTL()), "Reserve of every unit, 4 of them in an expired hold")
+	require.NoError(t, m.Reserve(ctx, id("hold-new"), lines(d, 10), s.longTTL()), "Reserve of every unit, 4 of them in an expired hold")
 	requireLevels(t, ctx, m, d, 0, 10)
 
 	// The expired holds stay released.
 	for i := range sk {
-		require.ErrorIs(t, m.Confirm(ctx, fmt.Sprintf("hold-%d", i)), inventory.ErrHoldReleased, "Confirm of an expired hold")
-		require.NoError(t, m.Cancel(ctx, fmt.Sprintf("hold-%d", i)), "Cancel of an expired hold")
+		require.ErrorIs(t, m.Confirm(ctx, id(fmt.Sprintf("hold-%d", i))), inventory.ErrHoldReleased, "Confirm of an expired hold")
+		require.NoError(t, m.Cancel(ctx, id(fmt.Sprintf("hold-%d", i))), "Cancel of an expired hold")
 	}
 	_, err = m.Sweep(ctx)
 	require.NoError(t, err)
@@ -626,19 +653,20 @@ func (s *suite) testExpiryWithTraffic(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testConfirmAfterExpiry(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
-	sleepUntil(ctx, s.reserveShort(t, ctx, m, "late", lines(a, 3, b, 4)))
+	sleepUntil(ctx, s.reserveShort(t, ctx, m, id("late"), lines(a, 3, b, 4)))
 	// Nobody touched the SKUs and nothing swept: Confirm itself finds the
 	// hold past its TTL, refuses, and the units are back.
-	err := m.Confirm(ctx, "late")
+	err := m.Confirm(ctx, id("late"))
 	require.ErrorIs(t, err, inventory.ErrHoldReleased, "Confirm after the TTL")
 	require.NotErrorIs(t, err, inventory.ErrDuplicate)
 	requireLevels(t, ctx, m, a, 10, 0)
 	requireLevels(t, ctx, m, b, 10, 0)
-	require.ErrorIs(t, m.Confirm(ctx, "late"), inventory.ErrHoldReleased, "Confirm again")
-	require.NoError(t, m.Cancel(ctx, "late"))
+	require.ErrorIs(t, m.Confirm(ctx, id("late")), inventory.ErrHoldReleased, "Confirm again")
+	require.NoError(t, m.Cancel(ctx, id("late")))
 	_, err = m.Sweep(ctx)
 	require.NoError(t, err)
 	requireLevels(t, ctx, m, a, 10, 0)
@@ -646,30 +674,30 @@ func (s *suite) testConfirmAfterExpiry(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testCancelAfterExpiry(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10, 10)
 	a, b, c := sk[0], sk[1], sk[2]
-	s.reserveShort(t, ctx, m, "x-a", lines(a, 4))
-	s.reserveShort(t, ctx, m, "x-b", lines(b, 4))
-	sleepUntil(ctx, s.reserveShort(t, ctx, m, "x-c", lines(c, 4)))
+	s.reserveShort(t, ctx, m, id("x-a"), lines(a, 4))
+	s.reserveShort(t, ctx, m, id("x-b"), lines(b, 4))
+	sleepUntil(ctx, s.reserveShort(t, ctx, m, id("x-c"), lines(c, 4)))
 
 	// Cancel first, then Sweep: the units come back once.
-	require.NoError(t, m.Cancel(ctx, "x-a"), "Cancel of an expired hold nobody released yet")
+	require.NoError(t, m.Cancel(ctx, id("x-a")), "Cancel of an expired hold nobody released yet")
 	requireLevels(t, ctx, m, a, 10, 0)
 	// Lazy release first, then Cancel.
 	rem, err := m.Reduce(ctx, c, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 9, rem)
-	require.NoError(t, m.Cancel(ctx, "x-c"), "Cancel of a hold released by traffic")
+	require.NoError(t, m.Cancel(ctx, id("x-c")), "Cancel of a hold released by traffic")
 	requireLevels(t, ctx, m, c, 9, 0)
 	// Sweep first, then Cancel.
-	n, err := m.Sweep(ctx)
+	_, err = m.Sweep(ctx)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, n, 1, "Sweep released x-b")
 	requireLevels(t, ctx, m, b, 10, 0)
-	for _, id := range []string{"x-a", "x-b", "x-c"} {
-		require.NoError(t, m.Cancel(ctx, id), "Cancel of %s, released", id)
-		require.ErrorIs(t, m.Confirm(ctx, id), inventory.ErrHoldReleased, "Confirm of %s, released", id)
+	for _, name := range []string{"x-a", "x-b", "x-c"} {
+		require.NoError(t, m.Cancel(ctx, id(name)), "Cancel of %s, released", name)
+		require.ErrorIs(t, m.Confirm(ctx, id(name)), inventory.ErrHoldReleased, "Confirm of %s, released", name)
 	}
 	_, err = m.Sweep(ctx)
 	require.NoError(t, err)
@@ -679,28 +707,33 @@ func (s *suite) testCancelAfterExpiry(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testSweep(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10, 10)
 	a, b := sk[0], sk[1]
-	require.NoError(t, m.Reserve(ctx, "live", lines(a, 1, b, 1), s.longTTL()))
-	s.reserveShort(t, ctx, m, "e1", lines(a, 2))
-	sleepUntil(ctx, s.reserveShort(t, ctx, m, "e2", lines(a, 3, b, 4)))
+	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1, b, 1), s.longTTL()))
+	s.reserveShort(t, ctx, m, id("e1"), lines(a, 2))
+	sleepUntil(ctx, s.reserveShort(t, ctx, m, id("e2"), lines(a, 3, b, 4)))
+	// The count is not checked: on a shared backend another process's
+	// Sweep may have released some of these holds first.
 	n, err := m.Sweep(ctx)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, n, 2, "Sweep counts the holds it released")
+	require.GreaterOrEqual(t, n, 0, "Sweep's count")
+	t.Logf("Sweep released %d holds", n)
 	requireLevels(t, ctx, m, a, 9, 1)
 	requireLevels(t, ctx, m, b, 9, 1)
 	_, err = m.Sweep(ctx)
 	require.NoError(t, err)
 	requireLevels(t, ctx, m, a, 9, 1)
 	requireLevels(t, ctx, m, b, 9, 1)
-	require.ErrorIs(t, m.Confirm(ctx, "e2"), inventory.ErrHoldReleased)
-	require.NoError(t, m.Confirm(ctx, "live"), "Sweep left the live hold alone")
+	require.ErrorIs(t, m.Confirm(ctx, id("e2")), inventory.ErrHoldReleased)
+	require.NoError(t, m.Confirm(ctx, id("live")), "Sweep left the live hold alone")
 	requireLevels(t, ctx, m, a, 9, 0)
 	requireLevels(t, ctx, m, b, 9, 0)
 }
 
 func (s *suite) testReap(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := quick(t)
 	sk := s.skus(t, ctx, m, 10)
 	a := sk[0]
@@ -718,8 +751,8 @@ func (s *suite) testReap(t *testing.T, m orderManager) {
 	}()
 	t.Cleanup(func() { stop(); <-done }) // leaves no goroutine on failure
 
-	require.NoError(t, m.Reserve(ctx, "live", lines(a, 1), s.longTTL()))
-	expired := s.reserveShort(t, ctx, m, "short", lines(a, 2))
+	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
+	expired := s.reserveShort(t, ctx, m, id("short"), lines(a, 2))
 	bound := expired.Add(period + s.cfg.ExpirySlack)
 	for {
 		held, err := m.Held(ctx, a)
@@ -746,10 +779,11 @@ func (s *suite) testReap(t *testing.T, m orderManager) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, sweepErrs, "Sweep failed under Reap")
-	require.NoError(t, m.Confirm(ctx, "live"), "Reap left the live hold alone")
+	require.NoError(t, m.Confirm(ctx, id("live")), "Reap left the live hold alone")
 }
 
 func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
+	id := func(name string) string { return s.id(t, name) }
 	ctx := ctxFor(t, s.cfg.Timeout)
 	sk := s.skus(t, ctx, m, 1000, 1000)
 	a, b := sk[0], sk[1]
@@ -763,7 +797,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 		unexpected = append(unexpected, err)
 	}
 	start(n, func(i int) {
-		err := retry(ctx, func() error { return m.Reserve(ctx, "one-id", lines(a, 1+int64(i%3), b, 1), s.longTTL()) })
+		err := s.retry(ctx, func() error { return m.Reserve(ctx, id("one-id"), lines(a, 1+int64(i%3), b, 1), s.longTTL()) })
 		switch {
 		case err == nil:
 			ok.Add(1)
@@ -786,7 +820,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 	var confirmed, cancelled, confirmDup, confirmReleased, cancelConfirmed atomic.Int64
 	start(n, func(i int) {
 		if i%2 == 0 {
-			err := retry(ctx, func() error { return m.Confirm(ctx, "one-id") })
+			err := s.retry(ctx, func() error { return m.Confirm(ctx, id("one-id")) })
 			switch {
 			case err == nil:
 				confirmed.Add(1)
@@ -799,7 +833,7 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 			}
 			return
 		}
-		err := retry(ctx, func() error { return m.Cancel(ctx, "one-id") })
+		err := s.retry(ctx, func() error { return m.Cancel(ctx, id("one-id")) })
 		switch {
 		case err == nil:
 			cancelled.Add(1)
@@ -837,7 +871,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 	res := s.cfg.ClockResolution
 	skus := make([]string, n)
 	for i := range skus {
-		skus[i] = s.sku(t, fmt.Sprintf("race-%d", i))
+		skus[i] = s.osku(t, fmt.Sprintf("race-%d", i))
 		mustInit(t, ctx, m, skus[i], 1)
 	}
 
@@ -850,18 +884,21 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 		defer mu.Unlock()
 		problems = append(problems, fmt.Sprintf(format, args...))
 	}
-	sweeps.Go(func() {
-		for {
-			select {
-			case <-stopSweep:
-				return
-			case <-time.After(2 * time.Millisecond):
+	// Three sweepers, as from three processes: each hold is released once.
+	for range 3 {
+		sweeps.Go(func() {
+			for {
+				select {
+				case <-stopSweep:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				if _, err := m.Sweep(ctx); err != nil && ctx.Err() == nil {
+					problem("Sweep: %v", err)
+				}
 			}
-			if _, err := m.Sweep(ctx); err != nil && ctx.Err() == nil {
-				problem("Sweep: %v", err)
-			}
-		}
-	})
+		})
+	}
 
 	const workers = 20
 	confirmed := make([]bool, n)
@@ -869,18 +906,18 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
-				id := fmt.Sprintf("race-%d", i)
-				if err := retry(ctx, func() error { return m.Reserve(ctx, id, lines(skus[i], 1), ttl) }); err != nil {
+				id := s.id(t, fmt.Sprintf("race-%d", i))
+				t0 := time.Now() // the TTL starts after this on the backend
+				if err := s.retry(ctx, func() error { return m.Reserve(ctx, id, lines(skus[i], 1), ttl) }); err != nil {
 					problem("Reserve(%s): %v", id, err)
 					return
 				}
-				t0 := time.Now()
 				// Spread the Confirms from a quarter TTL before the TTL to
 				// a quarter TTL after it, plus the clock's resolution.
 				spread := ttl/2 + res
 				at := t0.Add(ttl - ttl/4 + spread*time.Duration(i%41)/40)
 				sleepUntil(ctx, at)
-				err := retry(ctx, func() error { return m.Confirm(ctx, id) })
+				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
 				switch {
 				case err == nil:
 					confirmed[i] = true
@@ -914,7 +951,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 		}
 		// Exactly one of {Confirm succeeded, the unit came back}.
 		requireLevels(t, ctx, m, sku, want, 0)
-		err := m.Cancel(ctx, fmt.Sprintf("race-%d", i))
+		err := m.Cancel(ctx, s.id(t, fmt.Sprintf("race-%d", i)))
 		if confirmed[i] {
 			require.ErrorIs(t, err, inventory.ErrHoldConfirmed, "race %d", i)
 		} else {
@@ -932,7 +969,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	const nSKU, initial = 10, 400
 	skus := make([]string, nSKU)
 	for i := range skus {
-		skus[i] = s.sku(t, fmt.Sprintf("sku-%d", i))
+		skus[i] = s.osku(t, fmt.Sprintf("sku-%d", i))
 		mustInit(t, ctx, m, skus[i], initial)
 	}
 	var sold, returned [nSKU]atomic.Int64
@@ -957,9 +994,22 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	}
 	var abandoned []string
 
-	// Samplers watch for negative levels while the buyers run.
+	// Samplers watch for negative levels while the buyers run, and a
+	// sweeper releases expired holds among the buyers' calls.
 	stop := make(chan struct{})
 	var samplers sync.WaitGroup
+	samplers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			if _, err := m.Sweep(ctx); err != nil && ctx.Err() == nil {
+				problem("Sweep while the carts ran: %v", err)
+			}
+		}
+	})
 	for range 2 {
 		samplers.Go(func() {
 			for {
@@ -1007,7 +1057,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			refused[kind].Add(1)
 			return true
 		}
-		id := fmt.Sprintf("buyer-%d", i)
+		id := s.id(t, fmt.Sprintf("buyer-%d", i))
 		switch kind {
 		case kindReduce, kindReturn:
 			var opts []inventory.Option
@@ -1018,7 +1068,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			if kind == kindReturn {
 				call = m.ReturnLines
 			}
-			err := retry(ctx, func() error { return call(ctx, cart, opts...) })
+			err := s.retry(ctx, func() error { return call(ctx, cart, opts...) })
 			if err != nil {
 				refusal(kindNames[kind], err)
 				return
@@ -1031,7 +1081,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			}
 			if len(opts) > 0 {
 				// A retry with the same key changes nothing.
-				err := retry(ctx, func() error { return call(ctx, cart, opts...) })
+				err := s.retry(ctx, func() error { return call(ctx, cart, opts...) })
 				if !errors.Is(err, inventory.ErrDuplicate) {
 					problem("buyer %d: repeated %s with its key: %v, want ErrDuplicate", i, kindNames[kind], err)
 					if err == nil {
@@ -1053,7 +1103,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 					ttl = max(inventory.MinHoldTTL, s.cfg.HoldTTL/100)
 				}
 			}
-			if err := retry(ctx, func() error { return m.Reserve(ctx, id, cart, ttl) }); err != nil {
+			if err := s.retry(ctx, func() error { return m.Reserve(ctx, id, cart, ttl) }); err != nil {
 				refusal(kindNames[kind], err)
 				return
 			}
@@ -1064,7 +1114,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 				mu.Unlock()
 				okCount[kind].Add(1)
 			case kindConfirm:
-				err := retry(ctx, func() error { return m.Confirm(ctx, id) })
+				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
 				if err != nil {
 					problem("buyer %d: Confirm of a live hold: %v", i, err)
 					return
@@ -1072,7 +1122,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 				okCount[kind].Add(1)
 				add(&sold)
 			case kindCancel:
-				if err := retry(ctx, func() error { return m.Cancel(ctx, id) }); err != nil {
+				if err := s.retry(ctx, func() error { return m.Cancel(ctx, id) }); err != nil {
 					problem("buyer %d: Cancel of a live hold: %v", i, err)
 					return
 				}
@@ -1127,8 +1177,12 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 
 	// The abandoned holds expire; Sweep releases what traffic has not.
 	sleepUntil(ctx, expired)
-	_, err := m.Sweep(ctx)
-	require.NoError(t, err)
+	start(4, func(int) { // concurrent sweeps release each hold once
+		if _, err := m.Sweep(ctx); err != nil {
+			problem("Sweep: %v", err)
+		}
+	})
+	require.Empty(t, problems)
 	check("after the sweep", true)
 	if t.Failed() {
 		return
@@ -1136,7 +1190,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	// Cancelling the expired holds gives nothing back twice.
 	var cancelErrs atomic.Int64
 	start(len(abandoned), func(i int) {
-		if err := retry(ctx, func() error { return m.Cancel(ctx, abandoned[i]) }); err != nil {
+		if err := s.retry(ctx, func() error { return m.Cancel(ctx, abandoned[i]) }); err != nil {
 			if cancelErrs.Add(1) == 1 {
 				problem("Cancel(%s) of an expired hold: %v", abandoned[i], err)
 			}
