@@ -178,3 +178,94 @@ func ExampleWithKey() {
 	// already done; left then: 8
 	// stock: 8
 }
+
+// A checkout: the cart's units are held while the buyer pays. Confirm sells
+// them; a buyer who never pays gets them released when the hold's TTL
+// passes, with no caller action; Cancel gives them back at once.
+func ExampleOrderManager() {
+	ctx := context.Background()
+	shop := inventorytest.NewMemory(0) // a StockManager and an OrderManager
+	_ = shop.Init(ctx, "sneaker-42", 5)
+	_ = shop.Init(ctx, "socks", 10)
+	cart := []inventory.Line{{SKU: "sneaker-42", Qty: 1}, {SKU: "socks", Qty: 2}}
+
+	show := func(when string) {
+		avail, _ := shop.Get(ctx, "sneaker-42")
+		held, _ := shop.Held(ctx, "sneaker-42")
+		fmt.Printf("%-16s sneakers available %d, held %d\n", when, avail, held)
+	}
+	if err := shop.Reserve(ctx, "order-1001", cart, 15*time.Minute); err != nil {
+		log.Fatal(err)
+	}
+	show("reserved:")
+	if err := shop.Confirm(ctx, "order-1001"); err != nil {
+		log.Fatal(err)
+	}
+	show("paid:")
+	fmt.Println("cancel a paid order:", errors.Is(shop.Cancel(ctx, "order-1001"), inventory.ErrHoldConfirmed))
+
+	// A buyer who walks away.
+	_ = shop.Reserve(ctx, "order-1002", cart, 10*time.Millisecond)
+	show("reserved again:")
+	time.Sleep(50 * time.Millisecond)
+	fmt.Println("pay too late:", errors.Is(shop.Confirm(ctx, "order-1002"), inventory.ErrHoldReleased))
+	show("expired:")
+	fmt.Println("cancel after expiry:", shop.Cancel(ctx, "order-1002")) // idempotent
+	// Output:
+	// reserved:        sneakers available 4, held 1
+	// paid:            sneakers available 4, held 0
+	// cancel a paid order: true
+	// reserved again:  sneakers available 3, held 1
+	// pay too late: true
+	// expired:         sneakers available 4, held 0
+	// cancel after expiry: <nil>
+}
+
+// A cart is taken whole or not at all; the error names the lines that did
+// not fit.
+func ExampleInsufficientError() {
+	ctx := context.Background()
+	shop := inventorytest.NewMemory(0)
+	_ = shop.Init(ctx, "sneaker-42", 5)
+	_ = shop.Init(ctx, "socks", 1)
+
+	err := shop.ReduceLines(ctx, []inventory.Line{{SKU: "sneaker-42", Qty: 1}, {SKU: "socks", Qty: 3}})
+	var short *inventory.InsufficientError
+	if errors.As(err, &short) {
+		for _, s := range short.Short {
+			fmt.Printf("%s: asked %d, %d available\n", s.SKU, s.Qty, s.Available)
+		}
+	}
+	fmt.Println(errors.Is(err, inventory.ErrInsufficientStock))
+	left, _ := shop.Get(ctx, "sneaker-42")
+	fmt.Println("sneakers left:", left) // nothing was taken
+	// Output:
+	// socks: asked 3, 1 available
+	// true
+	// sneakers left: 5
+}
+
+// Holds of SKUs nobody touches again are released by Sweep; Reap runs it in
+// the background until its ctx is cancelled.
+func ExampleReap() {
+	ctx, stop := context.WithCancel(context.Background())
+	shop := inventorytest.NewMemory(0)
+	_ = shop.Init(ctx, "sneaker-42", 5)
+	_ = shop.Reserve(ctx, "order-1003", []inventory.Line{{SKU: "sneaker-42", Qty: 2}}, 10*time.Millisecond)
+
+	done := make(chan error, 1)
+	go func() {
+		done <- inventory.Reap(ctx, shop, 5*time.Millisecond, func(err error) { log.Print("sweep: ", err) })
+	}()
+	for held := int64(-1); held != 0; {
+		time.Sleep(5 * time.Millisecond)
+		held, _ = shop.Held(ctx, "sneaker-42")
+	}
+	avail, _ := shop.Get(ctx, "sneaker-42")
+	fmt.Println("released without traffic; available:", avail)
+	stop()
+	fmt.Println(<-done)
+	// Output:
+	// released without traffic; available: 5
+	// context canceled
+}

@@ -56,3 +56,19 @@ func ExampleNewMemory() {
 	// left: 2 error: <nil>
 	// left: 2 duplicate: true
 }
+
+// A strategy that implements inventory.OrderManager says so with
+// RequireOrders, so the order subtests cannot be skipped by a wrapper that
+// hides the methods. A backend whose holds expire on a one-second clock (a
+// DATETIME column without fractional seconds) says so with ClockResolution,
+// and the suite waits that much longer before it expects a hold expired.
+func ExampleConfig_orders() {
+	testConformance := func(t *testing.T) {
+		inventorytest.Run(t, inventorytest.Config{
+			NewManager:      func(*testing.T) inventory.StockManager { return inventorytest.NewMemory(0) },
+			RequireOrders:   true,
+			ClockResolution: time.Second,
+		})
+	}
+	_ = testConformance
+}

@@ -1,4 +1,5 @@
-// Package inventorytest is the conformance suite for [inventory.StockManager].
+// Package inventorytest is the conformance suite for [inventory.StockManager]
+// and [inventory.OrderManager].
 //
 // Every strategy of this module runs it from its own tests, and a third-party
 // strategy can run it the same way: a few lines that say how to make a fresh
@@ -20,8 +21,32 @@
 // below zero. The concurrent subtests are meant to run under the race
 // detector (go test -race); each has a deadline.
 //
-// Every subtest makes a fresh manager and uses SKUs with a random prefix, so
-// runs sharing a server never see each other's data.
+// When the manager also implements [inventory.OrderManager] (the suite
+// checks with a type assertion, as for any optional interface), Run adds the
+// order subtests under "Orders/": all-or-nothing carts, the typed
+// [inventory.InsufficientError], idempotency keys of the lines calls, holds
+// (Reserve, Confirm, Cancel, Held), their expiry with and without traffic
+// (lazy release, Sweep, [inventory.Reap]), Confirm racing expiry, bad input
+// refused before any I/O, and 2,000 concurrent carts checked against
+// initial - available == sold - returned + held per SKU, plus 200 races of
+// Confirm against expiry in which exactly one may win. Set
+// Config.RequireOrders for a strategy that must implement it.
+//
+// Holds that the suite lets expire live for Config.HoldTTL (300ms); a
+// backend that measures TTLs on a coarse clock says so with
+// Config.ClockResolution, and the suite waits that much longer. The waits
+// are generous and the assertions are on outcomes, never on speed.
+//
+// The order calls' bad input is also tried with a cancelled context: a
+// manager must refuse it with [inventory.ErrInvalidArgument] before it looks
+// at ctx or its backend, so a call with bad arguments and a cancelled
+// context still reports ErrInvalidArgument.
+//
+// Every subtest makes a fresh manager and uses SKUs, hold ids and
+// idempotency keys with a random prefix, so runs sharing a server never see
+// each other's data. The order subtests count on nothing else: another
+// process sweeping the same holds (a strategy's own reaper, another test
+// run) changes no outcome they check.
 package inventorytest
 
 import (
@@ -52,15 +77,57 @@ type Config struct {
 	// successive calls may share a backend: the suite keeps its SKUs apart.
 	NewManager func(t *testing.T) inventory.StockManager
 
-	// Buyers is how many goroutines race in the flash sale. The default is
-	// 2000, which stays well inside the race detector's goroutine limit.
+	// Buyers is how many goroutines race in the flash sale, and how many
+	// carts Orders/Carts runs at once. The default is 2000, which stays
+	// well inside the race detector's goroutine limit.
 	Buyers int
 
 	// Stock is the flash sale's stock. The default is 100.
 	Stock int64
 
-	// Timeout bounds each concurrent subtest. The default is 2 minutes.
+	// Timeout bounds each concurrent subtest. The default is 2 minutes. A
+	// call of the order subtests that keeps failing with ErrContention is
+	// retried for half of Timeout, then fails the subtest.
 	Timeout time.Duration
+
+	// RequireOrders makes Run fail unless the manager also implements
+	// [inventory.OrderManager]. Without it, Run tests the order calls of a
+	// manager that implements them (found with a type assertion on a
+	// manager made for the purpose) and logs that it did not otherwise.
+	// Set it for every strategy that claims to take orders, so that a
+	// wrapper that hides the methods cannot pass by accident.
+	RequireOrders bool
+
+	// HoldTTL is the TTL of the holds the order subtests let expire; the
+	// other holds live for Timeout, at least a minute. The default is
+	// 300ms. A backend whose clock is coarse sets ClockResolution rather
+	// than a longer HoldTTL.
+	HoldTTL time.Duration
+
+	// ClockResolution is the resolution of the clock on which the backend
+	// measures a hold's TTL: 0 (the default) for microsecond clocks such
+	// as Redis TIME or SQL NOW(6), time.Second for a DATETIME or TIMESTAMP
+	// column without fractional seconds. The suite counts a hold as
+	// expired only once its TTL plus ClockResolution (plus a margin of
+	// 25ms for the time between the backend's clock and the client's
+	// reading of its own) has passed since Reserve returned, and the
+	// Confirm-versus-expiry races spread their Confirms over that window.
+	ClockResolution time.Duration
+
+	// ExpirySlack is how long past a documented bound the suite waits for
+	// a release before it calls the release late: the Reap subtest expects
+	// a hold released within its TTL + ClockResolution + the Reap period
+	// + ExpirySlack. The default is 3s, generous on purpose: the suite
+	// checks outcomes, not speed, on machines that may be loaded.
+	ExpirySlack time.Duration
+
+	// ReapPeriod is the period the Reap subtest gives [inventory.Reap].
+	// The default is 100ms.
+	ReapPeriod time.Duration
+
+	// Races is how many Confirm-versus-expiry races the suite runs. The
+	// default is 200.
+	Races int
 }
 
 func (c *Config) defaults() {
@@ -73,9 +140,30 @@ func (c *Config) defaults() {
 	if c.Timeout <= 0 {
 		c.Timeout = 2 * time.Minute
 	}
+	if c.HoldTTL <= 0 {
+		c.HoldTTL = 300 * time.Millisecond
+	}
+	c.HoldTTL = min(max(c.HoldTTL, inventory.MinHoldTTL), inventory.MaxHoldTTL)
+	if c.ClockResolution < 0 {
+		c.ClockResolution = 0
+	}
+	if c.ExpirySlack <= 0 {
+		c.ExpirySlack = 3 * time.Second
+	}
+	if c.ReapPeriod <= 0 {
+		c.ReapPeriod = 100 * time.Millisecond
+	}
+	if c.Races <= 0 {
+		c.Races = 200
+	}
 }
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance suite as subtests of t: the StockManager subtests,
+// then, if the manager implements [inventory.OrderManager], the order
+// subtests under "Orders". To find out, Run makes one extra manager with
+// NewManager(t) and asserts its type; without RequireOrders, a manager
+// that does not implement OrderManager gets a log line saying the order
+// subtests did not run.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.NewManager == nil {
@@ -114,6 +202,7 @@ func Run(t *testing.T, cfg Config) {
 			tc.fn(t, cfg.NewManager(t))
 		})
 	}
+	s.runOrders(t)
 }
 
 type suite struct {

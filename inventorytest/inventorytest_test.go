@@ -2,6 +2,7 @@ package inventorytest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,44 +19,95 @@ import (
 
 func TestMemory(t *testing.T) {
 	inventorytest.Run(t, inventorytest.Config{
-		NewManager: func(*testing.T) inventory.StockManager { return inventorytest.NewMemory(0) },
+		NewManager:    func(*testing.T) inventory.StockManager { return inventorytest.NewMemory(0) },
+		RequireOrders: true,
+	})
+}
+
+// TestMemoryShared runs the suite on one Memory for every subtest, as a
+// backend shared by successive managers (or runs): the subtests' SKUs, hold
+// ids and keys must not meet.
+func TestMemoryShared(t *testing.T) {
+	m := inventorytest.NewMemory(0)
+	inventorytest.Run(t, inventorytest.Config{
+		NewManager:    func(*testing.T) inventory.StockManager { return m },
+		RequireOrders: true,
 	})
 }
 
 // brokenManagers each break one rule of the contract. The suite must catch
-// every one of them: a suite that cannot fail proves nothing.
+// every one of them: a suite that cannot fail proves nothing. The
+// StockManager bugs hide Memory's order methods (stockOnly), so that each
+// failure stays targeted; the order bugs keep them.
 var brokenManagers = map[string]struct {
-	make     func() inventory.StockManager
-	mustFail []string // subtests that must fail
-	mustPass []string // subtests that must still pass: the failure is targeted
+	make          func() inventory.StockManager
+	requireOrders bool
+	mustFail      []string // subtests that must fail
+	mustPass      []string // subtests that must still pass: the failure is targeted
+	mustLog       string   // text the run must print
 }{
 	"racy": {
 		make:     func() inventory.StockManager { return newRacy() },
 		mustFail: []string{"FlashSale", "ConcurrentSameKey", "ManySKUsSellOut"},
 		mustPass: []string{"Reduce", "IdempotentReduce", "InvalidArguments"},
+		mustLog:  "is not an inventory.OrderManager; the order subtests did not run",
 	},
 	"lenient": {
-		make:     func() inventory.StockManager { return lenient{inventorytest.NewMemory(0)} },
+		make:     func() inventory.StockManager { return stockOnly{lenient{inventorytest.NewMemory(0)}} },
 		mustFail: []string{"InvalidArguments"},
 		mustPass: []string{"FlashSale", "Reduce"},
 	},
 	"case-folding": {
-		make:     func() inventory.StockManager { return folding{inventorytest.NewMemory(0)} },
+		make:     func() inventory.StockManager { return stockOnly{folding{inventorytest.NewMemory(0)}} },
 		mustFail: []string{"DistinctSKUs", "OddSKUs"},
 		mustPass: []string{"FlashSale", "Reduce"},
 	},
 	"swallows-errors": {
-		make:     func() inventory.StockManager { return swallowing{inventorytest.NewMemory(0)} },
+		make:     func() inventory.StockManager { return stockOnly{swallowing{inventorytest.NewMemory(0)}} },
 		mustFail: []string{"CancelledContext"},
 		mustPass: []string{"FlashSale", "Reduce"},
 	},
 	"burns-keys": {
-		make:     func() inventory.StockManager { return newKeyBurner() },
+		make:     func() inventory.StockManager { return stockOnly{newKeyBurner()} },
 		mustFail: []string{"FailedCallKeepsKey"},
 		// Not ConcurrentSameKey: a caller that finds the key burnt before
 		// its holder has written reports the stock unchanged, so the
 		// outcome of that subtest depends on scheduling.
 		mustPass: []string{"FlashSale", "Reduce", "IdempotencyScope"},
+	},
+	"orders-required": {
+		make:          func() inventory.StockManager { return stockOnly{inventorytest.NewMemory(0)} },
+		requireOrders: true,
+		mustPass:      []string{"FlashSale", "Reduce"},
+		mustLog:       "Config.RequireOrders is set, but inventorytest_test.stockOnly does not implement inventory.OrderManager",
+	},
+	"partial-cart": {
+		make:     func() inventory.StockManager { return partialCart{inventorytest.NewMemory(0)} },
+		mustFail: []string{"Orders/AllOrNothing", "Orders/Carts"},
+		mustPass: []string{"Orders/Confirm", "Orders/Cancel", "Orders/Sweep", "Orders/ConfirmRacesExpiry", "FlashSale"},
+	},
+	"never-expires": {
+		make: func() inventory.StockManager { return neverExpires{inventorytest.NewMemory(0)} },
+		mustFail: []string{"Orders/ExpiryWithTraffic", "Orders/ConfirmAfterExpiry", "Orders/CancelAfterExpiry",
+			"Orders/Sweep", "Orders/Reap", "Orders/Carts"},
+		mustPass: []string{"Orders/AllOrNothing", "Orders/Reserve", "Orders/Confirm", "Orders/Cancel"},
+	},
+	"confirms-late": {
+		make:     func() inventory.StockManager { return newLateConfirm(true) },
+		mustFail: []string{"Orders/ConfirmAfterExpiry", "Orders/ExpiryWithTraffic"},
+		// Not ConfirmRacesExpiry: a late Confirm that sells the units
+		// again is consistent there; the sale after the TTL is the bug.
+		mustPass: []string{"Orders/AllOrNothing", "Orders/Confirm", "Orders/Cancel", "Orders/Carts"},
+	},
+	"confirm-and-expiry-both-win": {
+		make:     func() inventory.StockManager { return newLateConfirm(false) },
+		mustFail: []string{"Orders/ConfirmAfterExpiry", "Orders/ConfirmRacesExpiry"},
+		mustPass: []string{"Orders/AllOrNothing", "Orders/Confirm", "Orders/Cancel", "Orders/Carts"},
+	},
+	"double-release": {
+		make:     func() inventory.StockManager { return newDoubleRelease() },
+		mustFail: []string{"Orders/CancelAfterExpiry", "Orders/Carts"},
+		mustPass: []string{"Orders/AllOrNothing", "Orders/Cancel", "Orders/Sweep", "Orders/Reap"},
 	},
 }
 
@@ -70,8 +122,9 @@ func TestBrokenChild(t *testing.T) {
 	}
 	b := brokenManagers[name]
 	inventorytest.Run(t, inventorytest.Config{
-		NewManager: func(*testing.T) inventory.StockManager { return b.make() },
-		Timeout:    time.Minute,
+		NewManager:    func(*testing.T) inventory.StockManager { return b.make() },
+		Timeout:       time.Minute,
+		RequireOrders: b.requireOrders,
 	})
 }
 
@@ -83,14 +136,19 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 			cmd.Env = append(os.Environ(), brokenEnv+"="+name)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "the suite passed a %s manager:\n%s", name, out)
+			failed := failures(string(out))
 			for _, sub := range b.mustFail {
 				require.Contains(t, string(out), "--- FAIL: TestBrokenChild/"+sub+" ",
-					"the suite did not catch the %s manager in %s:\n%s", name, sub, out)
+					"the suite did not catch the %s manager in %s; it failed:\n%s", name, sub, failed)
 			}
 			for _, sub := range b.mustPass {
 				require.Contains(t, string(out), "--- PASS: TestBrokenChild/"+sub+" ",
-					"%s should pass for the %s manager:\n%s", sub, name, out)
+					"%s should pass for the %s manager; the run failed:\n%s", sub, name, failed)
 			}
+			if b.mustLog != "" {
+				require.Contains(t, string(out), b.mustLog, "the run of the %s manager:\n%s", name, out)
+			}
+			t.Logf("%s manager failed:%s", name, strings.ReplaceAll("\n"+failed, "\n", " "))
 			for _, line := range strings.Split(string(out), "\n") {
 				if strings.Contains(line, "flash sale:") {
 					t.Logf("%s manager:%s", name, line)
@@ -98,6 +156,20 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failures lists the subtests that failed in a child's output, one a line.
+func failures(out string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "--- FAIL: TestBrokenChild/"); ok {
+			b.WriteString(strings.Fields(f)[0] + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return "TestBrokenChild itself, no subtest"
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // racy is the classic oversell bug: read, check, pause, write. Each read and
@@ -244,4 +316,140 @@ func (k *keyBurner) Reduce(ctx context.Context, sku string, qty int64, opts ...i
 		}
 	}
 	return k.Memory.Reduce(ctx, sku, qty)
+}
+
+// stockOnly hides every method but StockManager's.
+type stockOnly struct{ inventory.StockManager }
+
+// partialCart applies a cart's lines one by one and stops at the first that
+// does not fit, keeping what it took.
+type partialCart struct{ *inventorytest.Memory }
+
+func (p partialCart) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	if _, err := inventory.ValidateLinesCall(lines, opts); err != nil {
+		return err
+	}
+	for _, l := range lines {
+		rem, err := p.Reduce(ctx, l.SKU, l.Qty)
+		if errors.Is(err, inventory.ErrInsufficientStock) {
+			return &inventory.InsufficientError{Short: []inventory.Shortfall{{Line: l, Available: rem}}}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// neverExpires ignores the TTL of its holds.
+type neverExpires struct{ *inventorytest.Memory }
+
+func (n neverExpires) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+		return err
+	}
+	return n.Memory.Reserve(ctx, id, lines, inventory.MaxHoldTTL)
+}
+
+// lateConfirm's Confirm looks at the hold's state, not at its TTL: it
+// confirms an expired hold nobody cancelled. With retake, it takes the
+// released units again (sells after the TTL); without, it reports the sale
+// and leaves the units released as well (both win).
+type lateConfirm struct {
+	*inventorytest.Memory
+	retake bool
+
+	mu        sync.Mutex
+	lines     map[string][]inventory.Line
+	cancelled map[string]bool
+	confirmed map[string]bool
+}
+
+func newLateConfirm(retake bool) *lateConfirm {
+	return &lateConfirm{Memory: inventorytest.NewMemory(0), retake: retake,
+		lines: map[string][]inventory.Line{}, cancelled: map[string]bool{}, confirmed: map[string]bool{}}
+}
+
+func (l *lateConfirm) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	err := l.Memory.Reserve(ctx, id, lines, ttl)
+	if err == nil {
+		l.mu.Lock()
+		l.lines[id] = lines
+		l.mu.Unlock()
+	}
+	return err
+}
+
+func (l *lateConfirm) Cancel(ctx context.Context, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.confirmed[id] {
+		return inventory.ErrHoldConfirmed
+	}
+	err := l.Memory.Cancel(ctx, id)
+	if err == nil {
+		l.cancelled[id] = true
+	}
+	return err
+}
+
+func (l *lateConfirm) Confirm(ctx context.Context, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.confirmed[id] {
+		return inventory.ErrDuplicate
+	}
+	err := l.Memory.Confirm(ctx, id)
+	if !errors.Is(err, inventory.ErrHoldReleased) || l.cancelled[id] {
+		return err
+	}
+	if l.retake {
+		if err := l.ReduceLines(ctx, l.lines[id]); err != nil {
+			return inventory.ErrHoldReleased
+		}
+	}
+	l.confirmed[id] = true
+	return nil
+}
+
+// doubleRelease's Cancel of an expired hold gives its units back even when
+// the expiry already did.
+type doubleRelease struct {
+	*inventorytest.Memory
+
+	mu    sync.Mutex
+	holds map[string]*brokenHold
+}
+
+type brokenHold struct {
+	lines   []inventory.Line
+	expires time.Time // no earlier than Memory's
+	done    bool
+}
+
+func newDoubleRelease() *doubleRelease {
+	return &doubleRelease{Memory: inventorytest.NewMemory(0), holds: map[string]*brokenHold{}}
+}
+
+func (d *doubleRelease) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	err := d.Memory.Reserve(ctx, id, lines, ttl)
+	if err == nil {
+		d.mu.Lock()
+		d.holds[id] = &brokenHold{lines: lines, expires: time.Now().Add(ttl)}
+		d.mu.Unlock()
+	}
+	return err
+}
+
+func (d *doubleRelease) Cancel(ctx context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.Memory.Cancel(ctx, id)
+	if h := d.holds[id]; err == nil && h != nil && !h.done {
+		h.done = true
+		if time.Now().After(h.expires) {
+			return d.ReturnLines(ctx, h.lines)
+		}
+	}
+	return err
 }

@@ -157,6 +157,8 @@ type Manager struct {
 	locker      Locker
 	store       Store
 	maxAttempts int
+	name        string        // prefixes the errors of the order calls, as the front's
+	abandon     time.Duration // see WithAbandonGrace
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }
@@ -166,6 +168,7 @@ var _ inventory.StockManager = (*Manager)(nil)
 type config struct {
 	name        string
 	maxAttempts int
+	abandon     time.Duration
 }
 
 // Option configures a Manager. A nil Option is ignored.
@@ -188,13 +191,13 @@ func WithName(name string) Option {
 
 // New returns a Manager that locks with l and keeps stock in s.
 func New(l Locker, s Store, opts ...Option) *Manager {
-	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts}
+	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts}
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, name: c.name, abandon: c.abandon}
 	m.f = front.New(c.name, (*backend)(m))
 	return m
 }
@@ -252,30 +255,14 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 	if err != nil {
 		return 0, true, fmt.Errorf("lock: %w", err)
 	}
-	defer func() {
-		// The outcome stands whatever Release says: a lock it failed to
-		// free expires on its own. Release runs even once ctx is done, but
-		// the caller waits for it only while ctx lives: a stalled network
-		// must not hold a call past its deadline.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			defer cancel()
-			_ = lease.Release(rctx)
-		}()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		}
-	}()
+	defer release(ctx, lease)
 
 	if key != "" {
 		if r, found, err := m.store.Seen(ctx, sku, dir, key); err != nil || found {
 			return r, true, duplicate(err, key)
 		}
 	}
-	cur, version, err := m.store.Read(ctx, sku)
+	cur, version, err := m.read(ctx, sku)
 	if err != nil {
 		return 0, true, err
 	}
@@ -313,6 +300,30 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 		return 0, false, nil
 	}
 	return next, true, nil
+}
+
+// release frees lease. The outcome of the locked work stands whatever
+// Release says: a lock it failed to free expires on its own. Release runs
+// even once ctx is done, but the caller waits for it only while ctx lives: a
+// stalled network must not hold a call past its deadline.
+func release(ctx context.Context, lease Lease) {
+	detached(ctx, func(ctx context.Context) { _ = lease.Release(ctx) })
+}
+
+// detached runs fn with a ctx that outlives ctx by at most releaseTimeout,
+// and waits for it while ctx lives.
+func detached(ctx context.Context, fn func(ctx context.Context)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		fn(dctx)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // duplicate is the error of a Seen that found an entry, or failed with err.

@@ -15,6 +15,7 @@ import (
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockmgrtest"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -31,7 +32,7 @@ type store struct {
 // stores are the Stores the tests run over: in memory, Redis, then the SQL
 // engines.
 var stores = []store{
-	{"memory", func(*testing.T) lockmgr.Store { return newMemStore() }},
+	{"memory", func(*testing.T) lockmgr.Store { return lockmgrtest.NewMemoryStore(0) }},
 	{"redis", newRedisStore},
 }
 
@@ -63,6 +64,7 @@ func TestConformance(t *testing.T) {
 				NewManager: func(t *testing.T) inventory.StockManager {
 					return lockmgr.New(newFakeLocker(0), st.new(t))
 				},
+				RequireOrders: true,
 			})
 		})
 	}

@@ -57,7 +57,8 @@ import (
 //go:embed move.lua
 var moveLua string
 
-var moveScript = redis.NewScript(moveLua)
+// moveScript runs orders_holds.lua first, for the lazy release of holds.
+var moveScript = redis.NewScript(holdsLua + moveLua)
 
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
@@ -66,6 +67,7 @@ type Manager struct {
 	client redis.UniversalClient
 	config
 	caller *rediskeys.Caller // nil when the client never sends a command again
+	marks  *slotMarks        // orders.go; nil but on a Cluster
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -76,6 +78,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	replicasSet    bool // WithReplicas was given
+	orders              // orders.go
 }
 
 // Option configures a Manager. Options follow the rule of the root package
@@ -114,7 +117,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: luascript: nil Redis client", inventory.ErrInvalidArgument)
 	}
-	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL}
+	c := config{prefix: rediskeys.DefaultPrefix, keyTTL: inventory.DefaultKeyTTL, orders: defaultOrders}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -130,7 +133,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("%w: luascript: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
 			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
 	}
-	m := &Manager{client: client, config: c}
+	m := &Manager{client: client, config: c, marks: newSlotMarks(client)}
 	if rediskeys.Resends(client) {
 		m.caller = rediskeys.NewCaller()
 	}
@@ -208,6 +211,7 @@ func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 		keys = append(keys, m.caller.Window(m.prefix, sku))
 		mode, arg = "window", m.caller.Next(sku)
 	}
+	keys = append(keys, rediskeys.HoldMarker(m.prefix, sku)) // orders.go: the last key
 	args := []any{string(dir), qty, inventory.MaxStock, m.keyTTL.Milliseconds(), mode, arg,
 		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
 	res, acked, err := (*Manager)(m).run(ctx, keys, args)

@@ -29,13 +29,15 @@ func TestConformance(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		c := testenv.Redis(t)
 		inventorytest.Run(t, inventorytest.Config{
-			NewManager: func(t *testing.T) inventory.StockManager { return newManager(t, c) },
+			NewManager:    func(t *testing.T) inventory.StockManager { return newManager(t, c) },
+			RequireOrders: true,
 		})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := testenv.RedisCluster(t)
 		inventorytest.Run(t, inventorytest.Config{
-			NewManager: func(t *testing.T) inventory.StockManager { return newManager(t, c) },
+			NewManager:    func(t *testing.T) inventory.StockManager { return newManager(t, c) },
+			RequireOrders: true,
 		})
 	})
 }

@@ -2,6 +2,7 @@
 -- KEYS[1]  the stock key
 -- KEYS[2]  ARGV[5] "key": the idempotency key; "window": the resend window
 --          of the calling Manager on this SKU (see internal/rediskeys)
+-- KEYS[#KEYS] the SKU's hold marker (orders_holds.lua), absent without holds
 -- ARGV[1]  "reduce" or "return"
 -- ARGV[2]  the quantity, 1..MaxStock
 -- ARGV[3]  MaxStock
@@ -27,7 +28,14 @@ if mode == 'key' then
     return {'dup', rem}
   end
 end
-local raw = redis.call('GET', KEYS[1])
+local both = redis.call('MGET', KEYS[1], KEYS[#KEYS])
+local raw = both[1]
+if both[2] then -- orders_holds.lua: expired holds go back first
+  local h = holds()
+  if h.release_due(h.sku_key(KEYS[#KEYS], 'e'), both[2]) > 0 then
+    raw = redis.call('GET', KEYS[1])
+  end
+end
 if not raw then
   return {'notfound', 0}
 end

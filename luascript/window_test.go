@@ -47,7 +47,7 @@ func TestResendWindow(t *testing.T) {
 
 	copyOf := func(seq int) (string, int64) {
 		t.Helper()
-		keys := []string{rediskeys.Stock(m.prefix, sku), window}
+		keys := []string{rediskeys.Stock(m.prefix, sku), window, rediskeys.HoldMarker(m.prefix, sku)}
 		res, _, err := m.run(ctx, keys, []any{"reduce", 1, inventory.MaxStock, m.keyTTL.Milliseconds(),
 			"window", strconv.Itoa(seq), rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()})
 		require.NoError(t, err)

@@ -185,9 +185,22 @@ var errConflict = errors.New("optimistic: conflict")
 // result into it, and writes the outcome with one compare-and-set.
 // conflict=true: another writer got there first; nothing was written.
 func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (conflict bool, err error) {
-	stock, version, err := m.t.Read(ctx, m.t.DB, sku)
+	rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
 	if err != nil {
 		return false, err
+	}
+	r, ok := rs[sku]
+	if !ok {
+		return false, m.t.NotFound(sku)
+	}
+	stock, version := r.Stock, r.Version
+	var expired []sqldialect.Ref // lines past their TTL, released with the write
+	if r.Expired {
+		var units int64
+		if expired, units, err = m.t.Expired(ctx, m.t.DB, sku); err != nil {
+			return false, err
+		}
+		stock += units
 	}
 	seen := map[ledgerKey]sqldialect.Entry{}
 	var keys []string
@@ -239,7 +252,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 		m.beforeCAS(sku)
 	}
 	m.writes.Add(1)
-	if len(records) == 0 {
+	if len(records) == 0 && len(expired) == 0 {
 		ok, err := m.t.Set(ctx, m.t.DB, sku, version, cur)
 		if err == nil && !ok {
 			m.conflicts.Add(1)
@@ -249,6 +262,9 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
 		ok, err := m.t.Set(ctx, tx, sku, version, cur)
 		if err == nil && ok {
+			ok, err = m.t.Release(ctx, tx, sku, expired)
+		}
+		if err == nil && ok && len(records) > 0 {
 			ok, err = m.t.RecordAll(ctx, tx, sku, records)
 		}
 		if err == nil && !ok {

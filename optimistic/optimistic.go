@@ -47,6 +47,51 @@
 // With [inventory.WithKey], the key is written to the ledger table in the
 // same transaction as the stock, so a call that did not take effect never
 // uses up its key. Keys expire after [WithKeyTTL].
+//
+// # Orders
+//
+// The Manager is also an [inventory.OrderManager]. ReduceLines,
+// ReturnLines and Reserve read the rows of their SKUs in one statement,
+// check every line, and write them in one transaction with one
+// conditional UPDATE per line, in SKU order (stock = stock - n WHERE
+// stock >= n, with the units of the expired holds it releases); an UPDATE
+// that no longer matches rolls the transaction back and the call reads
+// again, up to [WithMaxAttempts] times with [WithBackoff]. A refusal
+// writes nothing and opens no transaction. Confirm, Cancel and Sweep lock the rows of the hold's
+// SKUs (FOR UPDATE) for their short transaction, as they must see the
+// hold's lines as they are. Holds live in the holds table of
+// [sqlstore.Schema] (one row per line), which
+// [sqlstore.Store.CreateTables] creates; their TTL runs on the database's
+// clock.
+//
+// An expired hold of a SKU is released by the next call that moves the
+// SKU, in the same transaction: single calls read, with the stock, whether
+// the SKU has lines held past their TTL, and only then write them released
+// along with the compare-and-set (in single-statement mode the UPDATE
+// matches no row while such lines exist, and the call takes the
+// compare-and-set path). Confirm and Cancel of the hold release it too, and
+// Sweep releases up to [WithSweepLimit] holds per call (see
+// [inventory.Reap]). A move releases the expired lines of its own SKUs;
+// the other lines of such a hold stay counted in [Manager.Held] until a
+// move of their SKU, Confirm, Cancel or Sweep releases them.
+//
+// The idempotency key of ReduceLines and ReturnLines is kept in the ledger
+// under the empty SKU, apart from the keys of single-SKU calls.
+//
+// # Inside a caller's transaction
+//
+// [Manager.InTx] binds every call to a transaction of the caller's, so
+// that the stock move, its idempotency key and the caller's own rows (the
+// order) commit or roll back together. There a call, with no combining,
+// reads through the caller's transaction and writes each row once with a
+// conditional UPDATE: if that finds the row moved so that the call no
+// longer fits (another writer took the stock after the caller's
+// transaction read it), or the database refuses it as a serialization
+// failure, the call returns an error wrapping [inventory.ErrContention];
+// the caller rolls back and retries the whole transaction. Each call runs in a savepoint: one that returns any
+// other error has changed nothing in the caller's transaction, which the
+// caller may go on using. The rows a call writes stay locked until the
+// caller's transaction ends.
 package optimistic
 
 import (
@@ -71,6 +116,7 @@ import (
 type Manager struct {
 	f   front.Front // validates, checks ctx, wraps errors; calls *backend
 	t   *sqldialect.Tables
+	o   *sqldialect.Orders
 	cfg config
 
 	mu  sync.Mutex
@@ -84,7 +130,12 @@ type Manager struct {
 	beforeCAS func(sku string)
 }
 
-var _ inventory.StockManager = (*Manager)(nil)
+var (
+	_ inventory.StockManager = (*Manager)(nil)
+	_ inventory.OrderManager = (*Manager)(nil)
+	_ inventory.StockManager = (*Tx)(nil)
+	_ inventory.OrderManager = (*Tx)(nil)
+)
 
 type config struct {
 	schema    sqlstore.Schema
@@ -93,6 +144,7 @@ type config struct {
 	single    bool
 	base, cap time.Duration
 	maxBatch  int
+	sweep     int
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -127,12 +179,16 @@ func WithBackoff(base, max time.Duration) Option {
 // compare-and-set. The default is the version compare-and-set.
 func WithSingleStatement() Option { return func(c *config) { c.single = true } }
 
+// WithSweepLimit sets how many holds one Sweep releases at most, each in
+// a transaction of its own; at least 1. The default is 1000.
+func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
+
 // New returns a Manager over db. The tables must exist: see
 // [sqlstore.Store.CreateTables]. New validates the options and names and
 // chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
 // [inventory.ErrInvalidArgument].
 func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
-	c := config{ttl: inventory.DefaultKeyTTL, attempts: 10, base: time.Millisecond, cap: 100 * time.Millisecond, maxBatch: 128}
+	c := config{ttl: inventory.DefaultKeyTTL, attempts: 10, base: time.Millisecond, cap: 100 * time.Millisecond, maxBatch: 128, sweep: 1000}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -144,11 +200,15 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.base <= 0 || c.cap < c.base {
 		return nil, fmt.Errorf("optimistic: %w: backoff %v..%v", inventory.ErrInvalidArgument, c.base, c.cap)
 	}
+	if c.sweep < 1 {
+		return nil, fmt.Errorf("optimistic: %w: sweep limit %d < 1", inventory.ErrInvalidArgument, c.sweep)
+	}
 	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}}
+	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}, o: &sqldialect.Orders{T: t, CAS: true,
+		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
 	m.f = front.New("optimistic", (*backend)(m))
 	return m, nil
 }
@@ -171,6 +231,122 @@ func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inv
 // Return implements [inventory.StockManager].
 func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	return m.f.Return(ctx, sku, qty, opts...)
+}
+
+// ReduceLines implements [inventory.OrderManager].
+func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
+}
+
+// ReturnLines implements [inventory.OrderManager].
+func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return m.o.Reserve(ctx, nil, id, lines, ttl)
+}
+
+// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
+// TTL releases it in the same transaction and returns
+// [inventory.ErrHoldReleased].
+func (m *Manager) Confirm(ctx context.Context, id string) error {
+	return m.o.Confirm(ctx, nil, id)
+}
+
+// Cancel implements [inventory.OrderManager].
+func (m *Manager) Cancel(ctx context.Context, id string) error {
+	return m.o.Cancel(ctx, nil, id)
+}
+
+// Held implements [inventory.OrderManager].
+func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
+	return m.o.Held(ctx, nil, sku)
+}
+
+// Sweep implements [inventory.OrderManager]: it releases up to the sweep
+// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
+// of its own, and deletes a batch of hold lines that ended more than the
+// key TTL ago.
+func (m *Manager) Sweep(ctx context.Context) (int, error) {
+	return m.o.Sweep(ctx, nil)
+}
+
+// InTx returns the Manager's calls bound to tx, a transaction of the
+// caller's on the Manager's database: see "Inside a caller's transaction"
+// in the package documentation. The value is for the goroutine that owns
+// tx, and is good until tx ends.
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx {
+	t := &Tx{m: m, tx: tx}
+	t.f = front.New("optimistic", (*txBackend)(t))
+	return t
+}
+
+// Tx is a Manager's calls bound to a caller's transaction; see
+// [Manager.InTx].
+type Tx struct {
+	m  *Manager
+	tx *sqlx.Tx
+	f  front.Front
+}
+
+// Init implements [inventory.StockManager].
+func (t *Tx) Init(ctx context.Context, sku string, qty int64) error { return t.f.Init(ctx, sku, qty) }
+
+// Get implements [inventory.StockManager]: the stock as tx sees it.
+func (t *Tx) Get(ctx context.Context, sku string) (int64, error) { return t.f.Get(ctx, sku) }
+
+// Reduce implements [inventory.StockManager].
+func (t *Tx) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return t.f.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return implements [inventory.StockManager].
+func (t *Tx) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return t.f.Return(ctx, sku, qty, opts...)
+}
+
+// ReduceLines implements [inventory.OrderManager].
+func (t *Tx) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReduce, opts)
+}
+
+// ReturnLines implements [inventory.OrderManager].
+func (t *Tx) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReturn, opts)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (t *Tx) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return t.m.o.Reserve(ctx, t.tx, id, lines, ttl)
+}
+
+// Confirm implements [inventory.OrderManager].
+func (t *Tx) Confirm(ctx context.Context, id string) error { return t.m.o.Confirm(ctx, t.tx, id) }
+
+// Cancel implements [inventory.OrderManager].
+func (t *Tx) Cancel(ctx context.Context, id string) error { return t.m.o.Cancel(ctx, t.tx, id) }
+
+// Held implements [inventory.OrderManager]: the held units as tx sees them.
+func (t *Tx) Held(ctx context.Context, sku string) (int64, error) { return t.m.o.Held(ctx, t.tx, sku) }
+
+// Sweep implements [inventory.OrderManager], every release in tx.
+func (t *Tx) Sweep(ctx context.Context) (int, error) { return t.m.o.Sweep(ctx, t.tx) }
+
+// txBackend is a Tx seen by its front.
+type txBackend Tx
+
+func (b *txBackend) Init(ctx context.Context, sku string, qty int64) error {
+	return b.m.t.InitOn(ctx, b.tx, sku, qty)
+}
+
+func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
+	return b.m.t.GetOn(ctx, b.tx, sku)
+}
+
+func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	return b.m.o.Move(ctx, b.tx, sku, qty, dir, key)
 }
 
 // backend is the Manager seen by its front.
@@ -217,14 +393,14 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 	if key != "" {
 		// One read first, so that a duplicate or a refusal opens no
 		// transaction: after a sell-out that is almost every call.
-		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
+		cur, expired, rem, found, err := m.t.Peek(ctx, m.t.DB, sku, dir, key)
 		switch {
 		case err != nil:
 			return 0, err
 		case found:
 			return rem, m.t.Duplicate(sku, dir, key)
 		}
-		if err := check(sku, dir, cur, qty); err != nil {
+		if err := check(sku, dir, cur+expired, qty); err != nil {
 			return cur, err
 		}
 	}
@@ -244,10 +420,19 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 			return rem, err
 		}
 		// No row matched: find out why from a fresh read.
-		cur, err := m.t.Get(ctx, sku)
+		rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
 		if err != nil {
 			return 0, err
 		}
+		r, ok := rs[sku]
+		switch {
+		case !ok:
+			return 0, m.t.NotFound(sku)
+		case r.Expired:
+			// Expired holds to release first: a compare-and-set does both.
+			return m.o.Move(ctx, nil, sku, qty, dir, key)
+		}
+		cur := r.Stock
 		if err := check(sku, dir, cur, qty); err != nil {
 			return cur, err
 		}

@@ -39,8 +39,9 @@ func TestConformance(t *testing.T) {
 			sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 				schema := sqltest.Schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
+					RequireOrders: true,
 					NewManager: func(t *testing.T) inventory.StockManager {
-						return newManager(t, db, schema, mode.opts...)
+						return newManager(t, db, sqltest.Harness(t, db, schema), mode.opts...)
 					},
 				})
 			})

@@ -1,5 +1,5 @@
 package rowlock
 
-// SetAfterLock makes f run while a call holds the row lock, between its
-// lock and its write; set it before any call.
-func SetAfterLock(m *Manager, f func(sku string)) { m.afterLock = f }
+// SetAfterLock makes f run while a call holds its row locks, between its
+// locks and its writes; set it before any call.
+func SetAfterLock(m *Manager, f func(skus []string)) { m.o.AfterLock = f }

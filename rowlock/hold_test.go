@@ -46,7 +46,7 @@ func TestHoldsRow(t *testing.T) {
 			return tx.QueryRowxContext(cctx, tx.Rebind(q), sku).Scan(&n)
 		}
 		var held []error
-		rowlock.SetAfterLock(m, func(string) { held = append(held, tryLock()) })
+		rowlock.SetAfterLock(m, func([]string) { held = append(held, tryLock()) })
 		for _, opts := range [][]inventory.Option{nil, {inventory.WithKey("k")}} {
 			_, err := m.Reduce(ctx, sku, 1, opts...)
 			require.NoError(t, err)

@@ -39,11 +39,41 @@
 // key. A keyed call first reads the stock and the key together without
 // locking, so duplicates and refusals (after a sell-out, nearly every call)
 // take no lock.
+//
+// # Orders
+//
+// The Manager is also an [inventory.OrderManager]. Every call is one
+// transaction that locks the rows of its SKUs with FOR UPDATE in SKU
+// order (so two calls never deadlock on each other), releases the SKUs'
+// holds past their TTL, checks every line and writes them all, or none.
+// Holds live in the holds table of [sqlstore.Schema] (one row per line),
+// which [sqlstore.Store.CreateTables] creates; their TTL runs on the
+// database's clock. An expired hold of a SKU is released by the next call
+// that moves the SKU (Reduce, Return, the lines calls, Reserve), by
+// Confirm and Cancel of the hold, and by Sweep, which releases up to
+// [WithSweepLimit] holds per call (see [inventory.Reap] to run it in the
+// background). A move releases the expired lines of its own SKUs; the
+// other lines of such a hold stay counted in [Manager.Held] until a move
+// of their SKU, Confirm, Cancel or Sweep releases them.
+//
+// The idempotency key of ReduceLines and ReturnLines is kept in the ledger
+// under the empty SKU, apart from the keys of single-SKU calls.
+//
+// # Inside a caller's transaction
+//
+// [Manager.InTx] binds every call to a transaction of the caller's, so
+// that the stock move, its idempotency key and the caller's own rows (the
+// order) commit or roll back together. The row locks a call takes are then
+// held until the caller commits or rolls back. Each call runs in a
+// savepoint: one that returns an error has changed nothing in the
+// caller's transaction, which the caller may go on using, except after an
+// error wrapping [inventory.ErrContention] (a deadlock or lock timeout,
+// after which MySQL has rolled the whole transaction back) or ctx's
+// error: then roll back, and retry the whole transaction.
 package rowlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,21 +92,23 @@ const DefaultLockTimeout = 5 * time.Second
 // Manager implements [inventory.StockManager] with a row lock per call. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f    front.Front // validates, checks ctx, wraps errors; calls *backend
-	t    *sqldialect.Tables
-	wait time.Duration
-
-	// afterLock, set by tests before any call, runs while a call holds the
-	// row lock, between its lock and its write.
-	afterLock func(sku string)
+	f front.Front // validates, checks ctx, wraps errors; calls *backend
+	t *sqldialect.Tables
+	o *sqldialect.Orders
 }
 
-var _ inventory.StockManager = (*Manager)(nil)
+var (
+	_ inventory.StockManager = (*Manager)(nil)
+	_ inventory.OrderManager = (*Manager)(nil)
+	_ inventory.StockManager = (*Tx)(nil)
+	_ inventory.OrderManager = (*Tx)(nil)
+)
 
 type config struct {
 	schema sqlstore.Schema
 	ttl    time.Duration
 	wait   time.Duration
+	sweep  int
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -98,12 +130,16 @@ func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 // [DefaultLockTimeout].
 func WithLockTimeout(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
+// WithSweepLimit sets how many holds one Sweep releases at most, each in
+// a transaction of its own; at least 1. The default is 1000.
+func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
+
 // New returns a Manager over db. The tables must exist: see
 // [sqlstore.Store.CreateTables]. New validates the options and names and
 // chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
 // [inventory.ErrInvalidArgument].
 func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
-	c := config{ttl: inventory.DefaultKeyTTL, wait: DefaultLockTimeout}
+	c := config{ttl: inventory.DefaultKeyTTL, wait: DefaultLockTimeout, sweep: 1000}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -112,11 +148,15 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.wait <= 0 {
 		return nil, fmt.Errorf("rowlock: %w: lock timeout %v is not positive", inventory.ErrInvalidArgument, c.wait)
 	}
+	if c.sweep < 1 {
+		return nil, fmt.Errorf("rowlock: %w: sweep limit %d < 1", inventory.ErrInvalidArgument, c.sweep)
+	}
 	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait})
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t, wait: c.wait}
+	m := &Manager{t: t, o: &sqldialect.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
+		LockWait: c.wait, SweepLimit: c.sweep}}
 	m.f = front.New("rowlock", (*backend)(m))
 	return m, nil
 }
@@ -141,6 +181,122 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 	return m.f.Return(ctx, sku, qty, opts...)
 }
 
+// ReduceLines implements [inventory.OrderManager].
+func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
+}
+
+// ReturnLines implements [inventory.OrderManager].
+func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return m.o.Reserve(ctx, nil, id, lines, ttl)
+}
+
+// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
+// TTL releases it in the same transaction and returns
+// [inventory.ErrHoldReleased].
+func (m *Manager) Confirm(ctx context.Context, id string) error {
+	return m.o.Confirm(ctx, nil, id)
+}
+
+// Cancel implements [inventory.OrderManager].
+func (m *Manager) Cancel(ctx context.Context, id string) error {
+	return m.o.Cancel(ctx, nil, id)
+}
+
+// Held implements [inventory.OrderManager].
+func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
+	return m.o.Held(ctx, nil, sku)
+}
+
+// Sweep implements [inventory.OrderManager]: it releases up to the sweep
+// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
+// of its own, and deletes a batch of hold lines that ended more than the
+// key TTL ago.
+func (m *Manager) Sweep(ctx context.Context) (int, error) {
+	return m.o.Sweep(ctx, nil)
+}
+
+// InTx returns the Manager's calls bound to tx, a transaction of the
+// caller's on the Manager's database: see "Inside a caller's transaction"
+// in the package documentation. The value is for the goroutine that owns
+// tx, and is good until tx ends.
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx {
+	t := &Tx{m: m, tx: tx}
+	t.f = front.New("rowlock", (*txBackend)(t))
+	return t
+}
+
+// Tx is a Manager's calls bound to a caller's transaction; see
+// [Manager.InTx].
+type Tx struct {
+	m  *Manager
+	tx *sqlx.Tx
+	f  front.Front
+}
+
+// Init implements [inventory.StockManager].
+func (t *Tx) Init(ctx context.Context, sku string, qty int64) error { return t.f.Init(ctx, sku, qty) }
+
+// Get implements [inventory.StockManager]: the stock as tx sees it.
+func (t *Tx) Get(ctx context.Context, sku string) (int64, error) { return t.f.Get(ctx, sku) }
+
+// Reduce implements [inventory.StockManager].
+func (t *Tx) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return t.f.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return implements [inventory.StockManager].
+func (t *Tx) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return t.f.Return(ctx, sku, qty, opts...)
+}
+
+// ReduceLines implements [inventory.OrderManager].
+func (t *Tx) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReduce, opts)
+}
+
+// ReturnLines implements [inventory.OrderManager].
+func (t *Tx) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReturn, opts)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (t *Tx) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return t.m.o.Reserve(ctx, t.tx, id, lines, ttl)
+}
+
+// Confirm implements [inventory.OrderManager].
+func (t *Tx) Confirm(ctx context.Context, id string) error { return t.m.o.Confirm(ctx, t.tx, id) }
+
+// Cancel implements [inventory.OrderManager].
+func (t *Tx) Cancel(ctx context.Context, id string) error { return t.m.o.Cancel(ctx, t.tx, id) }
+
+// Held implements [inventory.OrderManager]: the held units as tx sees them.
+func (t *Tx) Held(ctx context.Context, sku string) (int64, error) { return t.m.o.Held(ctx, t.tx, sku) }
+
+// Sweep implements [inventory.OrderManager], every release in tx.
+func (t *Tx) Sweep(ctx context.Context) (int, error) { return t.m.o.Sweep(ctx, t.tx) }
+
+// txBackend is a Tx seen by its front.
+type txBackend Tx
+
+func (b *txBackend) Init(ctx context.Context, sku string, qty int64) error {
+	return b.m.t.InitOn(ctx, b.tx, sku, qty)
+}
+
+func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
+	return b.m.t.GetOn(ctx, b.tx, sku)
+}
+
+func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	return b.m.o.Move(ctx, b.tx, sku, qty, dir, key)
+}
+
 // backend is the Manager seen by its front.
 type backend Manager
 
@@ -161,94 +317,21 @@ func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
-		cur, rem, found, err := m.t.Peek(ctx, sku, dir, key)
+		// One read first, so that a duplicate or a refusal takes no lock.
+		cur, expired, rem, found, err := m.t.Peek(ctx, m.t.DB, sku, dir, key)
 		switch {
 		case err != nil:
 			return 0, err
 		case found:
 			return rem, m.t.Duplicate(sku, dir, key)
 		}
-		if err := check(sku, dir, cur, qty); err != nil {
+		if err := check(sku, dir, cur+expired, qty); err != nil {
 			return cur, err
 		}
 	}
-
-	rem, err := m.locked(ctx, sku, qty, dir, key)
-	if key != "" && (errors.Is(err, inventory.ErrDuplicate) || errors.Is(err, inventory.ErrInsufficientStock)) {
-		// A call with the same key committed while this one waited for the
-		// lock: report it as the duplicate it is, with its remaining.
-		if first, found, serr := m.t.Seen(ctx, m.t.DB, sku, dir, key); serr == nil && found {
-			return first, m.t.Duplicate(sku, dir, key)
-		}
-	}
-	return rem, err
-}
-
-// locked runs the locking transaction. On a refusal rem is the stock seen.
-func (m *Manager) locked(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, err error) {
-	txCtx, lockCtx := ctx, ctx
-	var cancel context.CancelFunc
-	if m.t.Engine == sqldialect.SQLite {
-		txCtx, cancel = context.WithTimeout(ctx, m.wait)
-		lockCtx = txCtx
-	} else {
-		// The server ends the wait after lockBound; this is the backstop
-		// for a server that ignores the setting (MySQL has no FOR UPDATE
-		// WAIT): the driver abandons the statement and its connection.
-		lockCtx, cancel = context.WithTimeout(ctx, 2*m.lockBound())
-	}
-	defer cancel()
-	var gaveUp bool // the lock wait, not ctx, ended the transaction
-	err = m.t.Tx(txCtx, func(tx *sqlx.Tx) error {
-		cur, version, err := m.t.Lock(lockCtx, tx, sku)
-		if err != nil {
-			gaveUp = lockCtx.Err() != nil
-			return err
-		}
-		if m.afterLock != nil {
-			m.afterLock(sku)
-		}
-		if err := check(sku, dir, cur, qty); err != nil {
-			rem = cur
-			return err
-		}
-		rem = cur - qty
-		if dir == inventory.DirReturn {
-			rem = cur + qty
-		}
-		ok, err := m.t.Set(txCtx, tx, sku, version, rem)
-		if err == nil && !ok { // cannot happen under the lock; never write blind
-			err = fmt.Errorf("rowlock: %q: %w: row changed under its lock", sku, inventory.ErrContention)
-		}
-		if err == nil && key != "" {
-			var dup bool
-			if dup, err = m.t.Record(txCtx, tx, sku, dir, key, rem); err == nil && dup {
-				err = m.t.Duplicate(sku, dir, key)
-			}
-		}
-		return err
-	})
-	switch {
-	case err == nil:
-		if key != "" {
-			m.t.Tidy(ctx, 1)
-		}
-		return rem, nil
-	case ctx.Err() == nil && (gaveUp || txCtx.Err() != nil) && !errors.Is(err, inventory.ErrContention):
-		return 0, fmt.Errorf("rowlock: %s %q: %w: no lock within %v: %w", dir, sku, inventory.ErrContention, m.wait, err)
-	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrInvalidArgument):
-		return rem, err
-	}
-	return 0, err
-}
-
-// lockBound is how long the server lets a lock wait last: the lock
-// timeout, rounded up to whole seconds on MariaDB.
-func (m *Manager) lockBound() time.Duration {
-	if m.t.Engine == sqldialect.MySQL {
-		return (m.wait + time.Second - 1).Truncate(time.Second)
-	}
-	return m.wait
+	// A keyed call that lost to one with the same key while it waited for
+	// the lock reports the duplicate it is, with the first remaining.
+	return m.o.Move(ctx, nil, sku, qty, dir, key)
 }
 
 // check reports why moving qty units of sku in direction dir from a stock

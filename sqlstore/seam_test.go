@@ -2,10 +2,14 @@ package sqlstore_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/lockmgr/lockmgrtest"
+	"github.com/stockkit/inventory/sqlstore"
 )
 
 // TestStoreConformance runs the lockmgrtest Store suite on MariaDB and
@@ -19,4 +23,16 @@ func TestStoreConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHoldStoreConformance runs the lockmgrtest HoldStore suite on every
+// engine, each store on tables of its own (the suite's order ids are not
+// kept apart by SKU).
+func TestHoldStoreConformance(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		lockmgrtest.RunHoldStore(t, lockmgrtest.HoldStoreConfig{
+			NewStore: func(t *testing.T) lockmgr.HoldStore { return newStore(t, db, sqlstore.WithKeyTTL(time.Second)) },
+			KeyTTL:   time.Second,
+		})
+	})
 }

@@ -23,12 +23,42 @@
 // is Unix milliseconds from the clock of the writing process. Expired
 // entries count as absent and are pruned in bounded batches now and then.
 //
-// [Store.CreateTables] creates both tables, as named by the schema, if they
-// are absent.
+// The holds table holds the lines of holds, one row per (hold id, SKU):
+// (hold_id, sku, qty, state, expires_at, ended_at), times in Unix
+// microseconds on the database's clock. The orders table holds the order
+// records of the lock strategies (see below).
+//
+// [Store.CreateTables] creates the tables, as named by the schema, if they
+// are absent; run it again after upgrading to a version with more tables.
+//
+// # Holds
+//
+// A Store is a [lockmgr.HoldStore], so that the lock strategies over it
+// implement [inventory.OrderManager]: a hold line (sku, id) -> qty is a
+// row of the holds table, written in the same transaction as the stock
+// row's compare-and-set ([Store.Hold]) and deleted in one transaction with
+// the units given back ([Store.Unhold]); the held total of a SKU is the sum
+// of its lines. An order record is a row of the orders table (id, lines as
+// JSON, state, expiry, grace, flags), moved on by [Store.UpdateOrder] in
+// one transaction that locks the row: that is where a Confirm racing the
+// expiry is decided. Every time is the database's clock. The optimistic
+// and rowlock strategies keep their holds in the same holds table, under
+// their own hold ids (the lock strategies' ids carry a kind prefix, "h:"):
+// do not take holds on one set of tables through both at once.
+//
+// # Inside a caller's transaction
+//
+// [Store.InTx] returns the Store bound to a transaction of the caller's:
+// every method reads and writes through it, and a method that writes
+// several rows does so in a savepoint, so that one that fails leaves the
+// caller's transaction as it found it. The caller's rollback undoes the
+// stock, the ledger entries, the hold lines and the order records it
+// wrote; the rows stay locked until the caller's transaction ends.
 package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -36,11 +66,15 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
-// Schema names the stock table, its columns and the ledger table. Zero
-// fields take the defaults: table "stock" with columns "sku", "stock" and
-// "version", and ledger "stock_ledger". Each name must be a plain
+// Schema names the stock table, its columns, the ledger table and the
+// holds table. Zero fields take the defaults: table "stock" with columns
+// "sku", "stock" and "version", ledger "stock_ledger", and holds the stock
+// table's name (its first 57 bytes) followed by "_holds": "stock_holds",
+// and orders likewise with "_orders" (its first 56 bytes): "stock_orders".
+// Each name must be a plain
 // identifier: a letter or underscore, then letters, digits or underscores,
 // at most 63 bytes. Names are quoted in SQL: reserved words are fine, and
 // on PostgreSQL names are case-sensitive.
@@ -50,12 +84,31 @@ type Schema struct {
 	Stock   string // stock column, a 64-bit integer
 	Version string // version column, a 64-bit integer
 	Ledger  string // idempotency ledger table
+	Holds   string // holds table (orders: Reserve, Confirm, Cancel)
+	Orders  string // the lock strategies' order records (see HoldStore)
 }
 
 // Store keeps stock and idempotency keys in SQL. It is safe for concurrent
 // use. Create it with [New].
 type Store struct {
-	t *sqldialect.Tables
+	t  *sqldialect.Tables
+	tx *sqlx.Tx // the caller's transaction; nil: the pool
+}
+
+var _ lockmgr.HoldStore = (*Store)(nil)
+
+// InTx returns s bound to tx, a transaction of the caller's on s's
+// database: see "Inside a caller's transaction" in the package
+// documentation. The value is for the goroutine that owns tx, and is good
+// until tx ends. CreateTables still runs on the pool.
+func (s *Store) InTx(tx *sqlx.Tx) *Store { return &Store{t: s.t, tx: tx} }
+
+// q is where s reads and writes single statements.
+func (s *Store) q() sqlx.ExtContext {
+	if s.tx != nil {
+		return s.tx
+	}
+	return s.t.DB
 }
 
 type config struct {
@@ -105,7 +158,7 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 	if err := inventory.ValidateInit(sku, qty); err != nil {
 		return err
 	}
-	return s.t.Init(ctx, sku, qty)
+	return s.t.InitOn(ctx, s.q(), sku, qty)
 }
 
 // Get returns the stock of sku; an unknown SKU is [inventory.ErrNotFound].
@@ -113,7 +166,7 @@ func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
-	return s.t.Get(ctx, sku)
+	return s.t.GetOn(ctx, s.q(), sku)
 }
 
 // Read returns the stock and version of sku as last committed (one
@@ -123,7 +176,7 @@ func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return 0, 0, err
 	}
-	return s.t.Read(ctx, s.t.DB, sku)
+	return s.t.Read(ctx, s.q(), sku)
 }
 
 // Seen reports whether an unexpired ledger entry holds (sku, dir, key), and
@@ -132,7 +185,7 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 	if err := validateKey(sku, dir, key); err != nil {
 		return 0, false, err
 	}
-	return s.t.Seen(ctx, s.t.DB, sku, dir, key)
+	return s.t.Seen(ctx, s.q(), sku, dir, key)
 }
 
 // CompareAndSet atomically sets the stock of sku to newStock and moves its
@@ -149,12 +202,12 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 		return false, fmt.Errorf("sqlstore: %w: new stock %d outside 0..%d", inventory.ErrInvalidArgument, newStock, inventory.MaxStock)
 	}
 	if key == "" {
-		return s.t.Set(ctx, s.t.DB, sku, version, newStock)
+		return s.t.Set(ctx, s.q(), sku, version, newStock)
 	}
 	if err := validateKey(sku, dir, key); err != nil {
 		return false, err
 	}
-	err = s.t.Tx(ctx, func(tx *sqlx.Tx) error {
+	err = s.t.Atomic(ctx, s.tx, "compare-and-set", func(tx *sqlx.Tx) error {
 		if ok, err = s.t.Set(ctx, tx, sku, version, newStock); err != nil || !ok {
 			return err
 		}
@@ -181,10 +234,138 @@ func validateKey(sku string, dir inventory.Direction, key string) error {
 	return err
 }
 
-var _ interface {
-	Init(context.Context, string, int64) error
-	Get(context.Context, string) (int64, error)
-	Read(context.Context, string) (int64, int64, error)
-	Seen(context.Context, string, inventory.Direction, string) (int64, bool, error)
-	CompareAndSet(context.Context, string, int64, int64, inventory.Direction, string) (bool, error)
-} = (*Store)(nil)
+// ReadHolds implements [lockmgr.HoldStore]: the stock, version and held
+// units of sku in one statement, then, if it has lines past their expiry,
+// the ids of up to max of them, earliest first.
+func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, version, held int64, expired []string, err error) {
+	return s.t.HoldsOf(ctx, s.q(), sku, max)
+}
+
+// Hold implements [lockmgr.HoldStore].
+func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, id string, qty int64, expires time.Time) (bool, error) {
+	return s.t.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
+}
+
+// Unhold implements [lockmgr.HoldStore].
+func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
+	return s.t.Unhold(ctx, s.tx, sku, id, sold)
+}
+
+// Held implements [lockmgr.HoldStore].
+func (s *Store) Held(ctx context.Context, sku string) (int64, error) {
+	return s.t.Held(ctx, s.q(), sku)
+}
+
+// CreateOrder implements [lockmgr.HoldStore]. A done record kept past the
+// key TTL ([WithKeyTTL]) is forgotten, its id free again.
+func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Line, ttl, grace time.Duration) (lockmgr.Order, error) {
+	js, err := json.Marshal(lines)
+	if err != nil {
+		return lockmgr.Order{}, fmt.Errorf("sqlstore: create order %q: %w", id, err)
+	}
+	row, ok, err := s.t.CreateOrder(ctx, s.tx, id, js, ttl, grace)
+	if err != nil {
+		return lockmgr.Order{}, err
+	}
+	if !ok {
+		return lockmgr.Order{}, fmt.Errorf("sqlstore: %w: order %q exists", inventory.ErrDuplicate, id)
+	}
+	return order(id, row)
+}
+
+// Order implements [lockmgr.HoldStore].
+func (s *Store) Order(ctx context.Context, id string) (lockmgr.Order, error) {
+	row, found, err := s.t.ReadOrder(ctx, s.q(), id, false)
+	if err != nil {
+		return lockmgr.Order{}, err
+	}
+	if !found || forgotten(row) {
+		return lockmgr.Order{}, fmt.Errorf("sqlstore: %w: order %q", inventory.ErrNotFound, id)
+	}
+	return order(id, row)
+}
+
+// forgotten reports whether a done record was kept past its time.
+func forgotten(row sqldialect.OrderRow) bool {
+	return row.Done && row.Kept.Valid && row.Kept.Int64 <= row.Now
+}
+
+func order(id string, row sqldialect.OrderRow) (lockmgr.Order, error) {
+	o := lockmgr.Order{ID: id, State: lockmgr.OrderState(row.State), Expires: time.UnixMilli(row.Expires / 1000),
+		Complete: row.Complete, Done: row.Done}
+	if err := json.Unmarshal(row.Lines, &o.Lines); err != nil {
+		return lockmgr.Order{}, fmt.Errorf("sqlstore: order %q: its lines: %w", id, err)
+	}
+	return o, nil
+}
+
+// UpdateOrder implements [lockmgr.HoldStore]: it locks the record, checks
+// the step's condition against the database's clock and writes the step,
+// in one transaction.
+func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderStep) (o lockmgr.Order, changed bool, err error) {
+	err = s.t.Atomic(ctx, s.tx, "update order", func(tx *sqlx.Tx) error {
+		row, found, err := s.t.ReadOrder(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if !found || forgotten(row) {
+			return fmt.Errorf("sqlstore: %w: order %q", inventory.ErrNotFound, id)
+		}
+		held := row.State == string(lockmgr.OrderHeld)
+		past := row.Now >= row.Expires
+		pick := func(expired bool, otherwise lockmgr.OrderState) string {
+			if expired {
+				return string(lockmgr.OrderExpired)
+			}
+			return string(otherwise)
+		}
+		drop := false
+		switch {
+		case step == lockmgr.StepComplete && held && !row.Complete:
+			row.Complete = true
+		case step == lockmgr.StepConfirm && held && row.Complete:
+			row.State = pick(past, lockmgr.OrderConfirmed)
+		case step == lockmgr.StepCancel && held && row.Complete:
+			row.State = pick(past, lockmgr.OrderCancelled)
+		case step == lockmgr.StepExpire && held &&
+			(row.Complete && past || !row.Complete && row.Now >= row.Abandon):
+			row.State = string(lockmgr.OrderExpired)
+		case step == lockmgr.StepFinish && !held && !row.Done && !row.Complete:
+			drop = true // a Reserve that never completed: its id is free
+		case step == lockmgr.StepFinish && !held && !row.Done:
+			row.Done = true
+			row.Kept.Int64, row.Kept.Valid = row.Now+s.t.KeyTTL().Microseconds(), true
+		case step == lockmgr.StepAbort && held && !row.Complete:
+			drop = true
+		default:
+			o, err = order(id, row)
+			return err
+		}
+		changed = true
+		if o, err = order(id, row); err != nil {
+			return err
+		}
+		if drop {
+			return s.t.DropOrder(ctx, tx, id)
+		}
+		due := row.Abandon
+		if row.Complete || row.State != string(lockmgr.OrderHeld) {
+			due = row.Expires
+		}
+		return s.t.SetOrder(ctx, tx, id, row, due)
+	})
+	if err != nil {
+		return lockmgr.Order{}, false, err
+	}
+	return o, changed, nil
+}
+
+// ExpiredOrders implements [lockmgr.HoldStore]. On the pool it also
+// deletes a batch of done records kept past the key TTL.
+func (s *Store) ExpiredOrders(ctx context.Context, max int) ([]string, error) {
+	ids, err := s.t.DueOrders(ctx, s.q(), max)
+	if err == nil && s.tx == nil {
+		_, _ = s.t.PruneOrders(ctx) // forgotten records already count as absent
+	}
+	return ids, err
+}

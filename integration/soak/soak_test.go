@@ -53,6 +53,8 @@ func tables(t *testing.T, db *sqlx.DB) sqlstore.Schema {
 	t.Cleanup(func() {
 		db.Exec("DROP TABLE " + schema.Table)
 		db.Exec("DROP TABLE " + schema.Ledger)
+		db.Exec("DROP TABLE " + schema.Table + "_holds")  // CreateTables' default holds table
+		db.Exec("DROP TABLE " + schema.Table + "_orders") // and orders table
 	})
 	return schema
 }

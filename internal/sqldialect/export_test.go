@@ -10,9 +10,17 @@ func (t *Tables) Statements() []Statement {
 	q := t.q
 	ss := []Statement{
 		{"get", q.get}, {"read", q.read}, {"lockTimeout", q.lockTimeout}, {"lock", q.lock},
-		{"init", q.init}, {"set", q.set}, {"move", q.move},
+		{"init", q.init}, {"set", q.set}, {"move", q.move}, {"shift", q.shift},
 		{"seen", q.seen}, {"peek", q.peek}, {"record", q.record}, {"renew", q.renew}, {"prune", q.prune},
 		{"keys", expand(t.Engine, q.keys, 2)}, {"insert", expand(t.Engine, q.insert, 2)},
+		{"readHolds", expand(t.Engine, q.readHolds, 2)}, {"lockHolds", q.lockHolds}, {"expired", q.expired},
+		{"release", expand(t.Engine, q.release, 2)}, {"reserve", expand(t.Engine, q.reserve, 2)},
+		{"lines", q.lines}, {"lockLines", q.lockLines}, {"confirm", q.confirm}, {"end", q.end},
+		{"forget", q.forget}, {"held", q.held}, {"due", q.due}, {"pruneHolds", q.pruneHolds},
+		{"holdsOf", q.holdsOf}, {"holdLine", q.holdLine}, {"lockLine", q.lockLine}, {"dropLine", q.dropLine},
+		{"give", q.give}, {"createOrder", q.createOrder}, {"order", q.order}, {"lockOrder", q.lockOrder},
+		{"setOrder", q.setOrder}, {"dropOrder", q.dropOrder}, {"forgetOrder", q.forgetOrder},
+		{"dueOrders", q.dueOrders}, {"pruneOrders", q.pruneOrders},
 	}
 	for _, c := range q.create {
 		ss = append(ss, Statement{"create", c})

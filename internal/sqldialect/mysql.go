@@ -10,8 +10,13 @@ import (
 // LAST_INSERT_ID(expr), in the same statement's OK packet. The lock wait is
 // a MariaDB-only executable comment: MySQL reads a plain comment and keeps
 // its innodb_lock_wait_timeout.
+//
+// The clock of the holds is UTC_TIMESTAMP(6) as Unix microseconds: it is
+// fixed for the length of a statement and does not depend on the session's
+// time zone.
 var mysqlSQL = statements{
 	quote: "`",
+	now:   "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))",
 
 	get:  `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
 	read: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
@@ -22,11 +27,18 @@ var mysqlSQL = statements{
 	set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
 	move: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})`,
+
+	shift: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?`,
 
 	seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
-	peek: `SELECT t.{{.Stock}}, l.remaining FROM {{.Table}} t
+	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
 	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
@@ -36,6 +48,63 @@ var mysqlSQL = statements{
 		WHERE sku = ? AND idem_key IN ({{rows "?"}})`,
 	insert: `INSERT IGNORE INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}`,
+
+	readHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
+	lockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} = ? FOR UPDATE` +
+		`{{with .WaitSeconds}} /*M!100300 WAIT {{.}} */{{end}}`,
+	expired: `SELECT hold_id, qty FROM {{.Holds}}
+		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
+		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
+	release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
+		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
+	reserve: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
+		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}`,
+	lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku`,
+	lockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku FOR UPDATE`,
+	confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
+	end: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held'`,
+	forget: `DELETE FROM {{.Holds}}
+		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
+	held: `SELECT COALESCE(SUM(h.qty), 0) FROM {{.Table}} t
+		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
+		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
+	due: `SELECT DISTINCT hold_id FROM {{.Holds}}
+		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
+	pruneHolds: `DELETE FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000`,
+
+	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
+			(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
+			EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
+	holdLine: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`,
+	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
+		FOR UPDATE`,
+	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
+	give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ?`,
+	createOrder: `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+		VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`,
+	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?`,
+	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?
+		FOR UPDATE`,
+	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
+		WHERE id = ?`,
+	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
+	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
+	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
+		ORDER BY due_at LIMIT ?`,
+	pruneOrders: `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`,
 
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
@@ -51,6 +120,30 @@ var mysqlSQL = statements{
 			expires_at BIGINT NOT NULL,
 			PRIMARY KEY (sku, dir, idem_key),
 			KEY {{.Index}} (expires_at)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{.Holds}} (
+			hold_id VARBINARY(257) NOT NULL,
+			sku VARBINARY(255) NOT NULL,
+			qty BIGINT NOT NULL CHECK (qty > 0),
+			state VARBINARY(9) NOT NULL,
+			expires_at BIGINT NOT NULL,
+			ended_at BIGINT NULL,
+			PRIMARY KEY (hold_id, sku),
+			KEY {{.BySKU}} (sku, state, expires_at),
+			KEY {{.Due}} (state, expires_at),
+			KEY {{.Ended}} (ended_at)
+		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{.Orders}} (
+			id VARBINARY(257) NOT NULL PRIMARY KEY,
+			order_lines MEDIUMBLOB NOT NULL,
+			state VARBINARY(9) NOT NULL,
+			expires_at BIGINT NOT NULL,
+			abandon_at BIGINT NOT NULL,
+			due_at BIGINT NOT NULL,
+			complete TINYINT NOT NULL,
+			done TINYINT NOT NULL,
+			kept_until BIGINT NULL,
+			KEY {{.OrdersDue}} (done, due_at)
 		) ENGINE=InnoDB`,
 	},
 }

@@ -8,8 +8,14 @@ import "errors"
 // The lock timeout is SET LOCAL, so it ends with the transaction. TEXT
 // COLLATE "C" compares bytes, as MySQL's VARBINARY does. A bounded DELETE
 // goes through ctid, PostgreSQL having no DELETE ... LIMIT.
+//
+// The clock of the holds is statement_timestamp() as Unix microseconds: the
+// server's clock when the statement began, fixed for its length (now() is
+// the transaction's start, which a caller's long transaction would leave
+// behind; clock_timestamp() moves within a statement).
 var postgresSQL = statements{
 	quote: `"`,
+	now:   `(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT`,
 
 	get:         `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
 	read:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
@@ -21,11 +27,19 @@ var postgresSQL = statements{
 		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
 	move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		RETURNING {{.Stock}}`,
+
+	shift: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 		RETURNING {{.Stock}}`,
 
 	seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
-	peek: `SELECT t.{{.Stock}}, l.remaining FROM {{.Table}} t
+	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
 	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
@@ -37,6 +51,67 @@ var postgresSQL = statements{
 	insert: `INSERT INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}
 		ON CONFLICT DO NOTHING`,
+
+	readHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
+	lockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} = ? FOR UPDATE OF t`,
+	expired: `SELECT hold_id, qty FROM {{.Holds}}
+		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
+		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
+	release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
+		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
+	reserve: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
+		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}
+		ON CONFLICT DO NOTHING`,
+	lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku`,
+	lockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku FOR UPDATE`,
+	confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
+	end: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held'`,
+	forget: `DELETE FROM {{.Holds}}
+		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
+	held: `SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Table}} t
+		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
+		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
+	due: `SELECT DISTINCT hold_id FROM {{.Holds}}
+		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
+	pruneHolds: `DELETE FROM {{.Holds}}
+		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000))`,
+
+	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
+			(SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
+			EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
+	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
+		ON CONFLICT DO NOTHING`,
+	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
+		FOR UPDATE`,
+	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
+	give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ?`,
+	createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+		VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
+		ON CONFLICT DO NOTHING`,
+	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?`,
+	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?
+		FOR UPDATE`,
+	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
+		WHERE id = ?`,
+	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
+	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
+	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
+		ORDER BY due_at LIMIT ?`,
+	pruneOrders: `DELETE FROM {{.Orders}}
+		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000))`,
 
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
@@ -53,6 +128,30 @@ var postgresSQL = statements{
 			PRIMARY KEY (sku, dir, idem_key)
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{.Index}} ON {{.Ledger}} (expires_at)`,
+		`CREATE TABLE IF NOT EXISTS {{.Holds}} (
+			hold_id TEXT COLLATE "C" NOT NULL,
+			sku TEXT COLLATE "C" NOT NULL,
+			qty BIGINT NOT NULL CHECK (qty > 0),
+			state TEXT COLLATE "C" NOT NULL,
+			expires_at BIGINT NOT NULL,
+			ended_at BIGINT,
+			PRIMARY KEY (hold_id, sku)
+		)`,
+		`CREATE INDEX IF NOT EXISTS {{.BySKU}} ON {{.Holds}} (sku, state, expires_at)`,
+		`CREATE INDEX IF NOT EXISTS {{.Due}} ON {{.Holds}} (state, expires_at)`,
+		`CREATE INDEX IF NOT EXISTS {{.Ended}} ON {{.Holds}} (ended_at)`,
+		`CREATE TABLE IF NOT EXISTS {{.Orders}} (
+			id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+			order_lines TEXT NOT NULL,
+			state TEXT COLLATE "C" NOT NULL,
+			expires_at BIGINT NOT NULL,
+			abandon_at BIGINT NOT NULL,
+			due_at BIGINT NOT NULL,
+			complete SMALLINT NOT NULL,
+			done SMALLINT NOT NULL,
+			kept_until BIGINT
+		)`,
+		`CREATE INDEX IF NOT EXISTS {{.OrdersDue}} ON {{.Orders}} (done, due_at)`,
 	},
 }
 

@@ -2,7 +2,15 @@
 // share: what differs between MariaDB/MySQL, PostgreSQL and SQLite
 // (placeholders, identifier quoting, upserts, how an UPDATE reports the new
 // value, which errors mean "lock contention"), and the statements over the
-// stock table and the idempotency ledger, built once from a validated schema.
+// stock table, the idempotency ledger, the holds table and the orders
+// table, built once from a validated schema. [Orders] runs the order calls
+// (and single-SKU moves) of optimistic and rowlock over them, in a
+// transaction of its own or a caller's; seam.go has sqlstore's hold
+// statements (lockmgr.HoldStore).
+//
+// Hold times are Unix microseconds on the database's clock, an expression
+// each engine's file defines once ({{.Now}} in the statements); idempotency
+// keys keep their expiry in Unix milliseconds of the writing process.
 //
 // Each engine's statements are written out whole in its own file (mysql.go,
 // postgres.go, sqlite.go) as text/template text; testdata/statements.golden
@@ -22,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"text/template"
@@ -60,10 +69,10 @@ func EngineOf(driverName string) (Engine, error) {
 		inventory.ErrInvalidArgument, driverName)
 }
 
-// Schema names the stock table, its columns and the idempotency ledger.
-// Zero fields take the defaults below.
+// Schema names the stock table, its columns, the idempotency ledger and
+// the holds table. Zero fields take the defaults below.
 type Schema struct {
-	Table, SKU, Stock, Version, Ledger string
+	Table, SKU, Stock, Version, Ledger, Holds, Orders string
 }
 
 // Default names.
@@ -73,6 +82,15 @@ const (
 	DefaultStock   = "stock"
 	DefaultVersion = "version"
 	DefaultLedger  = "stock_ledger"
+
+	// HoldsSuffix names the default holds table: the stock table's name
+	// (its first 57 bytes) and this suffix, "stock_holds" for the default
+	// table.
+	HoldsSuffix = "_holds"
+
+	// OrdersSuffix names the default orders table (the lock strategies'
+	// order records, see sqlstore) in the same way: "stock_orders".
+	OrdersSuffix = "_orders"
 )
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -89,6 +107,8 @@ func (s Schema) WithDefaults() Schema {
 	def(&s.Stock, DefaultStock)
 	def(&s.Version, DefaultVersion)
 	def(&s.Ledger, DefaultLedger)
+	def(&s.Holds, s.Table[:min(len(s.Table), 63-len(HoldsSuffix))]+HoldsSuffix)
+	def(&s.Orders, s.Table[:min(len(s.Table), 63-len(OrdersSuffix))]+OrdersSuffix)
 	return s
 }
 
@@ -97,15 +117,17 @@ func (s Schema) WithDefaults() Schema {
 func (s Schema) validate() error {
 	for _, f := range []struct{ what, v string }{
 		{"table", s.Table}, {"sku column", s.SKU}, {"stock column", s.Stock},
-		{"version column", s.Version}, {"ledger table", s.Ledger},
+		{"version column", s.Version}, {"ledger table", s.Ledger}, {"holds table", s.Holds},
+		{"orders table", s.Orders},
 	} {
 		if !identRE.MatchString(f.v) {
 			return fmt.Errorf("%w: %s name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)",
 				inventory.ErrInvalidArgument, f.what, f.v)
 		}
 	}
-	if s.Table == s.Ledger {
-		return fmt.Errorf("%w: table and ledger are both %q", inventory.ErrInvalidArgument, s.Table)
+	if names := []string{s.Table, s.Ledger, s.Holds, s.Orders}; len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+		return fmt.Errorf("%w: table %q, ledger %q, holds %q and orders %q must differ",
+			inventory.ErrInvalidArgument, s.Table, s.Ledger, s.Holds, s.Orders)
 	}
 	if s.SKU == s.Stock || s.SKU == s.Version || s.Stock == s.Version {
 		return fmt.Errorf("%w: sku, stock and version columns must differ", inventory.ErrInvalidArgument)
@@ -137,22 +159,45 @@ type Tables struct {
 // text/template text over [names]; [build] renders it into the same struct.
 // keys and insert hold one {{rows "..."}}, the list of n rows of a batch,
 // which [expand] writes out per call; record is insert with one row.
+//
+// The holds statements (see holds.go) follow the same rules; readHolds,
+// release and reserve are batch statements.
 type statements struct {
 	quote string // identifier quote
+	now   string // the database's clock, in Unix microseconds (see [names])
 
 	get, read, lock, lockTimeout, init, set, move string
+	shift                                         string // move without the holds guard
 	seen, peek, record, renew, prune              string
 	keys, insert                                  string
-	create                                        []string
+
+	lockHolds, expired, lines, lockLines, confirm, end, forget string
+	held, due, pruneHolds                                      string
+	readHolds, release, reserve                                string
+	readHolds1                                                 string // readHolds with one row
+
+	// the lock strategies' holds (sqlstore, lockmgr.HoldStore)
+	holdsOf, holdLine, lockLine, dropLine, give                     string
+	createOrder, order, lockOrder, setOrder, dropOrder, forgetOrder string
+	dueOrders, pruneOrders                                          string
+
+	create []string
 }
 
 // names is what a statement's template may use: the schema's identifiers,
-// validated and quoted, and the lock wait in the units the engines take.
+// validated and quoted, the lock wait in the units the engines take, and
+// the engine's clock.
 type names struct {
 	Table, SKU, Stock, Version, Ledger string
 	Index                              string // the ledger's expires_at index
 	WaitSeconds                        int64  // MariaDB's FOR UPDATE WAIT n: LockWait rounded up; 0 for none
 	LockTimeoutMillis                  int64  // PostgreSQL's lock_timeout; 0 for none
+
+	Holds             string // the holds table
+	BySKU, Due, Ended string // its indexes
+	Orders, OrdersDue string // the orders table and its index
+	Now               string // the database's clock as Unix microseconds: an expression
+	MaxRelease        int    // expired holds one call of a SKU releases at most
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.
@@ -188,6 +233,11 @@ func build(eng Engine, cfg Config) statements {
 	n := names{
 		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
 		Index: quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at"), // within 63 bytes
+		Holds: quote(s.Holds), Now: text.now, MaxRelease: MaxRelease,
+		BySKU:  quote(s.Holds[:min(len(s.Holds), 56)] + "_by_sku"),
+		Due:    quote(s.Holds[:min(len(s.Holds), 59)] + "_due"),
+		Ended:  quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
+		Orders: quote(s.Orders), OrdersDue: quote(s.Orders[:min(len(s.Orders), 59)] + "_due"),
 	}
 	if cfg.LockWait > 0 {
 		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
@@ -203,15 +253,25 @@ func build(eng Engine, cfg Config) statements {
 		}
 		return dedent(b.String())
 	}
-	q := statements{quote: text.quote, keys: render(text.keys), insert: render(text.insert)}
+	q := statements{quote: text.quote, now: text.now, keys: render(text.keys), insert: render(text.insert),
+		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
 	for _, f := range []struct{ dst, src *string }{
 		{&q.get, &text.get}, {&q.read, &text.read}, {&q.lock, &text.lock}, {&q.lockTimeout, &text.lockTimeout},
-		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move},
+		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move}, {&q.shift, &text.shift},
 		{&q.seen, &text.seen}, {&q.peek, &text.peek}, {&q.renew, &text.renew}, {&q.prune, &text.prune},
+		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
+		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
+		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
+		{&q.holdsOf, &text.holdsOf}, {&q.holdLine, &text.holdLine}, {&q.lockLine, &text.lockLine},
+		{&q.dropLine, &text.dropLine}, {&q.give, &text.give}, {&q.createOrder, &text.createOrder},
+		{&q.order, &text.order}, {&q.lockOrder, &text.lockOrder}, {&q.setOrder, &text.setOrder},
+		{&q.dropOrder, &text.dropOrder}, {&q.forgetOrder, &text.forgetOrder}, {&q.dueOrders, &text.dueOrders},
+		{&q.pruneOrders, &text.pruneOrders},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}
 	q.record = expand(eng, q.insert, 1)
+	q.readHolds1 = expand(eng, q.readHolds, 1)
 	for _, c := range text.create {
 		q.create = append(q.create, render(c))
 	}
@@ -293,7 +353,12 @@ func (t *Tables) CreateTables(ctx context.Context) error {
 // Init sets the stock of sku to qty, creating the row if absent, and moves
 // its version on so that a compare-and-set that read before it fails.
 func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
-	if _, err := t.DB.ExecContext(ctx, t.q.init, sku, qty); err != nil {
+	return t.InitOn(ctx, t.DB, sku, qty)
+}
+
+// InitOn is Init through e, a caller's transaction.
+func (t *Tables) InitOn(ctx context.Context, e sqlx.ExecerContext, sku string, qty int64) error {
+	if _, err := e.ExecContext(ctx, t.q.init, sku, qty); err != nil {
 		return t.Err(ctx, "init", err)
 	}
 	return nil
@@ -301,8 +366,13 @@ func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns the stock of sku.
 func (t *Tables) Get(ctx context.Context, sku string) (int64, error) {
+	return t.GetOn(ctx, t.DB, sku)
+}
+
+// GetOn is Get through q, a caller's transaction.
+func (t *Tables) GetOn(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
 	var n int64
-	err := t.DB.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
+	err := q.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, t.NotFound(sku)
 	}
@@ -360,11 +430,23 @@ func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, vers
 }
 
 // Move adds delta to sku's stock in one conditional UPDATE, if the stock is
-// within lo..hi, and returns the new stock. ok=false means no row matched:
-// sku is unknown or its stock is outside lo..hi; nothing changed.
+// within lo..hi and the SKU has no hold past its TTL to release first, and
+// returns the new stock. ok=false means no row matched: sku is unknown, its
+// stock is outside lo..hi or it has expired holds (see [Tables.ReadHolds]);
+// nothing changed.
 func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
+	return t.move(ctx, e, t.q.move, sku, delta, lo, hi)
+}
+
+// Shift is Move without the check for expired holds, for a transaction
+// that read the SKU's holds before.
+func (t *Tables) Shift(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
+	return t.move(ctx, e, t.q.shift, sku, delta, lo, hi)
+}
+
+func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
 	if t.Engine != MySQL {
-		err = e.QueryRowxContext(ctx, t.q.move, delta, sku, lo, hi).Scan(&remaining)
+		err = e.QueryRowxContext(ctx, stmt, delta, sku, lo, hi).Scan(&remaining)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
@@ -373,7 +455,7 @@ func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta,
 		}
 		return remaining, true, nil
 	}
-	res, err := e.ExecContext(ctx, t.q.move, delta, sku, lo, hi)
+	res, err := e.ExecContext(ctx, stmt, delta, sku, lo, hi)
 	if err != nil {
 		return 0, false, t.Err(ctx, "update", err)
 	}
@@ -400,18 +482,20 @@ func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, di
 	return remaining, true, nil
 }
 
-// Peek reads in one statement the stock of sku and, when key is not
-// empty, the remaining value recorded for an unexpired (sku, dir, key).
-func (t *Tables) Peek(ctx context.Context, sku string, dir inventory.Direction, key string) (stock, remaining int64, found bool, err error) {
+// Peek reads in one statement the stock of sku, the units of its holds
+// past their TTL and not yet released (which a move would release first)
+// and, when key is not empty, the remaining value recorded for an
+// unexpired (sku, dir, key), through q.
+func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
 	var rem sql.NullInt64
-	err = t.DB.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem)
+	err = q.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem, &expired)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, false, t.NotFound(sku)
+		return 0, 0, 0, false, t.NotFound(sku)
 	}
 	if err != nil {
-		return 0, 0, false, t.Err(ctx, "read", err)
+		return 0, 0, 0, false, t.Err(ctx, "read", err)
 	}
-	return stock, rem.Int64, rem.Valid, nil
+	return stock, expired, rem.Int64, rem.Valid, nil
 }
 
 // Record writes (sku, dir, key) -> remaining into the ledger through e,

@@ -11,8 +11,14 @@ import (
 // takes the database's write lock before anything is read, whatever the
 // DSN's _txlock, and so is SQLite's FOR UPDATE. TEXT compares with the
 // BINARY collation: bytes.
+//
+// The clock of the holds is julianday('now') as Unix microseconds (SQLite's
+// clock has millisecond resolution), fixed for the length of a statement;
+// julianday works with every SQLite version, unixepoch('subsec') only from
+// 3.42.
 var sqliteSQL = statements{
 	quote: `"`,
+	now:   `CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)`,
 
 	get:  `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
 	read: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
@@ -24,11 +30,19 @@ var sqliteSQL = statements{
 		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
 	move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		RETURNING {{.Stock}}`,
+
+	shift: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 		RETURNING {{.Stock}}`,
 
 	seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
-	peek: `SELECT t.{{.Stock}}, l.remaining FROM {{.Table}} t
+	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
 	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
@@ -40,6 +54,65 @@ var sqliteSQL = statements{
 	insert: `INSERT INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}
 		ON CONFLICT DO NOTHING`,
+
+	readHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
+	lockHolds: `UPDATE {{.Table}} SET {{.Version}} = {{.Version}} WHERE {{.SKU}} = ?
+		RETURNING {{.Stock}}, {{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+			WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})`,
+	expired: `SELECT hold_id, qty FROM {{.Holds}}
+		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
+		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
+	release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
+		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
+	reserve: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
+		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}
+		ON CONFLICT DO NOTHING`,
+	lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku`,
+	lockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+		WHERE hold_id = ? ORDER BY sku`,
+	confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
+	end: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
+		WHERE hold_id = ? AND state = 'held'`,
+	forget: `DELETE FROM {{.Holds}}
+		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
+	held: `SELECT COALESCE(SUM(h.qty), 0) FROM {{.Table}} t
+		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
+		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
+	due: `SELECT DISTINCT hold_id FROM {{.Holds}}
+		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
+	pruneHolds: `DELETE FROM {{.Holds}}
+		WHERE rowid IN (SELECT rowid FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000)`,
+
+	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
+			(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
+			EXISTS (SELECT 1 FROM {{.Holds}} h
+				WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
+	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
+		ON CONFLICT DO NOTHING`,
+	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'`,
+	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
+	give: `UPDATE {{.Table}} SET {{.Stock}} = MIN({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
+		WHERE {{.SKU}} = ?`,
+	createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+		VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
+		ON CONFLICT DO NOTHING`,
+	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?`,
+	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+		WHERE id = ?`,
+	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
+		WHERE id = ?`,
+	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
+	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
+	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
+		ORDER BY due_at LIMIT ?`,
+	pruneOrders: `DELETE FROM {{.Orders}}
+		WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`,
 
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
@@ -56,6 +129,30 @@ var sqliteSQL = statements{
 			PRIMARY KEY (sku, dir, idem_key)
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{.Index}} ON {{.Ledger}} (expires_at)`,
+		`CREATE TABLE IF NOT EXISTS {{.Holds}} (
+			hold_id TEXT NOT NULL,
+			sku TEXT NOT NULL,
+			qty INTEGER NOT NULL CHECK (qty > 0),
+			state TEXT NOT NULL,
+			expires_at INTEGER NOT NULL,
+			ended_at INTEGER,
+			PRIMARY KEY (hold_id, sku)
+		)`,
+		`CREATE INDEX IF NOT EXISTS {{.BySKU}} ON {{.Holds}} (sku, state, expires_at)`,
+		`CREATE INDEX IF NOT EXISTS {{.Due}} ON {{.Holds}} (state, expires_at)`,
+		`CREATE INDEX IF NOT EXISTS {{.Ended}} ON {{.Holds}} (ended_at)`,
+		`CREATE TABLE IF NOT EXISTS {{.Orders}} (
+			id TEXT NOT NULL PRIMARY KEY,
+			order_lines TEXT NOT NULL,
+			state TEXT NOT NULL,
+			expires_at INTEGER NOT NULL,
+			abandon_at INTEGER NOT NULL,
+			due_at INTEGER NOT NULL,
+			complete INTEGER NOT NULL,
+			done INTEGER NOT NULL,
+			kept_until INTEGER
+		)`,
+		`CREATE INDEX IF NOT EXISTS {{.OrdersDue}} ON {{.Orders}} (done, due_at)`,
 	},
 }
 

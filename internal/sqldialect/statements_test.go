@@ -2,6 +2,7 @@ package sqldialect_test
 
 import (
 	"context"
+	"database/sql"
 	"math"
 	"slices"
 	"testing"
@@ -133,15 +134,15 @@ func TestStatements(t *testing.T) {
 				require.EqualValues(t, 2, rem)
 			}},
 			{"peek", func(t *testing.T) {
-				stock, rem, found, err := tb.Peek(ctx, sku, reduce, "k1")
+				stock, expired, rem, found, err := tb.Peek(ctx, db, sku, reduce, "k1")
 				require.NoError(t, err)
-				require.Equal(t, [2]int64{4, 4}, [2]int64{stock, rem})
+				require.Equal(t, [3]int64{4, 0, 4}, [3]int64{stock, expired, rem})
 				require.True(t, found)
-				stock, _, found, err = tb.Peek(ctx, sku, reduce, "")
+				stock, _, _, found, err = tb.Peek(ctx, db, sku, reduce, "")
 				require.NoError(t, err)
 				require.EqualValues(t, 4, stock)
 				require.False(t, found)
-				_, _, _, err = tb.Peek(ctx, unknown, reduce, "k1")
+				_, _, _, _, err = tb.Peek(ctx, db, unknown, reduce, "k1")
 				require.ErrorIs(t, err, inventory.ErrNotFound)
 			}},
 			{"insert", func(t *testing.T) {
@@ -173,6 +174,271 @@ func TestStatements(t *testing.T) {
 				es, err := tb.Entries(ctx, db, sku, []string{"k1", "k4"})
 				require.NoError(t, err)
 				require.Len(t, es, 1)
+			}},
+			{"readHolds", func(t *testing.T) {
+				rs, err := tb.ReadHolds(ctx, db, []string{sku, unknown})
+				require.NoError(t, err)
+				require.Equal(t, map[string]sqldialect.Row{sku: {Stock: 4, Version: 4}}, rs)
+			}},
+			{"reserve", func(t *testing.T) {
+				ok, err := tb.Reserve(ctx, db, "h1", []inventory.Line{{SKU: sku, Qty: 1}}, time.Hour)
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.Reserve(ctx, db, "h1", []inventory.Line{{SKU: sku, Qty: 1}}, time.Hour)
+				require.NoError(t, err)
+				require.False(t, ok, "h1 exists")
+				ok, err = tb.Reserve(ctx, db, "h2", []inventory.Line{{SKU: sku, Qty: 2}, {SKU: unknown, Qty: 1}}, time.Millisecond)
+				require.NoError(t, err)
+				require.True(t, ok, "two lines")
+			}},
+			{"lines", func(t *testing.T) {
+				ls, now, err := tb.Lines(ctx, db, "h1", false)
+				require.NoError(t, err)
+				require.Len(t, ls, 1)
+				l := ls[0]
+				require.Equal(t, inventory.Line{SKU: sku, Qty: 1}, l.Line)
+				require.Equal(t, sqldialect.Held, l.State)
+				require.False(t, l.Ended.Valid)
+				require.InDelta(t, time.Hour.Microseconds(), l.Expires-now, float64(time.Minute.Microseconds()),
+					"expires an hour from the database's now")
+				require.InDelta(t, time.Now().UnixMicro(), now, float64(time.Minute.Microseconds()), "now is Unix µs")
+				ls, _, err = tb.Lines(ctx, db, "h2", false)
+				require.NoError(t, err)
+				require.Len(t, ls, 2)
+				require.Less(t, ls[0].SKU, ls[1].SKU, "by SKU")
+			}},
+			{"lockLines", func(t *testing.T) {
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					ls, _, err := tb.Lines(ctx, tx, "h1", true)
+					require.Len(t, ls, 1)
+					return err
+				}))
+			}},
+			{"held", func(t *testing.T) {
+				n, err := tb.Held(ctx, db, sku)
+				require.NoError(t, err)
+				require.EqualValues(t, 3, n, "h1 and h2, expired or not")
+				_, err = tb.Held(ctx, db, unknown)
+				require.ErrorIs(t, err, inventory.ErrNotFound, "no stock row")
+			}},
+			{"lockHolds", func(t *testing.T) {
+				time.Sleep(5 * time.Millisecond) // h2 expires
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					r, err := tb.LockHolds(ctx, tx, sku)
+					require.Equal(t, sqldialect.Row{Stock: 4, Version: 4, Expired: true}, r)
+					return err
+				}))
+				err := tb.Tx(ctx, func(tx *sqlx.Tx) error { _, err := tb.LockHolds(ctx, tx, unknown); return err })
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+				_, ok, err := tb.Move(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "move refuses a SKU with expired holds")
+				stock, expired, _, _, err := tb.Peek(ctx, db, sku, reduce, "")
+				require.NoError(t, err)
+				require.Equal(t, [2]int64{4, 2}, [2]int64{stock, expired}, "peek sums the expired holds")
+			}},
+			{"expired", func(t *testing.T) {
+				refs, units, err := tb.Expired(ctx, db, sku)
+				require.NoError(t, err)
+				require.Equal(t, []sqldialect.Ref{{ID: "h2", Qty: 2}}, refs)
+				require.EqualValues(t, 2, units)
+			}},
+			{"due", func(t *testing.T) {
+				ids, err := tb.Due(ctx, db, 10)
+				require.NoError(t, err)
+				require.Equal(t, []string{"h2"}, ids)
+			}},
+			{"release", func(t *testing.T) {
+				ok, err := tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, err = tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				require.NoError(t, err)
+				require.False(t, ok, "h2 is no longer held")
+				ls, _, err := tb.Lines(ctx, db, "h2", false)
+				require.NoError(t, err)
+				states := map[string]string{}
+				for _, l := range ls {
+					states[l.SKU] = l.State
+				}
+				require.Equal(t, map[string]string{sku: sqldialect.Expired, unknown: sqldialect.Held}, states,
+					"the line of the other SKU stays held")
+			}},
+			{"confirm", func(t *testing.T) {
+				n, err := tb.ConfirmHold(ctx, db, "h1")
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+				n, err = tb.ConfirmHold(ctx, db, "h1")
+				require.NoError(t, err)
+				require.Zero(t, n, "no longer held")
+				n, err = tb.ConfirmHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.Zero(t, n, "expired")
+			}},
+			{"end", func(t *testing.T) {
+				n, err := tb.EndHold(ctx, db, "h2", sqldialect.Expired)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "the line still held")
+				n, err = tb.EndHold(ctx, db, "h2", sqldialect.Cancelled)
+				require.NoError(t, err)
+				require.Zero(t, n)
+			}},
+			{"forget", func(t *testing.T) {
+				n, err := tb.ForgetHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.Zero(t, n, "ended less than an hour ago")
+				time.Sleep(5 * time.Millisecond)
+				n, err = short.ForgetHold(ctx, db, "h2")
+				require.NoError(t, err)
+				require.EqualValues(t, 2, n)
+			}},
+			{"pruneHolds", func(t *testing.T) {
+				n, err := tb.PruneHolds(ctx)
+				require.NoError(t, err)
+				require.Zero(t, n)
+				n, err = short.PruneHolds(ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "h1, confirmed")
+			}},
+			{"holdLine", func(t *testing.T) {
+				ok, err := tb.HoldLine(ctx, nil, sku, 4, 3, "h:1", 1, time.Now().Add(-time.Second))
+				require.NoError(t, err)
+				require.True(t, ok)
+				_, err = tb.HoldLine(ctx, nil, sku, 5, 2, "h:1", 1, time.Now())
+				require.ErrorIs(t, err, inventory.ErrDuplicate)
+				ok, err = tb.HoldLine(ctx, nil, sku, 4, 2, "h:2", 1, time.Now())
+				require.NoError(t, err)
+				require.False(t, ok, "stale version")
+				ok, err = tb.HoldLine(ctx, nil, unknown, 1, 2, "h:2", 1, time.Now())
+				require.NoError(t, err)
+				require.False(t, ok, "unknown sku")
+				ls, _, err := tb.Lines(ctx, db, "h:2", false)
+				require.NoError(t, err)
+				require.Empty(t, ls, "nothing written")
+			}},
+			{"holdsOf", func(t *testing.T) {
+				stock, version, held, expired, err := tb.HoldsOf(ctx, db, sku, 10)
+				require.NoError(t, err)
+				require.Equal(t, [3]int64{3, 5, 1}, [3]int64{stock, version, held})
+				require.Equal(t, []string{"h:1"}, expired, "past its expiry")
+				_, _, _, _, err = tb.HoldsOf(ctx, db, unknown, 10)
+				require.ErrorIs(t, err, inventory.ErrNotFound)
+			}},
+			{"lockLine", func(t *testing.T) {
+				qty, err := tb.Unhold(ctx, nil, sku, "h:1", false)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, qty)
+				qty, err = tb.Unhold(ctx, nil, sku, "h:1", false)
+				require.NoError(t, err)
+				require.Zero(t, qty, "gone")
+			}},
+			{"dropLine", func(t *testing.T) {
+				ls, _, err := tb.Lines(ctx, db, "h:1", false)
+				require.NoError(t, err)
+				require.Empty(t, ls, "unheld lines are deleted")
+			}},
+			{"give", func(t *testing.T) {
+				stock, version, held, _, err := tb.HoldsOf(ctx, db, sku, 10)
+				require.NoError(t, err)
+				require.Equal(t, [3]int64{4, 6, 0}, [3]int64{stock, version, held}, "units back, version moved")
+				ok, err := tb.HoldLine(ctx, nil, sku, 6, 3, "h:3", 1, time.Now().Add(time.Hour))
+				require.NoError(t, err)
+				require.True(t, ok)
+				qty, err := tb.Unhold(ctx, nil, sku, "h:3", true)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, qty)
+				n, err := tb.Get(ctx, sku)
+				require.NoError(t, err)
+				require.EqualValues(t, 3, n, "sold: not given back")
+			}},
+			{"createOrder", func(t *testing.T) {
+				o, ok, err := tb.CreateOrder(ctx, nil, "o:1", []byte(`[{"SKU":"a","Qty":1}]`), time.Hour, time.Minute)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, "held", o.State)
+				require.Equal(t, `[{"SKU":"a","Qty":1}]`, string(o.Lines))
+				require.InDelta(t, time.Hour.Microseconds(), o.Expires-o.Now, float64(time.Minute.Microseconds()))
+				require.Equal(t, time.Minute.Microseconds(), o.Abandon-o.Expires)
+				_, ok, err = tb.CreateOrder(ctx, nil, "o:1", []byte(`[]`), time.Hour, time.Minute)
+				require.NoError(t, err)
+				require.False(t, ok, "exists")
+			}},
+			{"order", func(t *testing.T) {
+				o, found, err := tb.ReadOrder(ctx, db, "o:1", false)
+				require.NoError(t, err)
+				require.True(t, found)
+				require.False(t, o.Complete || o.Done || o.Kept.Valid)
+				_, found, err = tb.ReadOrder(ctx, db, "o:9", false)
+				require.NoError(t, err)
+				require.False(t, found)
+			}},
+			{"lockOrder", func(t *testing.T) {
+				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+					_, found, err := tb.ReadOrder(ctx, tx, "o:1", true)
+					require.True(t, found)
+					return err
+				}))
+			}},
+			{"dueOrders", func(t *testing.T) {
+				_, ok, err := tb.CreateOrder(ctx, nil, "o:2", []byte(`[]`), time.Millisecond, 0)
+				require.NoError(t, err)
+				require.True(t, ok)
+				time.Sleep(5 * time.Millisecond)
+				ids, err := tb.DueOrders(ctx, db, 10)
+				require.NoError(t, err)
+				require.Equal(t, []string{"o:2"}, ids)
+			}},
+			{"setOrder", func(t *testing.T) {
+				o, _, err := tb.ReadOrder(ctx, db, "o:2", false)
+				require.NoError(t, err)
+				o.State, o.Done, o.Kept = "expired", true, sql.NullInt64{Int64: o.Now - 1, Valid: true}
+				require.NoError(t, tb.SetOrder(ctx, db, "o:2", o, o.Expires))
+				got, _, err := tb.ReadOrder(ctx, db, "o:2", false)
+				require.NoError(t, err)
+				require.Equal(t, [2]any{"expired", true}, [2]any{got.State, got.Done})
+				ids, err := tb.DueOrders(ctx, db, 10)
+				require.NoError(t, err)
+				require.Empty(t, ids, "done")
+			}},
+			{"forgetOrder", func(t *testing.T) {
+				_, ok, err := tb.CreateOrder(ctx, nil, "o:2", []byte(`[]`), time.Hour, 0)
+				require.NoError(t, err)
+				require.True(t, ok, "the done record kept past its time is forgotten")
+			}},
+			{"dropOrder", func(t *testing.T) {
+				require.NoError(t, tb.DropOrder(ctx, db, "o:2"))
+				_, found, err := tb.ReadOrder(ctx, db, "o:2", false)
+				require.NoError(t, err)
+				require.False(t, found)
+			}},
+			{"pruneOrders", func(t *testing.T) {
+				o, _, err := tb.ReadOrder(ctx, db, "o:1", false)
+				require.NoError(t, err)
+				o.Done, o.Kept = true, sql.NullInt64{Int64: o.Now - 1, Valid: true}
+				require.NoError(t, tb.SetOrder(ctx, db, "o:1", o, o.Expires))
+				n, err := tb.PruneOrders(ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+			}},
+			{"shift", func(t *testing.T) {
+				cur, err := tb.Get(ctx, sku)
+				require.NoError(t, err)
+				ok, err := tb.HoldLine(ctx, nil, sku, 7, cur-1, "h:4", 1, time.Now().Add(-time.Second))
+				require.NoError(t, err)
+				require.True(t, ok, "a line past its expiry")
+				_, ok, err = tb.Move(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "move: expired holds")
+				n, ok, err := tb.Shift(ctx, db, sku, -1, 1, math.MaxInt64)
+				require.NoError(t, err)
+				require.True(t, ok, "shift does not look at holds")
+				require.Equal(t, cur-2, n)
+				_, ok, err = tb.Shift(ctx, db, sku, -100, 100, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "out of range")
+				_, ok, err = tb.Shift(ctx, db, unknown, 1, 0, math.MaxInt64)
+				require.NoError(t, err)
+				require.False(t, ok, "unknown sku")
 			}},
 		}
 

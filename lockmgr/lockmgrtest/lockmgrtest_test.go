@@ -26,6 +26,17 @@ func TestMemoryStore(t *testing.T) {
 	})
 }
 
+func TestMemoryHoldStore(t *testing.T) {
+	lockmgrtest.RunHoldStore(t, holdConfig(""))
+}
+
+func holdConfig(broken string) lockmgrtest.HoldStoreConfig {
+	return lockmgrtest.HoldStoreConfig{
+		NewStore: func(*testing.T) lockmgr.HoldStore { return lockmgrtest.NewBrokenMemoryStore(broken, time.Second) },
+		KeyTTL:   time.Second,
+	}
+}
+
 func memLockerConfig(broken string) lockmgrtest.LockerConfig {
 	return lockmgrtest.LockerConfig{
 		NewLocker: func(t *testing.T) lockmgr.Locker {
@@ -58,6 +69,15 @@ var (
 		"folds-case":      {mustFail: []string{"ByteExactSKUs"}, mustPass: []string{"InitGet", "StaleVersion", "ConcurrentCAS"}},
 		"ignores-ctx":     {mustFail: []string{"CancelledContext"}, mustPass: []string{"InitGet", "ConcurrentCAS"}},
 	}
+	brokenHoldStores = map[string]broken{
+		"never-expires":        {mustFail: []string{"ExpiredLines", "OrderExpiry", "Abandoned"}, mustPass: []string{"HoldUnhold", "OrderSteps", "ConcurrentUnhold"}},
+		"confirm-after-expiry": {mustFail: []string{"OrderExpiry", "ExpiredOrders"}, mustPass: []string{"HoldUnhold", "ExpiredLines", "OrderSteps", "ConfirmRacesExpiry"}},
+		"split-steps":          {mustFail: []string{"ConfirmRacesExpiry"}, mustPass: []string{"HoldUnhold", "OrderSteps", "OrderExpiry"}},
+		"double-release":       {mustFail: []string{"HoldUnhold", "ConcurrentUnhold"}, mustPass: []string{"OrderSteps", "ConcurrentHold"}},
+		"no-held-total":        {mustFail: []string{"HoldUnhold", "ByteExactIDs", "ConcurrentHold"}, mustPass: []string{"OrderSteps", "Abandoned"}},
+		"ignores-version":      {mustFail: []string{"HoldStaleVersion", "ConcurrentHold"}, mustPass: []string{"HoldUnhold", "OrderSteps"}},
+		"ignores-ctx":          {mustFail: []string{"CancelledContext"}, mustPass: []string{"HoldUnhold", "OrderSteps"}},
+	}
 )
 
 type broken struct{ mustFail, mustPass []string }
@@ -75,6 +95,8 @@ func TestBrokenChild(t *testing.T) {
 		cfg := memLockerConfig(name)
 		cfg.Timeout = 20 * time.Second
 		lockmgrtest.RunLocker(t, cfg)
+	case kind == "holds":
+		lockmgrtest.RunHoldStore(t, holdConfig(name))
 	default:
 		lockmgrtest.RunStore(t, lockmgrtest.StoreConfig{
 			NewStore: func(*testing.T) lockmgr.Store { return newMemStore(name) },
@@ -83,7 +105,7 @@ func TestBrokenChild(t *testing.T) {
 }
 
 func TestSuitesCatchBrokenSeams(t *testing.T) {
-	for kind, set := range map[string]map[string]broken{"locker": brokenLockers, "store": brokenStores} {
+	for kind, set := range map[string]map[string]broken{"locker": brokenLockers, "store": brokenStores, "holds": brokenHoldStores} {
 		for name, b := range set {
 			t.Run(kind+"/"+name, func(t *testing.T) {
 				t.Parallel()

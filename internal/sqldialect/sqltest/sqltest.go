@@ -4,6 +4,7 @@ package sqltest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
@@ -62,15 +63,28 @@ func Run(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
 func Schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	t.Helper()
 	p := testenv.Prefix()
-	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
+	s := sqlstore.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p, Orders: "orders_" + p}
 	st, err := sqlstore.New(db, sqlstore.WithSchema(s))
 	require.NoError(t, err)
 	require.NoError(t, st.CreateTables(context.Background()))
-	Drop(t, db, s.Table, s.Ledger)
+	Drop(t, db, s.Table, s.Ledger, s.Holds, s.Orders)
 	return s
 }
 
-// Drop drops the tables at the end of t.
+// Harness returns the schema for a manager of the inventorytest suite's
+// subtest t: shared, or, for the order subtests ("/Orders/" in t's name),
+// tables of t's own, since the suite's hold ids and Sweep are not kept
+// apart by SKU.
+func Harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema {
+	if strings.Contains(t.Name(), "/Orders/") {
+		return Schema(t, db)
+	}
+	return shared
+}
+
+// Drop drops the tables at the end of t, and with each the holds and
+// orders tables that a schema naming it as its stock table gets by default
+// (its name followed by "_holds", "_orders"), if there are any.
 func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	q := `"`
 	if db.DriverName() == "mysql" {
@@ -79,6 +93,9 @@ func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	t.Cleanup(func() {
 		for _, tb := range tables {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + tb + q)
+			for _, d := range []string{tb[:min(len(tb), 57)] + "_holds", tb[:min(len(tb), 56)] + "_orders"} {
+				_, _ = db.Exec("DROP TABLE IF EXISTS " + q + d + q)
+			}
 		}
 	})
 }

@@ -1,0 +1,648 @@
+package sqldialect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory"
+)
+
+// Orders runs the calls of [inventory.OrderManager], and single-SKU moves,
+// over the stock table, the ledger and the holds table, for optimistic and
+// rowlock (and any caller's transaction). Every call is one transaction
+// (or, in a caller's transaction, one savepoint) that touches the stock
+// rows of its SKUs in SKU order, so that two calls never wait for each
+// other in a cycle.
+//
+// The rule that keeps holds exact: a line of a hold changes state only in a
+// transaction that holds its SKU's stock row (locked with FOR UPDATE, or
+// written by a compare-and-set), and every write to the holds table is
+// conditional on the state it read (state = 'held'), its row count checked.
+// A count that differs means another writer got there first: the
+// transaction rolls back and the call is tried again.
+//
+// The zero Orders is not usable: set T.
+type Orders struct {
+	T *Tables
+	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
+	// (and their expired holds) first, without locks, check the lines, and
+	// then write each row with one conditional UPDATE, in SKU order: the
+	// stock moves (with the released units) only if it still lets the line
+	// through, and the released holds must all still be held; otherwise
+	// the attempt rolls back and reads again (optimistic). Without CAS they
+	// lock the rows with FOR UPDATE first (rowlock).
+	// Confirm, Cancel and Sweep always lock: they must see the hold's
+	// lines as they are.
+	CAS bool
+	// Attempts bounds how often a call whose compare-and-set or
+	// conditional write lost is tried in a transaction of its own; at
+	// least 1. In a caller's transaction a call is tried once.
+	Attempts int
+	// Base and Cap bound the decorrelated-jitter pause between attempts.
+	Base, Cap time.Duration
+	// LockWait, if positive, bounds a lock wait as rowlock documents it:
+	// a lock statement is abandoned after twice the server's bound, and on
+	// SQLite the whole transaction after LockWait.
+	LockWait time.Duration
+	// SweepLimit is how many holds one Sweep releases at most; at least 1.
+	SweepLimit int
+	// AfterLock, if set (by tests, before any call), runs once a call has
+	// locked its rows, before it writes.
+	AfterLock func(skus []string)
+}
+
+// errConflict rolls back an attempt that lost to another writer.
+var errConflict = errors.New("sqldialect: conflict")
+
+// shot carries a lock-wait outcome out of an attempt.
+type shot struct {
+	lockCtx context.Context
+	gaveUp  bool // a lock statement ended because lockCtx did
+}
+
+// run runs fn in a transaction: the caller's (in a savepoint) or one of its
+// own, tried up to Attempts times while it returns errConflict. read, if
+// not nil, runs before each attempt's transaction, through the pool or
+// the caller's transaction; its error ends the call with no transaction.
+func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(ctx context.Context, q sqlx.QueryerContext) error,
+	fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
+	if caller != nil {
+		lockCtx, cancel := o.lockCtx(ctx)
+		defer cancel()
+		if read != nil {
+			if err := read(ctx, caller); err != nil {
+				return err
+			}
+		}
+		s := &shot{lockCtx: lockCtx}
+		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
+		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
+			return fmt.Errorf("%s: %s: %w: no lock within %v: %w", o.T.Pkg(), op, inventory.ErrContention, o.LockWait, err)
+		}
+		if errors.Is(err, errConflict) {
+			return fmt.Errorf("%s: %s: %w: another writer moved a row it read; roll back and retry the transaction",
+				o.T.Pkg(), op, inventory.ErrContention)
+		}
+		return err
+	}
+	pause := o.Base
+	for attempt := 1; ; attempt++ {
+		var err error
+		if read != nil {
+			err = read(ctx, o.T.DB)
+		}
+		if err == nil {
+			err = o.own(ctx, fn)
+		}
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+		if attempt >= o.Attempts {
+			return fmt.Errorf("%s: %s: %w after %d attempts", o.T.Pkg(), op, inventory.ErrContention, attempt)
+		}
+		pause = min(o.Cap, o.Base+rand.N(max(3*pause, o.Base+1)-o.Base))
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return o.T.Err(ctx, op, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// lockCtx bounds one call's lock statements: twice the server's own bound.
+func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if o.LockWait <= 0 || o.T.Engine == SQLite {
+		return ctx, func() {}
+	}
+	bound := o.LockWait
+	if o.T.Engine == MySQL {
+		bound = (o.LockWait + time.Second - 1).Truncate(time.Second)
+	}
+	return context.WithTimeout(ctx, 2*bound)
+}
+
+// own runs fn in a transaction of its own, with the lock wait bounds.
+func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
+	txCtx := ctx
+	if o.LockWait > 0 && o.T.Engine == SQLite {
+		var cancel context.CancelFunc
+		txCtx, cancel = context.WithTimeout(ctx, o.LockWait)
+		defer cancel()
+	}
+	lockCtx, cancel := o.lockCtx(txCtx)
+	defer cancel()
+	s := &shot{lockCtx: lockCtx}
+	err := o.T.Tx(txCtx, func(tx *sqlx.Tx) error { return fn(txCtx, s, tx) })
+	if err != nil && ctx.Err() == nil && (s.gaveUp || txCtx.Err() != nil) && !errors.Is(err, inventory.ErrContention) {
+		return fmt.Errorf("%s: %w: no lock within %v: %w", o.T.Pkg(), inventory.ErrContention, o.LockWait, err)
+	}
+	return err
+}
+
+// row is one SKU of a call as the call found it, with the expired lines it
+// releases.
+type row struct {
+	Row
+	refs  []Ref
+	units int64 // of refs
+}
+
+// rows reads or locks the rows of skus (sorted, distinct) and their expired
+// lines: with lock, through tx, with FOR UPDATE in order; otherwise through
+// q in one statement.
+func (o *Orders) rows(ctx context.Context, s *shot, q sqlx.QueryerContext, tx *sqlx.Tx, skus []string, lock bool) (map[string]*row, error) {
+	out := make(map[string]*row, len(skus))
+	if lock {
+		for _, sku := range skus {
+			r, err := o.T.LockHolds(s.lockCtx, tx, sku)
+			if err != nil {
+				s.gaveUp = s.lockCtx.Err() != nil && ctx.Err() == nil
+				return nil, err
+			}
+			out[sku] = &row{Row: r}
+		}
+		q = tx // every row locked: now plain reads see the latest holds
+		if o.AfterLock != nil {
+			o.AfterLock(skus)
+		}
+	} else {
+		rs, err := o.T.ReadHolds(ctx, q, skus)
+		if err != nil {
+			return nil, err
+		}
+		for _, sku := range skus {
+			r, ok := rs[sku]
+			if !ok {
+				return nil, o.T.NotFound(sku)
+			}
+			out[sku] = &row{Row: r}
+		}
+	}
+	for _, sku := range skus {
+		if r := out[sku]; r.Expired {
+			var err error
+			if r.refs, r.units, err = o.T.Expired(ctx, q, sku); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// write sets sku's row to stock, releasing its expired lines, through tx.
+func (o *Orders) write(ctx context.Context, tx *sqlx.Tx, sku string, r *row, stock int64) error {
+	ok, err := o.T.Set(ctx, tx, sku, r.Version, stock)
+	if err == nil && ok {
+		ok, err = o.T.Release(ctx, tx, sku, r.refs)
+	}
+	if err == nil && !ok {
+		err = errConflict
+	}
+	return err
+}
+
+// Move is one move of one SKU: Reduce or Return of qty, keyed when key is
+// not empty, in caller's transaction when caller is not nil. It releases
+// the SKU's expired holds in the same transaction. It returns the new
+// stock, or on a refusal the stock it saw.
+func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	stock, err := o.moveLines(ctx, caller, string(dir), []inventory.Line{{SKU: sku, Qty: qty}}, dir, sku, key, "", 0,
+		func(_ []inventory.Line, stock []int64, refused error) error {
+			if dir == inventory.DirReduce {
+				return fmt.Errorf("%s: %w: %q has %d, asked %d", o.T.Pkg(), inventory.ErrInsufficientStock, sku, stock[0], qty)
+			}
+			return fmt.Errorf("%s: %w", o.T.Pkg(), refused)
+		})
+	if key != "" && (errors.Is(err, inventory.ErrDuplicate) || errors.Is(err, inventory.ErrInsufficientStock)) {
+		// A call with the same key committed first (while this one waited
+		// for a lock): report the duplicate it is, with its remaining.
+		if first, found, serr := o.T.Seen(ctx, o.q(caller), sku, dir, key); serr == nil && found {
+			return first, o.T.Duplicate(sku, dir, key)
+		}
+	}
+	if err == nil || errors.Is(err, inventory.ErrInsufficientStock) || errors.Is(err, inventory.ErrInvalidArgument) {
+		return stock[0], err
+	}
+	return 0, err
+}
+
+func (o *Orders) q(caller *sqlx.Tx) sqlx.QueryerContext {
+	if caller != nil {
+		return caller
+	}
+	return o.T.DB
+}
+
+// MoveLines is ReduceLines or ReturnLines.
+func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir inventory.Direction, opts []inventory.Option) error {
+	op := string(dir) + " lines"
+	c, err := inventory.ValidateLinesCall(lines, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return o.T.Err(ctx, op, err)
+	}
+	if c.Key != "" {
+		// Lines keys live in the ledger under the empty SKU, which no
+		// single-SKU call can use.
+		if _, found, err := o.T.Seen(ctx, o.q(caller), "", dir, c.Key); err != nil || found {
+			if err == nil {
+				err = o.T.Duplicate("", dir, c.Key)
+			}
+			return err
+		}
+	}
+	_, err = o.moveLines(ctx, caller, op, lines, dir, "", c.Key, "", 0, o.refusal(op))
+	return err
+}
+
+// refusal is the error of a lines call whose lines did not all fit.
+func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error {
+	return func(lines []inventory.Line, stock []int64, refused error) error {
+		if !errors.Is(refused, inventory.ErrInsufficientStock) {
+			return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, refused)
+		}
+		e := &inventory.InsufficientError{}
+		for i, l := range lines {
+			if stock[i] < l.Qty {
+				e.Short = append(e.Short, inventory.Shortfall{Line: l, Available: stock[i]})
+			}
+		}
+		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, e)
+	}
+}
+
+// Reserve implements [inventory.OrderManager.Reserve].
+func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines []inventory.Line, ttl time.Duration) error {
+	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+		return fmt.Errorf("%s: reserve: %w", o.T.Pkg(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return o.T.Err(ctx, "reserve", err)
+	}
+	_, err := o.moveLines(ctx, caller, "reserve", lines, inventory.DirReduce, "", "", id, ttl, o.refusal("reserve"))
+	return err
+}
+
+// moveLines moves every line or none, in dir, releasing the expired holds
+// of their SKUs; it records key in the ledger under ledgerSKU and, when
+// hold is not empty, inserts the lines as hold hold for ttl. It returns the
+// new stock per line or, on a refusal, refuse's error, which it makes from
+// the lines, the stock seen per line and the cause (ErrInsufficientStock or
+// ErrInvalidArgument), with the stock seen.
+func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir inventory.Direction,
+	ledgerSKU, key, hold string, ttl time.Duration, refuse func([]inventory.Line, []int64, error) error) ([]int64, error) {
+	skus := make([]string, len(lines))
+	for i, l := range lines {
+		skus[i] = l.SKU
+	}
+	slices.Sort(skus)
+	stock := make([]int64, len(lines))
+
+	// plan computes stock from rs, or returns the refusal.
+	plan := func(rs map[string]*row) error {
+		var refused error
+		for i, l := range lines {
+			r := rs[l.SKU]
+			avail := r.Stock + r.units
+			if dir == inventory.DirReturn {
+				if err := inventory.CheckReturn(avail, l.Qty); err != nil && refused == nil {
+					refused = fmt.Errorf("%q: %w", l.SKU, err)
+				}
+				stock[i] = avail + l.Qty
+			} else {
+				if avail < l.Qty {
+					refused = inventory.ErrInsufficientStock
+				}
+				stock[i] = avail - l.Qty
+			}
+		}
+		if refused == nil {
+			return nil
+		}
+		for i, l := range lines {
+			stock[i] = rs[l.SKU].Stock // what Get shows: nothing was released
+		}
+		return refuse(lines, stock, refused)
+	}
+	// apply writes the planned stock through tx.
+	apply := func(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) error {
+		if hold != "" {
+			if err := o.claim(ctx, tx, hold); err != nil {
+				return err
+			}
+		}
+		for _, sku := range skus {
+			i := slices.IndexFunc(lines, func(l inventory.Line) bool { return l.SKU == sku })
+			if !o.CAS {
+				if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
+					return err
+				}
+				continue
+			}
+			// One conditional UPDATE that adds the released units and
+			// moves the line, if the stock still lets it: it waits for a
+			// row lock instead of losing to its holder.
+			r, q := rs[sku], lines[i].Qty
+			delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
+			if dir == inventory.DirReturn {
+				delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
+			}
+			rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
+			if err == nil && ok {
+				ok, err = o.T.Release(ctx, tx, sku, r.refs)
+			}
+			if err == nil && !ok {
+				err = errConflict // the stock no longer fits, or the holds were released: read again
+			}
+			if err != nil {
+				return err
+			}
+			stock[i] = rem
+		}
+		if key != "" {
+			dup, err := o.T.Record(ctx, tx, ledgerSKU, dir, key, remainingOf(ledgerSKU, stock))
+			if err == nil && dup {
+				err = o.T.Duplicate(ledgerSKU, dir, key)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if hold != "" {
+			ok, err := o.T.Reserve(ctx, tx, hold, lines, ttl)
+			if err == nil && !ok {
+				err = fmt.Errorf("%s: %w: hold %q exists", o.T.Pkg(), inventory.ErrDuplicate, hold)
+			}
+			return err
+		}
+		return nil
+	}
+
+	var err error
+	if o.CAS {
+		var rs map[string]*row
+		err = o.run(ctx, caller, op, func(ctx context.Context, q sqlx.QueryerContext) error {
+			var err error
+			if rs, err = o.rows(ctx, nil, q, nil, skus, false); err != nil {
+				return err
+			}
+			return plan(rs)
+		}, func(ctx context.Context, _ *shot, tx *sqlx.Tx) error { return apply(ctx, tx, rs) })
+	} else {
+		err = o.run(ctx, caller, op, nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
+			rs, err := o.rows(ctx, s, nil, tx, skus, true)
+			if err == nil {
+				err = plan(rs)
+			}
+			if err == nil {
+				err = apply(ctx, tx, rs)
+			}
+			return err
+		})
+	}
+	if err == nil && key != "" {
+		o.T.Tidy(ctx, 1)
+	}
+	return stock, err
+}
+
+func remainingOf(ledgerSKU string, stock []int64) int64 {
+	if ledgerSKU == "" {
+		return 0 // a lines call has no one remaining value
+	}
+	return stock[0]
+}
+
+// claim makes hold id free for a new Reserve in tx: absent, or ended more
+// than the key TTL ago (its lines are deleted).
+func (o *Orders) claim(ctx context.Context, tx *sqlx.Tx, id string) error {
+	ls, now, err := o.T.Lines(ctx, tx, id, false)
+	if err != nil || len(ls) == 0 {
+		return err
+	}
+	if !gone(ls, now, o.T.KeyTTL()) {
+		return fmt.Errorf("%s: %w: hold %q exists", o.T.Pkg(), inventory.ErrDuplicate, id)
+	}
+	n, err := o.T.ForgetHold(ctx, tx, id)
+	if err == nil && n != int64(len(ls)) {
+		err = errConflict
+	}
+	return err
+}
+
+// gone reports whether every line of a hold ended more than ttl before now.
+func gone(ls []Line, now int64, ttl time.Duration) bool {
+	for _, l := range ls {
+		if !l.Ended.Valid || l.Ended.Int64 > now-ttl.Microseconds() {
+			return false
+		}
+	}
+	return true
+}
+
+// onHold runs fn on hold id's lines, read under the lock of every row of
+// the hold's SKUs, in a transaction that fn's nil error commits. The
+// outcome fn reports is returned after the commit.
+func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
+	fn func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (outcome error, err error)) error {
+	if err := inventory.ValidateHoldID(id); err != nil {
+		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return o.T.Err(ctx, op, err)
+	}
+	pre, _, err := o.T.Lines(ctx, o.q(caller), id, false)
+	if err != nil {
+		return err
+	}
+	notFound := fmt.Errorf("%s: %s: %w: hold %q", o.T.Pkg(), op, inventory.ErrNotFound, id)
+	if len(pre) == 0 {
+		return notFound
+	}
+	skus := make([]string, len(pre))
+	for i, l := range pre {
+		skus[i] = l.SKU // sorted by the statement
+	}
+	var outcome error
+	err = o.run(ctx, caller, op, nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
+		rs, err := o.rows(ctx, s, nil, tx, skus, true)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs { // this hold's own lines are fn's to end
+			r.refs = slices.DeleteFunc(r.refs, func(ref Ref) bool {
+				if ref.ID == id {
+					r.units -= ref.Qty
+				}
+				return ref.ID == id
+			})
+		}
+		ls, now, err := o.T.Lines(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
+			return errConflict // the hold changed between the reads
+		}
+		if gone(ls, now, o.T.KeyTTL()) {
+			outcome = notFound
+			return nil
+		}
+		outcome, err = fn(ctx, tx, ls, now, rs)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return outcome
+}
+
+// giveBack ends the held lines of ls as state and gives their units back.
+func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line, rs map[string]*row, state string) (int, error) {
+	held := 0
+	for _, l := range ls {
+		if l.State == Held {
+			held++
+		}
+	}
+	if held == 0 {
+		return 0, nil
+	}
+	n, err := o.T.EndHold(ctx, tx, id, state)
+	if err != nil {
+		return 0, err
+	}
+	if n != int64(held) {
+		return 0, errConflict
+	}
+	for _, l := range ls {
+		if l.State != Held {
+			continue
+		}
+		r := rs[l.SKU]
+		if err := o.write(ctx, tx, l.SKU, r, min(r.Stock+r.units+l.Qty, inventory.MaxStock)); err != nil {
+			return 0, err
+		}
+	}
+	return held, nil
+}
+
+func states(ls []Line) (held, confirmed, released int) {
+	for _, l := range ls {
+		switch l.State {
+		case Held:
+			held++
+		case Confirmed:
+			confirmed++
+		default:
+			released++
+		}
+	}
+	return
+}
+
+// Confirm implements [inventory.OrderManager.Confirm]. A hold found expired
+// is released in the same transaction (its units are back, as the error
+// says), even though Confirm returns ErrHoldReleased.
+func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error {
+	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+		held, confirmed, _ := states(ls)
+		switch {
+		case confirmed == len(ls):
+			return fmt.Errorf("%s: confirm: %w: hold %q is confirmed", o.T.Pkg(), inventory.ErrDuplicate, id), nil
+		case held == len(ls) && ls[0].Expires > now:
+			n, err := o.T.ConfirmHold(ctx, tx, id)
+			if err == nil && n != int64(len(ls)) {
+				err = errConflict
+			}
+			return nil, err
+		}
+		_, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+		return fmt.Errorf("%s: confirm: %w: hold %q", o.T.Pkg(), inventory.ErrHoldReleased, id), err
+	})
+}
+
+// Cancel implements [inventory.OrderManager.Cancel].
+func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
+	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+		if _, confirmed, _ := states(ls); confirmed > 0 {
+			return fmt.Errorf("%s: cancel: %w: hold %q", o.T.Pkg(), inventory.ErrHoldConfirmed, id), nil
+		}
+		state := Cancelled
+		if ls[0].Expires <= now {
+			state = Expired
+		}
+		_, err := o.giveBack(ctx, tx, id, ls, rs, state)
+		return nil, err
+	})
+}
+
+// Held implements [inventory.OrderManager.Held].
+func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return 0, fmt.Errorf("%s: held: %w", o.T.Pkg(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, o.T.Err(ctx, "held", err)
+	}
+	return o.T.Held(ctx, o.q(caller), sku)
+}
+
+// Sweep implements [inventory.OrderManager.Sweep]: it releases up to
+// SweepLimit holds past their TTL, each in a transaction of its own (or
+// all in the caller's), and prunes a batch of lines that ended more than
+// the key TTL ago.
+func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, o.T.Err(ctx, "sweep", err)
+	}
+	ids, err := o.T.Due(ctx, o.q(caller), o.SweepLimit)
+	if err != nil {
+		return 0, err
+	}
+	released := 0
+	for _, id := range ids {
+		var n int
+		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+			n = 0
+			if ls[0].Expires > now {
+				return nil, nil
+			}
+			held, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+			if held > 0 {
+				n = 1
+			}
+			return nil, err
+		})
+		if errors.Is(err, inventory.ErrNotFound) {
+			continue // released and forgotten meanwhile
+		}
+		if err != nil {
+			return released, err
+		}
+		released += n
+	}
+	if caller == nil {
+		_, _ = o.T.PruneHolds(ctx) // ended lines already count as absent
+	}
+	return released, nil
+}
+
+// Wrap prefixes err with pkg, op and what, unless it already names pkg.
+func Wrap(pkg, op, what string, err error) error {
+	if err == nil || strings.HasPrefix(err.Error(), pkg+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %s %q: %w", pkg, op, what, err)
+}

@@ -1,0 +1,683 @@
+package lockmgr
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/stockkit/inventory"
+)
+
+// # Orders
+//
+// Over a [HoldStore], a Manager is an [inventory.OrderManager]. Its lines
+// may live on different shards (Redis Cluster slots, or simply SKUs behind
+// different locks), so no call moves two SKUs in one step:
+//
+//   - Reserve records the order (CreateOrder), then holds its lines one at
+//     a time, each under its SKU's lock with a compare-and-set (Hold), in
+//     the order of the call. When a line is refused it gives back the
+//     lines it took (Unhold) and deletes the record (StepAbort). Once every
+//     line is held it marks the order complete: only then does the hold
+//     exist for Confirm and Cancel.
+//   - Confirm and Cancel decide in one compare-and-set step on the order
+//     record, which is also where the expiry is decided: of a Confirm and
+//     the expiry exactly one wins. Then they settle (sold) or give back the
+//     lines and mark the order done.
+//   - ReduceLines is a Reserve followed by a Confirm, under an order of its
+//     own (kept, with WithKey, to refuse repeats).
+//   - ReturnLines checks every line, then writes them one by one, each
+//     under its SKU's lock with an entry of its own in the ledger; once
+//     one is written it finishes the others (a return cannot be refused
+//     once checked, but a sale can take the units it gave back).
+//
+// A crash midway leaves an incomplete order and some held lines: the
+// units are out of the available stock (never sold twice, never lost) and
+// come back once the order's TTL plus the abandon grace ([AbandonGrace]
+// unless configured) has passed, through
+// Sweep or through the lazy release below. The final effect of the Reserve
+// is then none.
+//
+// Expired holds of a SKU are released lazily, under the SKU's lock, by
+// every later call that moves it (Reduce, Return, the lines calls,
+// Reserve): ReadHolds names up to 8 expired lines, each order's record
+// decides (StepExpire) and the line is given back (or, when its order won
+// the race as confirmed, settled). Sweep releases the rest, on every SKU,
+// up to [SweepLimit] orders per call.
+
+// AbandonGrace is how long after its TTL an incomplete order (a Reserve
+// that crashed midway, or is still running) is given up, unless
+// configured otherwise ([WithAbandonGrace]): its held lines are then given
+// back. A Reserve that takes longer than half of it to hold its lines
+// gives up with inventory.ErrContention.
+const AbandonGrace = time.Minute
+
+// WithAbandonGrace sets how long after its TTL an incomplete order is
+// given up (see [AbandonGrace], the default). Every Manager on one store
+// should use the same. New has no error to return, so it treats values
+// below 2ms as 2ms.
+func WithAbandonGrace(d time.Duration) Option {
+	return func(c *config) { c.abandon = max(d, 2*time.Millisecond) }
+}
+
+// SweepLimit bounds the orders one Sweep looks at, so that one call's work
+// stays bounded; a Sweep that released that many returns, and the next
+// call goes on.
+const SweepLimit = 10_000
+
+const (
+	linesTTL   = time.Minute // the hold of a ReduceLines in progress
+	lazyMax    = 8           // expired lines released per SKU per call
+	sweepBatch = 100
+)
+
+// Order ids in the HoldStore: a kind letter, a colon, then the caller's
+// id, key or a random id.
+const (
+	kindHold      = "h:" // Reserve(id)
+	kindReduceKey = "r:" // ReduceLines with WithKey(k)
+	kindReduce    = "x:" // ReduceLines without a key: a random id
+	kindReturnKey = "R:" // ReturnLines with WithKey(k)
+)
+
+var _ inventory.OrderManager = (*Manager)(nil)
+
+// holds returns the Manager's Store as a HoldStore.
+func (m *Manager) holds() (HoldStore, error) {
+	hs, ok := m.store.(HoldStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store %T keeps no holds (it is not a lockmgr.HoldStore)", errors.ErrUnsupported, m.store)
+	}
+	return hs, nil
+}
+
+// fail prefixes err with the Manager's name and op, unless it has them.
+func (m *Manager) fail(op string, err error) error {
+	if err == nil || strings.HasPrefix(err.Error(), m.name+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %s: %w", m.name, op, err)
+}
+
+// begin is the common start of an order call whose arguments are valid.
+func (m *Manager) begin(ctx context.Context) (HoldStore, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return m.holds()
+}
+
+// ReduceLines implements [inventory.OrderManager]: it holds every line
+// under an order of its own, then confirms it.
+func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	const op = "reduce lines"
+	o, err := inventory.ValidateLinesCall(lines, opts)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	id := kindReduce + randomID()
+	if o.Key != "" {
+		id = kindReduceKey + o.Key
+	}
+	err = m.reserve(ctx, hs, id, lines, linesTTL)
+	if errors.Is(err, inventory.ErrDuplicate) {
+		return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+	}
+	if err != nil {
+		return m.fail(op, err)
+	}
+	return m.fail(op, m.confirmLines(ctx, hs, id))
+}
+
+// confirmLines confirms the order of a ReduceLines that holds every line.
+func (m *Manager) confirmLines(ctx context.Context, hs HoldStore, id string) error {
+	switch err := m.confirm(ctx, hs, id); {
+	case errors.Is(err, inventory.ErrHoldReleased):
+		return fmt.Errorf("%w: the lines' hold ran out (%v) before they were sold", inventory.ErrContention, linesTTL)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// repeat answers a keyed lines call whose order id exists: a repeat of a
+// call that took effect is ErrDuplicate; one that held every line and then
+// failed is finished now.
+func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) error {
+	o, err := hs.Order(ctx, id)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound): // it went in between
+		return fmt.Errorf("%w: a call with key %q just ended", inventory.ErrContention, key)
+	case err != nil:
+		return err
+	case o.State == OrderConfirmed:
+		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
+	case o.State == OrderHeld && o.Complete && strings.HasPrefix(id, kindReduceKey):
+		return m.confirmLines(ctx, hs, id)
+	case o.State == OrderHeld:
+		return fmt.Errorf("%w: a call with key %q is in progress", inventory.ErrContention, key)
+	}
+	return fmt.Errorf("%w: an earlier call with key %q failed and its key is kept until its record expires", inventory.ErrContention, key)
+}
+
+// ReturnLines implements [inventory.OrderManager]: it checks every line,
+// then writes them one by one, each under its SKU's lock and with a ledger
+// entry of its own (see returnAll). With a key, the call's order
+// record is complete once the lines are checked: a repeat that finds it
+// complete but not confirmed (the first call failed midway, or is still
+// writing) writes what is missing and reports ErrDuplicate.
+func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	const op = "return lines"
+	o, err := inventory.ValidateLinesCall(lines, opts)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	if o.Key == "" {
+		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
+		return m.fail(op, err)
+	}
+	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
+	switch _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); {
+	case errors.Is(err, inventory.ErrDuplicate):
+		rec, err := hs.Order(ctx, id)
+		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
+			return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+		}
+		// Checked, and perhaps written in part: write the rest. The
+		// lines' ledger entries say which are written.
+		if _, err := m.returnAll(ctx, hs, rec.Lines, lk, nil); err != nil {
+			return m.fail(op, err)
+		}
+		_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
+		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
+		return m.fail(op, fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, o.Key))
+	case err != nil:
+		return m.fail(op, err)
+	}
+	complete := func(ctx context.Context) error {
+		_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+		if err == nil && !changed {
+			err = fmt.Errorf("%w: the call's record was given up", inventory.ErrContention)
+		}
+		return err
+	}
+	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
+		if !wrote {
+			detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+		}
+		return m.fail(op, err)
+	}
+	for _, step := range []OrderStep{StepConfirm, StepFinish} {
+		if _, _, err := hs.UpdateOrder(ctx, id, step); err != nil {
+			return m.fail(op, fmt.Errorf("the lines were returned; recording key %q failed: %w", o.Key, err))
+		}
+	}
+	return nil
+}
+
+// lineKey is the ledger key of the lines of a ReturnLines with key k: a
+// hash, so that it stays within MaxSKULen.
+func lineKey(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return "L" + hex.EncodeToString(h[:16])
+}
+
+// returnAll returns lines. When checked is not nil it first checks every
+// line (reading each SKU) and calls checked (an error of checked ends the
+// call); then it writes each line under its SKU's lock, one lock at a time
+// (holding them all would make every caller of one SKU wait for the queues
+// of the others), with a compare-and-set that records (sku, return, key) in
+// the ledger, so that a line is never written twice. Once a line is
+// written the call goes on to the end, even past a done ctx (for a bounded
+// time): all lines or none, unless another return in between pushes a
+// checked line past MaxStock. wrote says whether some line may be written;
+// an error with wrote true wraps no ErrContention (a blind retry would
+// return twice): retry with the same idempotency key, which finishes the
+// call.
+func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line, key string, checked func(context.Context) error) (wrote bool, err error) {
+	for _, l := range lines {
+		cur, _, _, _, err := hs.ReadHolds(ctx, l.SKU, 1)
+		if err != nil {
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+	}
+	if checked != nil {
+		if err := checked(ctx); err != nil {
+			return false, err
+		}
+	}
+	for i, l := range lines {
+		err := m.returnLine(ctx, hs, l, key, m.maxAttempts)
+		if err == nil {
+			continue
+		}
+		if i == 0 && !errors.Is(err, errUnknown) {
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+		// Some line may be written: finish the others, without waiting
+		// in the SKUs' queues (the compare-and-set and the ledger keep
+		// the writes right). A return is never refused once checked, so
+		// only time bounds the attempts.
+		var rerr error
+		detached(ctx, func(ctx context.Context) {
+			for _, l := range lines[i:] {
+				if rerr = m.returnLine(ctx, hs, l, key, 0); rerr != nil {
+					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
+					return
+				}
+			}
+		})
+		if rerr == nil && ctx.Err() == nil {
+			return true, nil
+		}
+		if errors.Is(rerr, inventory.ErrContention) {
+			// Not a reason to retry blindly: it would return twice.
+			rerr = fmt.Errorf("%v", rerr)
+		}
+		return true, fmt.Errorf("some lines may be returned and not others; a retry with the same key finishes the call: %w", errors.Join(rerr, ctx.Err(), errUnknown))
+	}
+	return true, nil
+}
+
+// errUnknown marks an outcome the caller cannot know.
+var errUnknown = errors.New("the outcome is unknown")
+
+// returnLine writes one line of returnAll under its SKU's lock: unless
+// the ledger has (sku, return, key) already, it reads, checks and
+// compare-and-sets, recording the entry, until the write takes or after
+// attempts tries. With attempts 0 it takes no lock and tries until ctx is
+// done.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int) error {
+	locked := attempts > 0
+	if !locked {
+		attempts = math.MaxInt
+	}
+	for i := 0; i < attempts && ctx.Err() == nil; i++ {
+		done, err := m.returnAttempt(ctx, hs, l, key, locked)
+		if done {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, attempts)
+}
+
+func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.Line, key string, locked bool) (done bool, err error) {
+	lost := make(<-chan struct{}) // never closed: no lock, nothing to lose
+	if locked {
+		lease, err := m.locker.Acquire(ctx, l.SKU)
+		if err != nil {
+			return true, fmt.Errorf("lock: %w", err)
+		}
+		defer release(ctx, lease)
+		lost = lease.Lost()
+	}
+	if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil || found {
+		return true, unknown(err)
+	}
+	cur, version, err := m.readLive(ctx, hs, l.SKU)
+	if err != nil {
+		return true, err
+	}
+	if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+		return true, err
+	}
+	select {
+	case <-lost:
+		return false, nil // the version check would catch it; go round
+	default:
+	}
+	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
+	switch {
+	case errors.Is(err, inventory.ErrDuplicate):
+		return true, nil
+	case err != nil:
+		return true, unknown(err)
+	}
+	return ok, nil
+}
+
+// unknown marks err, if any, as an error whose outcome is unknown.
+func unknown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", err, errUnknown)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	op := fmt.Sprintf("reserve %q", id)
+	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+		return m.fail("reserve", err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	err = m.reserve(ctx, hs, kindHold+id, lines, ttl)
+	if errors.Is(err, inventory.ErrDuplicate) {
+		err = fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+	}
+	return m.fail(op, err)
+}
+
+// reserve records the order id and holds each line under it, giving back
+// what it took when a line is refused.
+func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
+	o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+	if err != nil {
+		return err
+	}
+	// The lines must be held well before the order is abandoned.
+	hctx, cancel := context.WithTimeout(ctx, m.abandon/2)
+	defer cancel()
+	for i, l := range lines {
+		err := m.holdLine(hctx, hs, l, id, o.Expires)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() == nil && hctx.Err() != nil {
+			err = fmt.Errorf("%w: holding the lines took over %v", inventory.ErrContention, m.abandon/2)
+		}
+		taken := lines[:i]
+		var short *inventory.InsufficientError
+		if !errors.As(err, &short) && !errors.Is(err, inventory.ErrNotFound) {
+			taken = lines[:i+1] // the failed Hold's outcome may be unknown
+		}
+		m.giveBack(ctx, hs, id, taken)
+		return err
+	}
+	_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound) || err == nil && !changed:
+		// Given up as abandoned while the lines were being held.
+		m.giveBack(ctx, hs, id, lines)
+		return fmt.Errorf("%w: the order was given up before its lines were all held", inventory.ErrContention)
+	case err != nil:
+		return err // unknown: complete, or abandoned later
+	}
+	return nil
+}
+
+// giveBack releases the lines of order id that reserve took and deletes
+// the order, even once ctx is done (bounded as a lock's release is). If a
+// release fails the order stays, to be released when it is abandoned.
+func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
+	detached(ctx, func(ctx context.Context) {
+		for _, l := range lines {
+			if _, err := hs.Unhold(ctx, l.SKU, id, false); err != nil {
+				return
+			}
+		}
+		_, _, _ = hs.UpdateOrder(ctx, id, StepAbort)
+	})
+}
+
+// holdLine takes line l into the hold of order id, under its SKU's lock.
+func (m *Manager) holdLine(ctx context.Context, hs HoldStore, l inventory.Line, id string, expires time.Time) error {
+	for range m.maxAttempts {
+		done, err := m.holdAttempt(ctx, hs, l, id, expires)
+		if done {
+			if err != nil {
+				err = fmt.Errorf("%q: %w", l.SKU, err)
+			}
+			return err
+		}
+	}
+	return fmt.Errorf("%q: %w: the stock moved under the lock %d times", l.SKU, inventory.ErrContention, m.maxAttempts)
+}
+
+func (m *Manager) holdAttempt(ctx context.Context, hs HoldStore, l inventory.Line, id string, expires time.Time) (done bool, err error) {
+	lease, err := m.locker.Acquire(ctx, l.SKU)
+	if err != nil {
+		return true, fmt.Errorf("lock: %w", err)
+	}
+	defer release(ctx, lease)
+	cur, version, err := m.readLive(ctx, hs, l.SKU)
+	if err != nil {
+		return true, err
+	}
+	if cur < l.Qty {
+		return true, &inventory.InsufficientError{Short: []inventory.Shortfall{{Line: l, Available: cur}}}
+	}
+	select {
+	case <-lease.Lost():
+		return true, fmt.Errorf("%w: lock lost before the write", inventory.ErrContention)
+	default:
+	}
+	if m.beforeWrite != nil {
+		m.beforeWrite(l.SKU)
+	}
+	ok, err := hs.Hold(ctx, l.SKU, version, cur-l.Qty, id, l.Qty, expires)
+	switch {
+	case errors.Is(err, inventory.ErrDuplicate):
+		return true, nil // a copy of this very Hold ran: the id is this call's
+	case err != nil:
+		return true, err
+	}
+	return ok, nil
+}
+
+// read is Store.Read, with the lazy release of expired holds when the
+// store keeps holds. The caller holds sku's lock.
+func (m *Manager) read(ctx context.Context, sku string) (stock, version int64, err error) {
+	if hs, ok := m.store.(HoldStore); ok {
+		return m.readLive(ctx, hs, sku)
+	}
+	return m.store.Read(ctx, sku)
+}
+
+// readLive reads sku after releasing its expired holds (up to lazyMax of
+// them). The caller holds sku's lock.
+func (m *Manager) readLive(ctx context.Context, hs HoldStore, sku string) (stock, version int64, err error) {
+	stock, version, _, expired, err := hs.ReadHolds(ctx, sku, lazyMax)
+	if err != nil || len(expired) == 0 {
+		return stock, version, err
+	}
+	moved := false
+	for _, id := range expired {
+		n, err := m.expireLine(ctx, hs, sku, id)
+		if err != nil {
+			return 0, 0, err
+		}
+		moved = moved || n > 0
+	}
+	if !moved {
+		return stock, version, nil
+	}
+	stock, version, _, _, err = hs.ReadHolds(ctx, sku, 1)
+	return stock, version, err
+}
+
+// expireLine settles the expired line (sku, id) as its order's record
+// decides, and returns the units it moved.
+func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) (int64, error) {
+	o, _, err := hs.UpdateOrder(ctx, id, StepExpire)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		// No order: the line outlived an order given up as abandoned
+		// while its Reserve still ran.
+		return hs.Unhold(ctx, sku, id, false)
+	case err != nil:
+		return 0, err
+	case o.State == OrderHeld:
+		return 0, nil // not expired on the order's clock, or not yet abandoned
+	}
+	n, err := hs.Unhold(ctx, sku, id, o.State == OrderConfirmed)
+	if err == nil && len(o.Lines) == 1 && !o.Done {
+		// Its only line: the order is released.
+		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
+	}
+	return n, err
+}
+
+// Confirm implements [inventory.OrderManager].
+func (m *Manager) Confirm(ctx context.Context, id string) error {
+	op := fmt.Sprintf("confirm %q", id)
+	if err := inventory.ValidateHoldID(id); err != nil {
+		return m.fail("confirm", err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	return m.fail(op, m.confirm(ctx, hs, kindHold+id))
+}
+
+// confirm sells the lines of order id, if the record says so.
+func (m *Manager) confirm(ctx context.Context, hs HoldStore, id string) error {
+	o, changed, err := hs.UpdateOrder(ctx, id, StepConfirm)
+	switch {
+	case err != nil:
+		return err
+	case !o.Complete:
+		return fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound)
+	}
+	if err := m.finish(ctx, hs, o); err != nil {
+		return err
+	}
+	switch {
+	case o.State != OrderConfirmed:
+		return fmt.Errorf("%w: it %s", inventory.ErrHoldReleased, o.State)
+	case !changed:
+		return fmt.Errorf("%w: it was confirmed before", inventory.ErrDuplicate)
+	}
+	return nil
+}
+
+// finish settles (a confirmed order) or gives back (the others) the lines
+// of o, then marks it done, unless it is done already.
+func (m *Manager) finish(ctx context.Context, hs HoldStore, o Order) error {
+	_, err := m.finishOrder(ctx, hs, o)
+	return err
+}
+
+// finishOrder is finish; finished says this call marked the order done.
+func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finished bool, err error) {
+	if o.Done || o.State == OrderHeld {
+		return false, nil
+	}
+	sold := o.State == OrderConfirmed
+	for _, l := range o.Lines {
+		if _, err := hs.Unhold(ctx, l.SKU, o.ID, sold); err != nil {
+			return false, fmt.Errorf("line %q (sold %v): %w", l.SKU, sold, err)
+		}
+	}
+	_, changed, err := hs.UpdateOrder(ctx, o.ID, StepFinish)
+	if errors.Is(err, inventory.ErrNotFound) {
+		return false, nil // finished and forgotten by another caller
+	}
+	return changed, err
+}
+
+// Cancel implements [inventory.OrderManager].
+func (m *Manager) Cancel(ctx context.Context, id string) error {
+	op := fmt.Sprintf("cancel %q", id)
+	if err := inventory.ValidateHoldID(id); err != nil {
+		return m.fail("cancel", err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return m.fail(op, err)
+	}
+	o, _, err := hs.UpdateOrder(ctx, kindHold+id, StepCancel)
+	switch {
+	case err != nil:
+		return m.fail(op, err)
+	case !o.Complete:
+		return m.fail(op, fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound))
+	case o.State == OrderConfirmed:
+		return m.fail(op, fmt.Errorf("%w: a refund is a Return", inventory.ErrHoldConfirmed))
+	}
+	return m.fail(op, m.finish(ctx, hs, o))
+}
+
+// Held implements [inventory.OrderManager]: it reads the SKU's held total.
+func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
+	op := fmt.Sprintf("held %q", sku)
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return 0, m.fail("held", err)
+	}
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return 0, m.fail(op, err)
+	}
+	n, err := hs.Held(ctx, sku)
+	return n, m.fail(op, err)
+}
+
+// Sweep implements [inventory.OrderManager]: it finishes the orders whose
+// TTL has passed (and those abandoned), up to SweepLimit of them, and
+// counts the holds it released: one per order, whichever Sweep finished
+// it. An order whose only line a later call on its SKU released is
+// counted by that call, not here.
+func (m *Manager) Sweep(ctx context.Context) (int, error) {
+	const op = "sweep"
+	hs, err := m.begin(ctx)
+	if err != nil {
+		return 0, m.fail(op, err)
+	}
+	released := 0
+	for seen := 0; seen < SweepLimit; {
+		ids, err := hs.ExpiredOrders(ctx, sweepBatch)
+		if err != nil {
+			return released, m.fail(op, err)
+		}
+		for _, id := range ids {
+			n, err := m.sweepOrder(ctx, hs, id)
+			released += n
+			if err != nil {
+				return released, m.fail(op, fmt.Errorf("order %q: %w", id, err))
+			}
+		}
+		seen += len(ids)
+		if len(ids) < sweepBatch {
+			break
+		}
+	}
+	return released, nil
+}
+
+// sweepOrder expires (if due) and finishes order id, and returns 1 when
+// this call released a hold.
+func (m *Manager) sweepOrder(ctx context.Context, hs HoldStore, id string) (int, error) {
+	o, _, err := hs.UpdateOrder(ctx, id, StepExpire)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return 0, nil // finished by another caller
+	case err != nil:
+		return 0, err
+	}
+	finished, err := m.finishOrder(ctx, hs, o)
+	if finished && o.State != OrderConfirmed && !strings.HasPrefix(id, kindReturnKey) {
+		return 1, err
+	}
+	return 0, err
+}
+
+// randomID returns 32 random hex digits.
+func randomID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,220 @@
+package luascript
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/testenv"
+)
+
+// The tests here stop a multi-slot order midway, as a crashed client
+// would, by running the protocol's first steps by hand on the three-master
+// Cluster, and check that what is left only expires: never an oversell,
+// never a lost unit.
+
+type crash struct {
+	t     *testing.T
+	ctx   context.Context
+	m     *Manager
+	c     *redis.ClusterClient
+	skus  []string // two SKUs on two different masters
+	lines []inventory.Line
+}
+
+func newCrash(t *testing.T) *crash {
+	ctx := context.Background()
+	c := testenv.RedisCluster(t)
+	m, err := New(c, WithPrefix(testenv.RedisPrefix(t, c)))
+	require.NoError(t, err)
+	m.pinGrace = 100 * time.Millisecond
+	m.linesTTL = 200 * time.Millisecond
+	x := &crash{t: t, ctx: ctx, m: m, c: c}
+	masters := map[string]bool{}
+	for i := 0; len(x.skus) < 2; i++ {
+		sku := fmt.Sprint("crash-", i)
+		node, err := c.MasterForKey(ctx, rediskeys.Stock(m.prefix, sku))
+		require.NoError(t, err)
+		if addr := node.Options().Addr; !masters[addr] {
+			masters[addr] = true
+			x.skus = append(x.skus, sku)
+		}
+	}
+	for _, sku := range x.skus {
+		require.NoError(t, m.Init(ctx, sku, 10))
+	}
+	x.lines = []inventory.Line{{SKU: x.skus[0], Qty: 3}, {SKU: x.skus[1], Qty: 4}}
+	return x
+}
+
+func (x *crash) order(kind, id string) *order {
+	return x.m.newOrder(kind, id, newNonce(), x.m.group(x.lines))
+}
+
+func (x *crash) levels(avail0, held0, avail1, held1 int64) {
+	x.t.Helper()
+	for i, want := range [][2]int64{{avail0, held0}, {avail1, held1}} {
+		n, err := x.m.Get(x.ctx, x.skus[i])
+		require.NoError(x.t, err)
+		h, err := x.m.Held(x.ctx, x.skus[i])
+		require.NoError(x.t, err)
+		require.Equal(x.t, want, [2]int64{n, h}, "available and held of %s", x.skus[i])
+	}
+}
+
+// sweepUntil sweeps until the levels are as given, and returns how many
+// holds the sweeps released.
+func (x *crash) sweepUntil(avail0, held0, avail1, held1 int64) int {
+	x.t.Helper()
+	released := 0
+	require.Eventually(x.t, func() bool {
+		n, err := x.m.Sweep(x.ctx)
+		require.NoError(x.t, err)
+		released += n
+		var got []int64
+		for _, sku := range x.skus {
+			a, _ := x.m.Get(x.ctx, sku)
+			h, _ := x.m.Held(x.ctx, sku)
+			got = append(got, a, h)
+		}
+		return fmt.Sprint(got) == fmt.Sprint([]int64{avail0, held0, avail1, held1})
+	}, 10*time.Second, 20*time.Millisecond)
+	return released
+}
+
+func TestCrashInReserve(t *testing.T) {
+	x := newCrash(t)
+	const ttl = 100 * time.Millisecond
+	o := x.order(kindHold, "o1")
+	require.Len(t, o.groups, 2)
+	require.NoError(t, x.m.begin(x.ctx, o, ttl, "hold", x.lines))
+	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, inventory.DirReduce))
+	// The client dies here: one part made, the record not held.
+	x.levels(7, 3, 10, 0)
+	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrContention, "the Reserve never finished")
+	require.Equal(t, 1, x.sweepUntil(10, 0, 10, 0), "the part expired without traffic")
+	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, time.Minute), "the dead attempt did not use up the id")
+	x.levels(7, 3, 6, 4)
+	require.NoError(t, x.m.Confirm(x.ctx, "o1"))
+	x.levels(7, 0, 6, 0)
+}
+
+func TestCrashInReserveLazy(t *testing.T) {
+	x := newCrash(t)
+	const ttl = 50 * time.Millisecond
+	o := x.order(kindHold, "o1")
+	require.NoError(t, x.m.begin(x.ctx, o, ttl, "hold", x.lines))
+	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, inventory.DirReduce))
+	time.Sleep(2 * ttl)
+	left, err := x.m.Reduce(x.ctx, x.skus[0], 10)
+	require.NoError(t, err, "the Reduce released the dead attempt's part first")
+	require.Zero(t, left)
+	x.levels(0, 0, 10, 0)
+}
+
+func TestCrashInConfirmBeforeCommit(t *testing.T) {
+	x := newCrash(t)
+	const ttl = 200 * time.Millisecond
+	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
+	o := x.recordOrder("o1")
+	_, st, err := x.m.eval(x.ctx, []string{o.groups[0].part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
+	require.NoError(t, err)
+	require.Equal(t, "ok", st)
+	// The Confirm dies here: part 0 pinned, part 1 not, the record held.
+	time.Sleep(ttl)
+	left, err := x.m.Reduce(x.ctx, x.skus[1], 1)
+	require.NoError(t, err, "the unpinned part expired and the Reduce released it")
+	require.EqualValues(t, 9, left)
+	_, err = x.m.Reduce(x.ctx, x.skus[0], 10)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "a pinned part waits for its record")
+	require.Equal(t, 1, x.sweepUntil(10, 0, 9, 0), "Sweep settled the pinned part by its record")
+	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrHoldReleased)
+	x.levels(10, 0, 9, 0)
+}
+
+func TestCrashInConfirmAfterCommit(t *testing.T) {
+	x := newCrash(t)
+	const ttl = 100 * time.Millisecond
+	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
+	o := x.recordOrder("o1")
+	for _, g := range o.groups {
+		_, st, err := x.m.eval(x.ctx, []string{g.part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
+		require.NoError(t, err)
+		require.Equal(t, "ok", st)
+	}
+	st, err := x.m.recordOp(x.ctx, o, "commit", "held", "confirmed")
+	require.NoError(t, err)
+	require.Equal(t, "ok", st)
+	// The Confirm dies here: the record says confirmed, no part is sold.
+	ttlLeft, err := x.c.PTTL(x.ctx, o.rec).Result()
+	require.NoError(t, err)
+	require.Less(t, ttlLeft, time.Duration(0), "a confirmed record stays until its parts are sold")
+	time.Sleep(ttl)
+	require.Zero(t, x.sweepUntil(7, 0, 6, 0), "Sweep sold the parts: nothing released")
+	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrDuplicate)
+	require.ErrorIs(t, x.m.Cancel(x.ctx, "o1"), inventory.ErrHoldConfirmed)
+	ttlLeft, err = x.c.PTTL(x.ctx, o.rec).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttlLeft, time.Duration(0), "then it lasts the key TTL")
+	x.levels(7, 0, 6, 0)
+}
+
+func TestCrashInLinesCall(t *testing.T) {
+	for _, dir := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
+		t.Run(string(dir), func(t *testing.T) {
+			x := newCrash(t)
+			o := x.order(kindKeyed, string(dir)+":cart-1")
+			kind := map[inventory.Direction]string{inventory.DirReduce: "reduce", inventory.DirReturn: "return"}[dir]
+			require.NoError(t, x.m.begin(x.ctx, o, x.m.linesTTL, "keyed", x.lines))
+			require.NoError(t, x.m.makePart(x.ctx, o, 0, kind, x.m.linesTTL, dir))
+			// The call dies here: one pinned part, the record reserving.
+			if dir == inventory.DirReduce {
+				x.levels(7, 3, 10, 0)
+			} else {
+				x.levels(10, 0, 10, 0)
+			}
+			call := x.m.ReduceLines
+			if dir == inventory.DirReturn {
+				call = x.m.ReturnLines
+			}
+			require.ErrorIs(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")), inventory.ErrContention,
+				"within its time, the dead call may still be under way")
+			x.sweepUntil(10, 0, 10, 0)
+			require.Eventually(t, func() bool { // the pending return is dropped too
+				_, err := x.m.Sweep(x.ctx)
+				require.NoError(t, err)
+				part, err := x.c.Exists(x.ctx, o.groups[0].part).Result()
+				require.NoError(t, err)
+				rec, err := x.c.Exists(x.ctx, o.rec).Result()
+				require.NoError(t, err)
+				return part+rec == 0
+			}, 10*time.Second, 20*time.Millisecond)
+			require.NoError(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")),
+				"the dead call did not take effect, so its key is free")
+			require.ErrorIs(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")), inventory.ErrDuplicate)
+			if dir == inventory.DirReduce {
+				x.levels(7, 0, 6, 0)
+			} else {
+				x.levels(13, 0, 14, 0)
+			}
+		})
+	}
+}
+
+// recordOrder reads the order of hold id back from its record.
+func (x *crash) recordOrder(id string) *order {
+	x.t.Helper()
+	rec := rediskeys.Order(x.m.prefix, kindHold, id)
+	v, err := x.c.HMGet(x.ctx, rec, "st", "n", "sl", "ki").Result()
+	require.NoError(x.t, err)
+	o, err := x.m.orderFromRecord(rec, v[1], v[2], v[3])
+	require.NoError(x.t, err)
+	require.Len(x.t, o.groups, 2)
+	return o
+}
