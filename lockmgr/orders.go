@@ -161,6 +161,11 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 	case err != nil:
 		return err
 	case o.State == OrderConfirmed:
+		// The first call may have failed while settling its lines: settle
+		// them, so that Held no longer counts units now reported sold.
+		if err := m.finish(ctx, hs, o); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 	case o.State == OrderHeld && o.Complete && strings.HasPrefix(id, kindReduceKey):
 		return m.confirmLines(ctx, hs, id)
