@@ -686,8 +686,10 @@ func (m partialCarts) ReduceLines(ctx context.Context, lines []inventory.Line, o
 // plainManager is a StockManager without the order calls.
 type plainManager struct{ m *inventorytest.Memory }
 
-func (p plainManager) Init(ctx context.Context, sku string, qty int64) error { return p.m.Init(ctx, sku, qty) }
-func (p plainManager) Get(ctx context.Context, sku string) (int64, error)   { return p.m.Get(ctx, sku) }
+func (p plainManager) Init(ctx context.Context, sku string, qty int64) error {
+	return p.m.Init(ctx, sku, qty)
+}
+func (p plainManager) Get(ctx context.Context, sku string) (int64, error) { return p.m.Get(ctx, sku) }
 func (p plainManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	return p.m.Reduce(ctx, sku, qty, opts...)
 }
