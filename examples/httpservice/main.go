@@ -134,6 +134,8 @@ type config struct {
 	ratePerSKU      float64
 	burst           int
 	burstPerSKU     int
+	holdTTL         time.Duration
+	reap            time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -155,6 +157,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&c.ratePerSKU, "rate-per-sku", 0, "most purchases per second of each SKU, in bursts of up to -burst-per-sku; 0: no limit")
 	fs.IntVar(&c.burst, "burst", 0, "most purchases at once under -rate (default: one second's worth, at least 1)")
 	fs.IntVar(&c.burstPerSKU, "burst-per-sku", 0, "most purchases of one SKU at once under -rate-per-sku (default: one second's worth, at least 1)")
+	fs.DurationVar(&c.holdTTL, "hold-ttl", 15*time.Minute, "TTL of a POST /reserve hold that gives no ttl_ms: unpaid after that, its units come back")
+	fs.DurationVar(&c.reap, "reap", time.Second, "how often a reaper releases expired holds (inventory.Reap), so that their units come back even when nobody touches the SKU; 0: only lazily, by the calls that move it")
 	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
 	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
@@ -180,6 +184,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.sqlConns < 1 {
 		fmt.Fprintln(stderr, "httpservice: -sql-conns must be at least 1")
+		return nil, errUsage
+	}
+	if c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL || c.reap < 0 {
+		fmt.Fprintf(stderr, "httpservice: -hold-ttl must lie in %v..%v and -reap must not be negative\n", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 		return nil, errUsage
 	}
 	if !(c.rate >= 0) || !(c.ratePerSKU >= 0) || c.burst < 0 || c.burstPerSKU < 0 {
@@ -211,9 +219,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := initStock(ctx, stock, cfg, log); err != nil {
 		return err
 	}
+	if om, ok := stock.(inventory.OrderManager); ok && cfg.reap > 0 {
+		reapCtx, stopReap := context.WithCancel(context.Background())
+		reaped := make(chan struct{})
+		go func() {
+			defer close(reaped)
+			_ = inventory.Reap(reapCtx, om, cfg.reap, func(err error) { log.Warn("sweeping expired holds", "err", err) })
+		}()
+		defer func() { stopReap(); <-reaped }()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
-	mux.Handle("/", newHandler(stock, cfg.timeout, log))
+	mux.Handle("/", newHandler(stock, cfg.timeout, cfg.holdTTL, log))
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
