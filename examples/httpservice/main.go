@@ -27,8 +27,35 @@
 //	504 timeout         the backend did not answer within -timeout; retry with the same buyer
 //	503 unavailable     the backend failed; Retry-After: 1; retry with the same buyer
 //
-// GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n}, or 404 and 400
-// as above.
+// GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n,"held":h} (held:
+// units in holds not yet released), or 404 and 400 as above.
+//
+// # Orders: hold, pay, release
+//
+// POST /reserve with {"order": "o-17", "lines": [{"sku": "shirt", "qty": 2},
+// {"sku": "hat", "qty": 1}], "ttl_ms": 900000} holds every line (or none)
+// for ttl_ms (default -hold-ttl, 15m) under the buyer's order id, which is
+// the hold's id and idempotency key: a retry holds the cart once. POST
+// /confirm with {"order": "o-17"} sells the held units; POST /cancel with
+// the same body gives them back. An unpaid hold's units come back by
+// themselves once its TTL has passed: the service's reaper sweeps every
+// -reap (1s), and any call that moves a SKU releases its expired holds.
+//
+//	200 reserved           {"status":"reserved","order":"o-17","ttl_ms":900000}
+//	200 already_reserved   the order id is held, or ended recently; nothing more was taken
+//	409 sold_out           some lines do not fit; "short" lists them with the units
+//	                       available, [{"sku":"hat","qty":5,"available":1}]; nothing was taken
+//	200 confirmed          POST /confirm: the units are sold
+//	200 already_confirmed  confirmed before (a retry after a timeout lands here); nothing changed
+//	410 released           POST /confirm: the hold expired or was cancelled; its units are back
+//	200 cancelled          POST /cancel; also for a hold cancelled or expired already
+//	409 confirmed          POST /cancel of a confirmed order: a refund is a return; nothing changed
+//	404 not_found          no such order (or it ended more than the key TTL ago), or unknown SKU
+//	400 invalid            bad JSON, order id, lines (1..100, each SKU once, qty >= 1) or ttl_ms
+//	501 not_implemented    the strategy has no holds
+//
+// and 503 busy, 504 timeout, 503 unavailable as for /buy, retried with the
+// same order id.
 //
 // A request whose client went away before its answer is logged at debug
 // level, not as a backend error.
