@@ -326,16 +326,16 @@ func probeOrders(ctx context.Context, cfg *config, m inventory.StockManager, om 
 		return err
 	}
 	if err := om.Reserve(ctx, id, []inventory.Line{{SKU: sku, Qty: 1}}, time.Minute); err != nil {
-		return fmt.Errorf("Reserve: %w", err)
+		return fmt.Errorf("a probe Reserve: %w", err)
 	}
 	if h, err := om.Held(ctx, sku); err != nil || h != 1 {
-		return fmt.Errorf("Held after a Reserve of 1: %d, %v", h, err)
+		return fmt.Errorf("held after a probe Reserve of 1: %d, %v", h, err)
 	}
 	if err := om.Cancel(ctx, id); err != nil {
-		return fmt.Errorf("Cancel: %w", err)
+		return fmt.Errorf("a probe Cancel: %w", err)
 	}
 	if _, err := om.Sweep(ctx); err != nil {
-		return fmt.Errorf("Sweep: %w", err)
+		return fmt.Errorf("a probe Sweep: %w", err)
 	}
 	return nil
 }
@@ -447,8 +447,12 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 		}
 		return
 	}
+	reserved := "nil"
+	if err != nil {
+		reserved = fmt.Sprintf("%v after an attempt without a verdict", err)
+	}
 	err, ambiguous = call(func(ctx context.Context) error { return om.Confirm(ctx, b.id) })
-	b.outcome = b.confirmed(err, ambiguous, c)
+	b.outcome = b.confirmed(err, ambiguous, c, reserved)
 	if b.outcome == sold {
 		c.sold.Add(units)
 	}
@@ -476,8 +480,9 @@ func (b *cart) verdict(err error, ambiguous bool, c *counts, ok outcome) outcome
 	return unknown
 }
 
-// confirmed says where a Confirm left a held cart.
-func (b *cart) confirmed(err error, ambiguous bool, c *counts) outcome {
+// confirmed says where a Confirm left a held cart; reserved is what its
+// Reserve answered, for the error message.
+func (b *cart) confirmed(err error, ambiguous bool, c *counts, reserved string) outcome {
 	switch {
 	case err == nil:
 		return sold
@@ -490,7 +495,7 @@ func (b *cart) confirmed(err error, ambiguous bool, c *counts) outcome {
 		c.contention.Add(1)
 		return expired // the hold stays, unpaid, until it expires
 	}
-	c.fail(err)
+	c.fail(fmt.Errorf("%w (its Reserve answered %s)", err, reserved))
 	if errors.Is(err, inventory.ErrDuplicate) || errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrInvalidArgument) {
 		return expired
 	}
