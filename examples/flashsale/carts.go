@@ -440,10 +440,12 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 	}
 	err, ambiguous := call(func(ctx context.Context) error { return om.Reserve(ctx, b.id, b.lines, cfg.holdTTL) })
 	if b.outcome = b.verdict(err, ambiguous, c, expired); b.outcome != expired || b.role == abandon {
-		// An abandoned hold, or one whose Reserve left no verdict, is
-		// never confirmed: either way its units come back.
+		// An abandoned hold is never confirmed: its units come back.
+		// Nor is one whose Reserve left no verdict; whether it held
+		// anything is unknown, so it is not counted as expired (the
+		// stock check covers it either way).
 		if b.outcome == unknown {
-			b.outcome = expired
+			b.outcome = refused
 		}
 		return
 	}
