@@ -159,6 +159,7 @@ type Manager struct {
 	maxAttempts int
 	name        string        // prefixes the errors of the order calls, as the front's
 	abandon     time.Duration // see WithAbandonGrace
+	pending     pendingOrders // orders whose expired lines are not to be released yet
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockkit/inventory"
@@ -425,7 +426,7 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
 	detached(ctx, func(ctx context.Context) {
 		for _, l := range lines {
-			if _, err := hs.Unhold(ctx, l.SKU, id, false); err != nil {
+			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
 				return
 			}
 		}
@@ -496,6 +497,9 @@ func (m *Manager) readLive(ctx context.Context, hs HoldStore, sku string) (stock
 	}
 	moved := false
 	for _, id := range expired {
+		if m.pending.skip(id) {
+			continue
+		}
 		n, err := m.expireLine(ctx, hs, sku, id)
 		if err != nil {
 			return 0, 0, err
@@ -521,7 +525,14 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	case err != nil:
 		return 0, err
 	case o.State == OrderHeld:
-		return 0, nil // not expired on the order's clock, or not yet abandoned
+		// Not expired on the order's clock, or not yet abandoned: its
+		// Reserve is still holding lines. Ask again only once it may be.
+		again := 10 * time.Millisecond
+		if !o.Complete {
+			again = max(time.Until(o.Expires.Add(m.abandon)), again)
+		}
+		m.pending.put(id, time.Now().Add(again))
+		return 0, nil
 	}
 	n, err := hs.Unhold(ctx, sku, id, o.State == OrderConfirmed)
 	if err == nil && len(o.Lines) == 1 && !o.Done {
@@ -579,7 +590,7 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 	}
 	sold := o.State == OrderConfirmed
 	for _, l := range o.Lines {
-		if _, err := hs.Unhold(ctx, l.SKU, o.ID, sold); err != nil {
+		if _, err := m.unhold(ctx, hs, l.SKU, o.ID, sold); err != nil {
 			return false, fmt.Errorf("line %q (sold %v): %w", l.SKU, sold, err)
 		}
 	}
@@ -673,6 +684,57 @@ func (m *Manager) sweepOrder(ctx context.Context, hs HoldStore, id string) (int,
 		return 1, err
 	}
 	return 0, err
+}
+
+// unhold is Unhold of a caller that holds no lock. It takes none: a
+// release must not wait in the SKU's queue (a Cancel or a give-back that
+// timed out there would leave its units held until the order is
+// abandoned); a holder of the lock whose compare-and-set it defeats goes
+// round again.
+func (m *Manager) unhold(ctx context.Context, hs HoldStore, sku, id string, sold bool) (int64, error) {
+	return hs.Unhold(ctx, sku, id, sold)
+}
+
+// pendingOrders remembers, per process, the orders whose expired lines
+// their record would not release yet (a Reserve still holding lines), so
+// that every call on their SKUs does not ask again: it only delays a
+// release, which Sweep and later calls make.
+type pendingOrders struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+const maxPending = 10_000
+
+func (p *pendingOrders) skip(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.until[id]
+	if ok && !time.Now().Before(u) {
+		delete(p.until, id)
+		return false
+	}
+	return ok
+}
+
+func (p *pendingOrders) put(id string, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[string]time.Time{}
+	}
+	if len(p.until) >= maxPending {
+		now := time.Now()
+		for k, u := range p.until {
+			if !now.Before(u) {
+				delete(p.until, k)
+			}
+		}
+		if len(p.until) >= maxPending {
+			return
+		}
+	}
+	p.until[id] = until
 }
 
 // randomID returns 32 random hex digits.
