@@ -265,7 +265,11 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		}
 	}
 	for i, l := range lines {
-		err := m.returnLine(ctx, hs, l, key, m.maxAttempts)
+		attempts := m.maxAttempts
+		if i > 0 {
+			attempts = math.MaxInt // a checked return is never refused: only ctx ends it
+		}
+		err := m.returnLine(ctx, hs, l, key, attempts, true)
 		if err == nil {
 			continue
 		}
@@ -279,7 +283,7 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		var rerr error
 		detached(ctx, func(ctx context.Context) {
 			for _, l := range lines[i:] {
-				if rerr = m.returnLine(ctx, hs, l, key, 0); rerr != nil {
+				if rerr = m.returnLine(ctx, hs, l, key, math.MaxInt, false); rerr != nil {
 					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
 					return
 				}
@@ -303,13 +307,9 @@ var errUnknown = errors.New("the outcome is unknown")
 // returnLine writes one line of returnAll under its SKU's lock: unless
 // the ledger has (sku, return, key) already, it reads, checks and
 // compare-and-sets, recording the entry, until the write takes or after
-// attempts tries. With attempts 0 it takes no lock and tries until ctx is
-// done.
-func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int) error {
-	locked := attempts > 0
-	if !locked {
-		attempts = math.MaxInt
-	}
+// attempts tries or ctx is done. locked says whether to take the SKU's
+// lock.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int, locked bool) error {
 	for i := 0; i < attempts && ctx.Err() == nil; i++ {
 		done, err := m.returnAttempt(ctx, hs, l, key, locked)
 		if done {
