@@ -218,7 +218,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 	}
 	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
 		if !wrote {
-			detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+			outliving(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
 		}
 		return m.fail(op, err)
 	}
@@ -266,8 +266,10 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 	}
 	for i, l := range lines {
 		attempts := m.maxAttempts
-		if i > 0 {
-			attempts = math.MaxInt // a checked return is never refused: only ctx ends it
+		if i > 0 || checked != nil {
+			// A checked return is never refused (and a complete record
+			// cannot be aborted): only ctx ends it.
+			attempts = math.MaxInt
 		}
 		err := m.returnLine(ctx, hs, l, key, attempts, true)
 		if err == nil {
@@ -281,7 +283,7 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		// the writes right). A return is never refused once checked, so
 		// only time bounds the attempts.
 		var rerr error
-		detached(ctx, func(ctx context.Context) {
+		outliving(ctx, func(ctx context.Context) {
 			for _, l := range lines[i:] {
 				if rerr = m.returnLine(ctx, hs, l, key, math.MaxInt, false); rerr != nil {
 					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
@@ -424,7 +426,7 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 // the order, even once ctx is done (bounded as a lock's release is). If a
 // release fails the order stays, to be released when it is abandoned.
 func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
-	detached(ctx, func(ctx context.Context) {
+	outliving(ctx, func(ctx context.Context) {
 		for _, l := range lines {
 			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
 				return
@@ -684,6 +686,26 @@ func (m *Manager) sweepOrder(ctx context.Context, hs HoldStore, id string) (int,
 		return 1, err
 	}
 	return 0, err
+}
+
+// outliving runs fn with a ctx that ends releaseTimeout after ctx does
+// (not before: a slow backend under load must not cut a give-back short
+// while the caller still waits), and waits for fn while ctx lives.
+func outliving(ctx context.Context, fn func(ctx context.Context)) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		fn(dctx)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.AfterFunc(releaseTimeout, cancel)
+	go func() { <-done; t.Stop() }()
 }
 
 // unhold is Unhold of a caller that holds no lock. It takes none: a
