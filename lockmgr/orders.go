@@ -192,7 +192,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, err)
 	}
 	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
-	switch _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); {
+	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
 	case errors.Is(err, inventory.ErrDuplicate):
 		rec, err := hs.Order(ctx, id)
 		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
@@ -387,7 +387,7 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 // reserve records the order id and holds each line under it, giving back
 // what it took when a line is refused.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
-	o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+	o, err := m.createOrder(ctx, hs, id, lines, ttl)
 	if err != nil {
 		return err
 	}
@@ -420,6 +420,18 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 		return err // unknown: complete, or abandoned later
 	}
 	return nil
+}
+
+// createOrder is CreateOrder, tried again (up to maxAttempts times) when
+// the store reports contention (a database deadlock between inserts),
+// which wrote nothing.
+func (m *Manager) createOrder(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) (Order, error) {
+	for i := 1; ; i++ {
+		o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+		if err == nil || !errors.Is(err, inventory.ErrContention) || i >= m.maxAttempts || ctx.Err() != nil {
+			return o, err
+		}
+	}
 }
 
 // giveBack releases the lines of order id that reserve took and deletes
