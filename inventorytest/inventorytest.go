@@ -85,9 +85,11 @@ type Config struct {
 	// Stock is the flash sale's stock. The default is 100.
 	Stock int64
 
-	// Timeout bounds each concurrent subtest. The default is 2 minutes. A
-	// call of the order subtests that keeps failing with ErrContention is
-	// retried for half of Timeout, then fails the subtest.
+	// Timeout bounds each concurrent subtest. The default is 2 minutes.
+	// The order subtests retry a call that fails with ErrContention, with
+	// backoff, until Timeout ends; a strategy whose throughput under
+	// contention is low (compare-and-set over SQL) may need a longer one
+	// for the 2,000 carts of Orders/Carts.
 	Timeout time.Duration
 
 	// RequireOrders makes Run fail unless the manager also implements

@@ -150,21 +150,22 @@ func sleepUntil(ctx context.Context, when time.Time) {
 	}
 }
 
-// retry runs op until it reports something other than ErrContention, ctx
-// is done, or half of Config.Timeout has passed (then the
-// ErrContention it returns fails the subtest: a call must get through
-// eventually), pausing up to a millisecond between attempts.
+// retry runs op until it reports something other than ErrContention or ctx
+// is done. Between attempts it backs off as a well-behaved client does: a
+// random pause of up to 1ms, doubling per attempt up to 64ms. A call still
+// refused when ctx ends says so.
 func (s *suite) retry(ctx context.Context, op func() error) error {
-	giveUp := time.Now().Add(s.cfg.Timeout / 2)
-	for {
+	for attempt := 0; ; attempt++ {
 		err := op()
-		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
+		if !errors.Is(err, inventory.ErrContention) {
 			return err
 		}
-		if time.Now().After(giveUp) {
-			return fmt.Errorf("inventorytest: still refused after retrying for %v: %w", s.cfg.Timeout/2, err)
+		pause := time.Millisecond << min(attempt, 6)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("inventorytest: still refused after %d attempts when the subtest's ctx ended (%w): %w", attempt+1, ctx.Err(), err)
+		case <-time.After(time.Duration(mrand.Int64N(int64(pause))) + time.Microsecond):
 		}
-		time.Sleep(time.Duration(mrand.Int64N(int64(time.Millisecond))))
 	}
 }
 
@@ -912,12 +913,24 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 					problem("Reserve(%s): %v", id, err)
 					return
 				}
+				reserved := time.Now() // and before this
 				// Spread the Confirms from a quarter TTL before the TTL to
 				// a quarter TTL after it, plus the clock's resolution.
 				spread := ttl/2 + res
 				at := t0.Add(ttl - ttl/4 + spread*time.Duration(i%41)/40)
 				sleepUntil(ctx, at)
+				asked := time.Now()
 				err := s.retry(ctx, func() error { return m.Confirm(ctx, id) })
+				answered := time.Now()
+				// Where the clocks leave no doubt, the right side must win.
+				if live := t0.Add(ttl - res - expiryMargin); answered.Before(live) && err != nil {
+					problem("race %d: Confirm answered %v after Reserve began, before the TTL %v could pass, with %v",
+						i, answered.Sub(t0).Round(time.Millisecond), ttl, err)
+				}
+				if dead := reserved.Add(s.expiredAfter(ttl)); asked.After(dead) && err == nil {
+					problem("race %d: Confirm asked %v after Reserve returned, past the TTL %v, and succeeded",
+						i, asked.Sub(reserved).Round(time.Millisecond), ttl)
+				}
 				switch {
 				case err == nil:
 					confirmed[i] = true
@@ -994,7 +1007,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 	}
 	var abandoned []string
 
-	// Samplers watch for negative levels while the buyers run, and a
+	// A sampler watches for negative levels while the buyers run, and a
 	// sweeper releases expired holds among the buyers' calls.
 	stop := make(chan struct{})
 	var samplers sync.WaitGroup
@@ -1010,26 +1023,24 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 			}
 		}
 	})
-	for range 2 {
-		samplers.Go(func() {
-			for {
-				for _, sku := range skus {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if n, err := m.Get(ctx, sku); err != nil || n < 0 {
-						problem("Get(%q) = %d, %v while the carts ran", sku, n, err)
-					}
-					if n, err := m.Held(ctx, sku); err != nil || n < 0 {
-						problem("Held(%q) = %d, %v while the carts ran", sku, n, err)
-					}
+	samplers.Go(func() {
+		for {
+			for _, sku := range skus {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-				time.Sleep(time.Millisecond)
+				if n, err := m.Get(ctx, sku); err != nil || n < 0 {
+					problem("Get(%q) = %d, %v while the carts ran", sku, n, err)
+				}
+				if n, err := m.Held(ctx, sku); err != nil || n < 0 {
+					problem("Held(%q) = %d, %v while the carts ran", sku, n, err)
+				}
 			}
-		})
-	}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 
 	buyers := s.cfg.Buyers
 	elapsed := start(buyers, func(i int) {

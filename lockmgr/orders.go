@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockkit/inventory"
@@ -196,7 +197,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, err)
 	}
 	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
-	switch _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); {
+	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
 	case errors.Is(err, inventory.ErrDuplicate):
 		rec, err := hs.Order(ctx, id)
 		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
@@ -222,7 +223,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 	}
 	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
 		if !wrote {
-			detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+			outliving(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
 		}
 		return m.fail(op, err)
 	}
@@ -269,7 +270,13 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		}
 	}
 	for i, l := range lines {
-		err := m.returnLine(ctx, hs, l, key, m.maxAttempts)
+		attempts := m.maxAttempts
+		if i > 0 || checked != nil {
+			// A checked return is never refused (and a complete record
+			// cannot be aborted): only ctx ends it.
+			attempts = math.MaxInt
+		}
+		err := m.returnLine(ctx, hs, l, key, attempts, true)
 		if err == nil {
 			continue
 		}
@@ -281,9 +288,9 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		// the writes right). A return is never refused once checked, so
 		// only time bounds the attempts.
 		var rerr error
-		detached(ctx, func(ctx context.Context) {
+		outliving(ctx, func(ctx context.Context) {
 			for _, l := range lines[i:] {
-				if rerr = m.returnLine(ctx, hs, l, key, 0); rerr != nil {
+				if rerr = m.returnLine(ctx, hs, l, key, math.MaxInt, false); rerr != nil {
 					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
 					return
 				}
@@ -307,13 +314,9 @@ var errUnknown = errors.New("the outcome is unknown")
 // returnLine writes one line of returnAll under its SKU's lock: unless
 // the ledger has (sku, return, key) already, it reads, checks and
 // compare-and-sets, recording the entry, until the write takes or after
-// attempts tries. With attempts 0 it takes no lock and tries until ctx is
-// done.
-func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int) error {
-	locked := attempts > 0
-	if !locked {
-		attempts = math.MaxInt
-	}
+// attempts tries or ctx is done. locked says whether to take the SKU's
+// lock.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int, locked bool) error {
 	for i := 0; i < attempts && ctx.Err() == nil; i++ {
 		done, err := m.returnAttempt(ctx, hs, l, key, locked)
 		if done {
@@ -389,7 +392,7 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 // reserve records the order id and holds each line under it, giving back
 // what it took when a line is refused.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
-	o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+	o, err := m.createOrder(ctx, hs, id, lines, ttl)
 	if err != nil {
 		return err
 	}
@@ -424,13 +427,25 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 	return nil
 }
 
+// createOrder is CreateOrder, tried again (up to maxAttempts times) when
+// the store reports contention (a database deadlock between inserts),
+// which wrote nothing.
+func (m *Manager) createOrder(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) (Order, error) {
+	for i := 1; ; i++ {
+		o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+		if err == nil || !errors.Is(err, inventory.ErrContention) || i >= m.maxAttempts || ctx.Err() != nil {
+			return o, err
+		}
+	}
+}
+
 // giveBack releases the lines of order id that reserve took and deletes
 // the order, even once ctx is done (bounded as a lock's release is). If a
 // release fails the order stays, to be released when it is abandoned.
 func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
-	detached(ctx, func(ctx context.Context) {
+	outliving(ctx, func(ctx context.Context) {
 		for _, l := range lines {
-			if _, err := hs.Unhold(ctx, l.SKU, id, false); err != nil {
+			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
 				return
 			}
 		}
@@ -501,6 +516,9 @@ func (m *Manager) readLive(ctx context.Context, hs HoldStore, sku string) (stock
 	}
 	moved := false
 	for _, id := range expired {
+		if m.pending.skip(id) {
+			continue
+		}
 		n, err := m.expireLine(ctx, hs, sku, id)
 		if err != nil {
 			return 0, 0, err
@@ -526,7 +544,14 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	case err != nil:
 		return 0, err
 	case o.State == OrderHeld:
-		return 0, nil // not expired on the order's clock, or not yet abandoned
+		// Not expired on the order's clock, or not yet abandoned: its
+		// Reserve is still holding lines. Ask again only once it may be.
+		again := 10 * time.Millisecond
+		if !o.Complete {
+			again = max(time.Until(o.Expires.Add(m.abandon)), again)
+		}
+		m.pending.put(id, time.Now().Add(again))
+		return 0, nil
 	}
 	n, err := hs.Unhold(ctx, sku, id, o.State == OrderConfirmed)
 	if err == nil && len(o.Lines) == 1 && !o.Done {
@@ -584,7 +609,7 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 	}
 	sold := o.State == OrderConfirmed
 	for _, l := range o.Lines {
-		if _, err := hs.Unhold(ctx, l.SKU, o.ID, sold); err != nil {
+		if _, err := m.unhold(ctx, hs, l.SKU, o.ID, sold); err != nil {
 			return false, fmt.Errorf("line %q (sold %v): %w", l.SKU, sold, err)
 		}
 	}
@@ -678,6 +703,77 @@ func (m *Manager) sweepOrder(ctx context.Context, hs HoldStore, id string) (int,
 		return 1, err
 	}
 	return 0, err
+}
+
+// outliving runs fn with a ctx that ends releaseTimeout after ctx does
+// (not before: a slow backend under load must not cut a give-back short
+// while the caller still waits), and waits for fn while ctx lives.
+func outliving(ctx context.Context, fn func(ctx context.Context)) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		fn(dctx)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.AfterFunc(releaseTimeout, cancel)
+	go func() { <-done; t.Stop() }()
+}
+
+// unhold is Unhold of a caller that holds no lock. It takes none: a
+// release must not wait in the SKU's queue (a Cancel or a give-back that
+// timed out there would leave its units held until the order is
+// abandoned); a holder of the lock whose compare-and-set it defeats goes
+// round again.
+func (m *Manager) unhold(ctx context.Context, hs HoldStore, sku, id string, sold bool) (int64, error) {
+	return hs.Unhold(ctx, sku, id, sold)
+}
+
+// pendingOrders remembers, per process, the orders whose expired lines
+// their record would not release yet (a Reserve still holding lines), so
+// that every call on their SKUs does not ask again: it only delays a
+// release, which Sweep and later calls make.
+type pendingOrders struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+const maxPending = 10_000
+
+func (p *pendingOrders) skip(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.until[id]
+	if ok && !time.Now().Before(u) {
+		delete(p.until, id)
+		return false
+	}
+	return ok
+}
+
+func (p *pendingOrders) put(id string, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[string]time.Time{}
+	}
+	if len(p.until) >= maxPending {
+		now := time.Now()
+		for k, u := range p.until {
+			if !now.Before(u) {
+				delete(p.until, k)
+			}
+		}
+		if len(p.until) >= maxPending {
+			return
+		}
+	}
+	p.until[id] = until
 }
 
 // randomID returns 32 random hex digits.

@@ -57,7 +57,9 @@
 // stock >= n, with the units of the expired holds it releases); an UPDATE
 // that no longer matches rolls the transaction back and the call reads
 // again, up to [WithMaxAttempts] times with [WithBackoff]. A refusal
-// writes nothing and opens no transaction. Confirm, Cancel and Sweep lock the rows of the hold's
+// writes nothing and opens no transaction. On SQLite, where writers take
+// turns on the database's one write lock anyway, the lines calls take that
+// lock first and read under it, as rowlock's do. Confirm, Cancel and Sweep lock the rows of the hold's
 // SKUs (FOR UPDATE) for their short transaction, as they must see the
 // hold's lines as they are. Holds live in the holds table of
 // [sqlstore.Schema] (one row per line), which
@@ -207,7 +209,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}, o: &sqldialect.Orders{T: t, CAS: true,
+	// SQLite's writers take turns on one lock: a read before the write is
+	// only more work there, so the lines calls lock as rowlock's do.
+	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
 	m.f = front.New("optimistic", (*backend)(m))
 	return m, nil
@@ -268,7 +272,8 @@ func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 // Sweep implements [inventory.OrderManager]: it releases up to the sweep
 // limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
 // of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago.
+// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
+// left for the next Sweep (or the call holding them releases it).
 func (m *Manager) Sweep(ctx context.Context) (int, error) {
 	return m.o.Sweep(ctx, nil)
 }

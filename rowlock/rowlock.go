@@ -216,7 +216,8 @@ func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 // Sweep implements [inventory.OrderManager]: it releases up to the sweep
 // limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
 // of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago.
+// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
+// left for the next Sweep (or the call holding them releases it).
 func (m *Manager) Sweep(ctx context.Context) (int, error) {
 	return m.o.Sweep(ctx, nil)
 }

@@ -602,7 +602,9 @@ func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, 
 // Sweep implements [inventory.OrderManager.Sweep]: it releases up to
 // SweepLimit holds past their TTL, each in a transaction of its own (or
 // all in the caller's), and prunes a batch of lines that ended more than
-// the key TTL ago.
+// the key TTL ago. A hold whose rows stay locked past the lock wait
+// (ErrContention) is left for the next Sweep, or for the call that holds
+// them, which releases the hold's lines of its own SKUs.
 func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, o.T.Err(ctx, "sweep", err)
@@ -627,6 +629,11 @@ func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 		})
 		if errors.Is(err, inventory.ErrNotFound) {
 			continue // released and forgotten meanwhile
+		}
+		if errors.Is(err, inventory.ErrContention) && ctx.Err() == nil && caller == nil {
+			// Its rows stayed locked: the call holding them releases the
+			// hold's lines of its SKUs itself; the next Sweep gets the rest.
+			continue
 		}
 		if err != nil {
 			return released, err
