@@ -27,6 +27,12 @@
 // the atomic ledger, duplicates, byte-exact SKUs, MaxStock, ctx).
 // Run inventorytest.Run over the resulting Manager too.
 //
+// A Store that is also a [HoldStore] (hold lines beside the stock, and
+// order records; lockmgrtest.RunHoldStore checks it) makes the Manager an
+// [inventory.OrderManager] too: see "Orders" in orders.go for how the
+// multi-SKU calls and holds are built from per-SKU steps. Over a plain
+// Store the order calls fail with an error wrapping errors.ErrUnsupported.
+//
 // The Manager calls a Store only with valid SKUs (1..255 bytes of UTF-8,
 // no control characters), quantities already checked against 0..MaxStock,
 // and keys valid as SKUs are (1..MaxSKULen bytes), or "" for no key: a Store
@@ -160,6 +166,7 @@ type Manager struct {
 	maxAttempts int
 	name        string        // prefixes the errors of the order calls, as the front's
 	abandon     time.Duration // see WithAbandonGrace
+	pending     pendingOrders // orders whose expired lines are not to be released yet
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }

@@ -1,14 +1,15 @@
 package lockmgr
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockkit/inventory"
@@ -32,9 +33,10 @@ import (
 //     lines and mark the order done.
 //   - ReduceLines is a Reserve followed by a Confirm, under an order of its
 //     own (kept, with WithKey, to refuse repeats).
-//   - ReturnLines locks every line's SKU, in byte order of the SKUs (so
-//     two calls never wait on each other in a cycle), checks every line,
-//     then writes them one by one.
+//   - ReturnLines checks every line, then writes them one by one, each
+//     under its SKU's lock with an entry of its own in the ledger; once
+//     one is written it finishes the others (a return cannot be refused
+//     once checked, but a sale can take the units it gave back).
 //
 // A crash midway leaves an incomplete order and some held lines: the
 // units are out of the available stock (never sold twice, never lost) and
@@ -160,6 +162,11 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 	case err != nil:
 		return err
 	case o.State == OrderConfirmed:
+		// The first call may have failed while settling its lines: settle
+		// them, so that Held no longer counts units now reported sold.
+		if err := m.finish(ctx, hs, o); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 	case o.State == OrderHeld && o.Complete && strings.HasPrefix(id, kindReduceKey):
 		return m.confirmLines(ctx, hs, id)
@@ -169,8 +176,12 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 	return fmt.Errorf("%w: an earlier call with key %q failed and its key is kept until its record expires", inventory.ErrContention, key)
 }
 
-// ReturnLines implements [inventory.OrderManager]: it locks every line's
-// SKU (in byte order), checks every line, then writes them.
+// ReturnLines implements [inventory.OrderManager]: it checks every line,
+// then writes them one by one, each under its SKU's lock and with a ledger
+// entry of its own (see returnAll). With a key, the call's order
+// record is complete once the lines are checked: a repeat that finds it
+// complete but not confirmed (the first call failed midway, or is still
+// writing) writes what is missing and reports ErrDuplicate.
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	const op = "return lines"
 	o, err := inventory.ValidateLinesCall(lines, opts)
@@ -182,85 +193,183 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, err)
 	}
 	if o.Key == "" {
-		return m.fail(op, m.returnAll(ctx, hs, lines))
-	}
-	id := kindReturnKey + o.Key
-	if _, err := hs.CreateOrder(ctx, id, lines, linesTTL, m.abandon); errors.Is(err, inventory.ErrDuplicate) {
-		return m.fail(op, m.repeat(ctx, hs, id, o.Key))
-	} else if err != nil {
+		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
 		return m.fail(op, err)
 	}
-	if err := m.returnAll(ctx, hs, lines); err != nil {
-		detached(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
+	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
+	case errors.Is(err, inventory.ErrDuplicate):
+		rec, err := hs.Order(ctx, id)
+		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
+			return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+		}
+		// Checked, and perhaps written in part: write the rest. The
+		// lines' ledger entries say which are written.
+		if _, err := m.returnAll(ctx, hs, rec.Lines, lk, nil); err != nil {
+			return m.fail(op, err)
+		}
+		_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
+		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
+		return m.fail(op, fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, o.Key))
+	case err != nil:
 		return m.fail(op, err)
 	}
-	for _, step := range []OrderStep{StepComplete, StepConfirm, StepFinish} {
+	complete := func(ctx context.Context) error {
+		_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+		if err == nil && !changed {
+			err = fmt.Errorf("%w: the call's record was given up", inventory.ErrContention)
+		}
+		return err
+	}
+	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
+		if !wrote {
+			outliving(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+		}
+		return m.fail(op, err)
+	}
+	for _, step := range []OrderStep{StepConfirm, StepFinish} {
 		if _, _, err := hs.UpdateOrder(ctx, id, step); err != nil {
-			return m.fail(op, fmt.Errorf("the lines were returned, recording key %q failed: %w", o.Key, err))
+			return m.fail(op, fmt.Errorf("the lines were returned; recording key %q failed: %w", o.Key, err))
 		}
 	}
 	return nil
 }
 
-// returnAll locks the lines' SKUs in byte order, checks every line and
-// writes them. All are written or none, unless a lock lapses midway and
-// the stock moves under it (then the error says so).
-func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line) error {
-	sorted := slices.SortedFunc(slices.Values(lines), func(a, b inventory.Line) int { return cmp.Compare(a.SKU, b.SKU) })
-	leases := make([]Lease, 0, len(sorted))
-	defer func() {
-		for _, le := range leases {
-			release(ctx, le)
-		}
-	}()
-	for _, l := range sorted {
-		le, err := m.locker.Acquire(ctx, l.SKU)
+// lineKey is the ledger key of the lines of a ReturnLines with key k: a
+// hash, so that it stays within MaxSKULen.
+func lineKey(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return "L" + hex.EncodeToString(h[:16])
+}
+
+// returnAll returns lines. When checked is not nil it first checks every
+// line (reading each SKU) and calls checked (an error of checked ends the
+// call); then it writes each line under its SKU's lock, one lock at a time
+// (holding them all would make every caller of one SKU wait for the queues
+// of the others), with a compare-and-set that records (sku, return, key) in
+// the ledger, so that a line is never written twice. Once a line is
+// written the call goes on to the end, even past a done ctx (for a bounded
+// time): all lines or none, unless another return in between pushes a
+// checked line past MaxStock. wrote says whether some line may be written;
+// an error with wrote true wraps no ErrContention (a blind retry would
+// return twice): retry with the same idempotency key, which finishes the
+// call.
+func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line, key string, checked func(context.Context) error) (wrote bool, err error) {
+	for _, l := range lines {
+		cur, _, _, _, err := hs.ReadHolds(ctx, l.SKU, 1)
 		if err != nil {
-			return fmt.Errorf("lock %q: %w", l.SKU, err)
-		}
-		leases = append(leases, le)
-	}
-	for _, l := range sorted {
-		cur, _, err := m.readLive(ctx, hs, l.SKU)
-		if err != nil {
-			return fmt.Errorf("%q: %w", l.SKU, err)
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
 		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
-			return fmt.Errorf("%q: %w", l.SKU, err)
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
 	}
-	for i, l := range sorted {
-		if err := m.returnLine(ctx, hs, l, leases[i]); err != nil {
-			if i > 0 {
-				err = fmt.Errorf("%w (after %d of %d lines were returned: a lock lapsed)", err, i, len(sorted))
+	if checked != nil {
+		if err := checked(ctx); err != nil {
+			return false, err
+		}
+	}
+	for i, l := range lines {
+		attempts := m.maxAttempts
+		if i > 0 || checked != nil {
+			// A checked return is never refused (and a complete record
+			// cannot be aborted): only ctx ends it.
+			attempts = math.MaxInt
+		}
+		err := m.returnLine(ctx, hs, l, key, attempts, true)
+		if err == nil {
+			continue
+		}
+		if i == 0 && !errors.Is(err, errUnknown) {
+			return false, fmt.Errorf("%q: %w", l.SKU, err)
+		}
+		// Some line may be written: finish the others, without waiting
+		// in the SKUs' queues (the compare-and-set and the ledger keep
+		// the writes right). A return is never refused once checked, so
+		// only time bounds the attempts.
+		var rerr error
+		outliving(ctx, func(ctx context.Context) {
+			for _, l := range lines[i:] {
+				if rerr = m.returnLine(ctx, hs, l, key, math.MaxInt, false); rerr != nil {
+					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
+					return
+				}
 			}
-			return fmt.Errorf("%q: %w", l.SKU, err)
+		})
+		if rerr == nil && ctx.Err() == nil {
+			return true, nil
 		}
+		if errors.Is(rerr, inventory.ErrContention) {
+			// Not a reason to retry blindly: it would return twice.
+			rerr = fmt.Errorf("%v", rerr)
+		}
+		return true, fmt.Errorf("some lines may be returned and not others; a retry with the same key finishes the call: %w", errors.Join(rerr, ctx.Err(), errUnknown))
 	}
-	return nil
+	return true, nil
 }
 
-// returnLine writes one checked line of returnAll under its lease.
-func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, lease Lease) error {
-	for range m.maxAttempts {
-		select {
-		case <-lease.Lost():
-			return fmt.Errorf("%w: lock lost before the write", inventory.ErrContention)
-		default:
-		}
-		cur, version, err := m.readLive(ctx, hs, l.SKU)
-		if err != nil {
-			return err
-		}
-		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
-			return err
-		}
-		ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, "")
-		if err != nil || ok {
+// errUnknown marks an outcome the caller cannot know.
+var errUnknown = errors.New("the outcome is unknown")
+
+// returnLine writes one line of returnAll under its SKU's lock: unless
+// the ledger has (sku, return, key) already, it reads, checks and
+// compare-and-sets, recording the entry, until the write takes or after
+// attempts tries or ctx is done. locked says whether to take the SKU's
+// lock.
+func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int, locked bool) error {
+	for i := 0; i < attempts && ctx.Err() == nil; i++ {
+		done, err := m.returnAttempt(ctx, hs, l, key, locked)
+		if done {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, m.maxAttempts)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the stock moved under the lock %d times", inventory.ErrContention, attempts)
+}
+
+func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.Line, key string, locked bool) (done bool, err error) {
+	lost := make(<-chan struct{}) // never closed: no lock, nothing to lose
+	if locked {
+		lease, err := m.locker.Acquire(ctx, l.SKU)
+		if err != nil {
+			return true, fmt.Errorf("lock: %w", err)
+		}
+		defer release(ctx, lease)
+		lost = lease.Lost()
+	}
+	if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil || found {
+		return true, unknown(err)
+	}
+	cur, version, err := m.readLive(ctx, hs, l.SKU)
+	if err != nil {
+		return true, err
+	}
+	if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+		return true, err
+	}
+	select {
+	case <-lost:
+		return false, nil // the version check would catch it; go round
+	default:
+	}
+	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
+	switch {
+	case errors.Is(err, inventory.ErrDuplicate):
+		return true, nil
+	case err != nil:
+		return true, unknown(err)
+	}
+	return ok, nil
+}
+
+// unknown marks err, if any, as an error whose outcome is unknown.
+func unknown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", err, errUnknown)
 }
 
 // Reserve implements [inventory.OrderManager].
@@ -283,7 +392,7 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 // reserve records the order id and holds each line under it, giving back
 // what it took when a line is refused.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
-	o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+	o, err := m.createOrder(ctx, hs, id, lines, ttl)
 	if err != nil {
 		return err
 	}
@@ -318,13 +427,25 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 	return nil
 }
 
+// createOrder is CreateOrder, tried again (up to maxAttempts times) when
+// the store reports contention (a database deadlock between inserts),
+// which wrote nothing.
+func (m *Manager) createOrder(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) (Order, error) {
+	for i := 1; ; i++ {
+		o, err := hs.CreateOrder(ctx, id, lines, ttl, m.abandon)
+		if err == nil || !errors.Is(err, inventory.ErrContention) || i >= m.maxAttempts || ctx.Err() != nil {
+			return o, err
+		}
+	}
+}
+
 // giveBack releases the lines of order id that reserve took and deletes
 // the order, even once ctx is done (bounded as a lock's release is). If a
 // release fails the order stays, to be released when it is abandoned.
 func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
-	detached(ctx, func(ctx context.Context) {
+	outliving(ctx, func(ctx context.Context) {
 		for _, l := range lines {
-			if _, err := hs.Unhold(ctx, l.SKU, id, false); err != nil {
+			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
 				return
 			}
 		}
@@ -395,6 +516,9 @@ func (m *Manager) readLive(ctx context.Context, hs HoldStore, sku string) (stock
 	}
 	moved := false
 	for _, id := range expired {
+		if m.pending.skip(id) {
+			continue
+		}
 		n, err := m.expireLine(ctx, hs, sku, id)
 		if err != nil {
 			return 0, 0, err
@@ -420,7 +544,14 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	case err != nil:
 		return 0, err
 	case o.State == OrderHeld:
-		return 0, nil // not expired on the order's clock, or not yet abandoned
+		// Not expired on the order's clock, or not yet abandoned: its
+		// Reserve is still holding lines. Ask again only once it may be.
+		again := 10 * time.Millisecond
+		if !o.Complete {
+			again = max(time.Until(o.Expires.Add(m.abandon)), again)
+		}
+		m.pending.put(id, time.Now().Add(again))
+		return 0, nil
 	}
 	n, err := hs.Unhold(ctx, sku, id, o.State == OrderConfirmed)
 	if err == nil && len(o.Lines) == 1 && !o.Done {
@@ -478,7 +609,7 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 	}
 	sold := o.State == OrderConfirmed
 	for _, l := range o.Lines {
-		if _, err := hs.Unhold(ctx, l.SKU, o.ID, sold); err != nil {
+		if _, err := m.unhold(ctx, hs, l.SKU, o.ID, sold); err != nil {
 			return false, fmt.Errorf("line %q (sold %v): %w", l.SKU, sold, err)
 		}
 	}
@@ -572,6 +703,77 @@ func (m *Manager) sweepOrder(ctx context.Context, hs HoldStore, id string) (int,
 		return 1, err
 	}
 	return 0, err
+}
+
+// outliving runs fn with a ctx that ends releaseTimeout after ctx does
+// (not before: a slow backend under load must not cut a give-back short
+// while the caller still waits), and waits for fn while ctx lives.
+func outliving(ctx context.Context, fn func(ctx context.Context)) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		fn(dctx)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.AfterFunc(releaseTimeout, cancel)
+	go func() { <-done; t.Stop() }()
+}
+
+// unhold is Unhold of a caller that holds no lock. It takes none: a
+// release must not wait in the SKU's queue (a Cancel or a give-back that
+// timed out there would leave its units held until the order is
+// abandoned); a holder of the lock whose compare-and-set it defeats goes
+// round again.
+func (m *Manager) unhold(ctx context.Context, hs HoldStore, sku, id string, sold bool) (int64, error) {
+	return hs.Unhold(ctx, sku, id, sold)
+}
+
+// pendingOrders remembers, per process, the orders whose expired lines
+// their record would not release yet (a Reserve still holding lines), so
+// that every call on their SKUs does not ask again: it only delays a
+// release, which Sweep and later calls make.
+type pendingOrders struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+const maxPending = 10_000
+
+func (p *pendingOrders) skip(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.until[id]
+	if ok && !time.Now().Before(u) {
+		delete(p.until, id)
+		return false
+	}
+	return ok
+}
+
+func (p *pendingOrders) put(id string, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[string]time.Time{}
+	}
+	if len(p.until) >= maxPending {
+		now := time.Now()
+		for k, u := range p.until {
+			if !now.Before(u) {
+				delete(p.until, k)
+			}
+		}
+		if len(p.until) >= maxPending {
+			return
+		}
+	}
+	p.until[id] = until
 }
 
 // randomID returns 32 random hex digits.

@@ -53,6 +53,13 @@ func (f flakyStore) UpdateOrder(ctx context.Context, id string, step lockmgr.Ord
 	return f.HoldStore.UpdateOrder(ctx, id, step)
 }
 
+func (f flakyStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+	if err := f.check("CompareAndSet/" + sku); err != nil {
+		return false, err
+	}
+	return f.HoldStore.CompareAndSet(ctx, sku, version, newStock, dir, key)
+}
+
 func lines(kv ...any) []inventory.Line {
 	var out []inventory.Line
 	for i := 0; i < len(kv); i += 2 {
@@ -351,4 +358,35 @@ func TestConfirmSettleFails(t *testing.T) {
 	levels(t, m, "a", 7, 0)
 	require.ErrorIs(t, m.Cancel(ctx, "o"), inventory.ErrHoldConfirmed)
 	levels(t, m, "a", 7, 0)
+}
+
+// TestReturnLinesFinishes: a keyed ReturnLines whose second line cannot be
+// written returns an error that invites no blind retry (it is not
+// ErrContention); the retry with its key writes the missing lines, each
+// once, and reports ErrDuplicate.
+func TestReturnLinesFinishes(t *testing.T) {
+	ctx := context.Background()
+	var down atomic.Bool
+	down.Store(true)
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+		if op == "CompareAndSet/b" && down.Load() {
+			return errDown
+		}
+		return nil
+	}}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b", "c")
+	err := m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k"))
+	require.ErrorIs(t, err, errDown)
+	require.NotErrorIs(t, err, inventory.ErrContention)
+	levels(t, m, "c", 13, 0) // the lines are written in the call's order
+	levels(t, m, "a", 11, 0)
+	levels(t, m, "b", 10, 0)
+	down.Store(false)
+	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
+	levels(t, m, "a", 11, 0)
+	levels(t, m, "b", 12, 0)
+	levels(t, m, "c", 13, 0)
+	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
+	levels(t, m, "c", 13, 0)
 }

@@ -24,6 +24,9 @@
 // Durability is Redis's: see luascript's package doc. [WithReplicas] makes
 // a write wait for n replicas (WAIT) before it is acknowledged.
 //
+// A Store is also a [github.com/stockkit/inventory/lockmgr.HoldStore]: the
+// lock strategies over it take orders (see holds.go for its keys).
+//
 // The client is any [redis.UniversalClient]: a plain client, a failover
 // (Sentinel) client or a Redis Cluster client. Every key of one SKU carries
 // the same hash tag, so the script's keys share a cluster slot.

@@ -24,6 +24,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/optimistic"
 	"github.com/stockkit/inventory/redislock"
@@ -41,7 +42,8 @@ const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
 func (b *backends) schema() sqlstore.Schema {
-	return sqlstore.Schema{Table: b.cfg.prefix + "_stock", Ledger: b.cfg.prefix + "_ledger"}
+	p := b.cfg.prefix
+	return sqlstore.Schema{Table: p + "_stock", Ledger: p + "_ledger", Holds: p + "_holds", Orders: p + "_orders"}
 }
 
 // target is one row of the report: a strategy over a store.
@@ -51,6 +53,9 @@ type target struct {
 	skip            string // not empty: why the target cannot run, and how to make it
 	where           string // where the stock (and the locks) live
 	embedded        bool   // a server of the target runs in this process
+	// grace is how long after its TTL a hold may stay when its Reserve
+	// failed midway: lockmgr.AbandonGrace for the lock strategies.
+	grace time.Duration
 }
 
 // backends opens the servers the selected targets need, embedded ones where
@@ -145,6 +150,7 @@ func (b *backends) targets() []target {
 				locks.SetMaxOpenConns(32)
 				return sqllock.New(locks, s)
 			})
+			tg.grace = lockmgr.AbandonGrace
 			if !cfg.sqllock && !cfg.namesSQLLock() {
 				tg.skip = "its waiters poll, so a flash sale's contention makes it slow: give -sqllock (or name it in -strategies) to run it"
 			}
@@ -162,6 +168,7 @@ func (b *backends) targets() []target {
 				return lock(ctx, s)
 			}}
 			tg.embedded = b.embedded(store) || b.embedded(strategy)
+			tg.grace = lockmgr.AbandonGrace
 			switch {
 			case store != "redis" && !slices.Contains(b.sqlNames(), store):
 				tg.skip = fmt.Sprintf("-lock-stores names %s: give its DSN with -%s", store, store)
@@ -199,8 +206,47 @@ func (b *backends) targets() []target {
 
 // sku is the SKU tg sells: unique to this run and target, so runs and
 // targets sharing a server never meet.
-func (b *backends) sku(tg target) string {
-	return fmt.Sprintf("flashsale-%s-%s-%s", b.runID, tg.strategy, tg.store)
+func (b *backends) sku(tg target) string { return "flashsale-" + b.tag(tg) }
+
+// tag names this run and tg: the cart sale's SKUs and hold ids contain it.
+func (b *backends) tag(tg target) string {
+	return fmt.Sprintf("%s-%s-%s", b.runID, tg.strategy, tg.store)
+}
+
+// forgetCarts deletes what tg's cart sale left: the SKUs and every row or
+// key naming tag (holds, order records, idempotency keys).
+func (b *backends) forgetCarts(tg target, tag string, skus []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if db := b.dbs[tg.store]; db != nil {
+		like := "%" + tag + "%"
+		s := b.schema()
+		for _, q := range []string{
+			"DELETE FROM " + s.Table + " WHERE sku LIKE ?",
+			"DELETE FROM " + s.Ledger + " WHERE sku LIKE ? OR idem_key LIKE ?",
+			"DELETE FROM " + s.Holds + " WHERE hold_id LIKE ? OR sku LIKE ?",
+			"DELETE FROM " + s.Orders + " WHERE id LIKE ?",
+		} {
+			args := make([]any, strings.Count(q, "?"))
+			for i := range args {
+				args[i] = like
+			}
+			_, _ = db.ExecContext(ctx, db.Rebind(q), args...)
+		}
+	} else if tg.store == "redis" && b.redisClient != nil {
+		del := func(ctx context.Context, c redis.UniversalClient) error {
+			iter := c.Scan(ctx, 0, b.cfg.prefix+"*"+tag+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+			return iter.Err()
+		}
+		if cc, ok := b.redisClient.(*redis.ClusterClient); ok {
+			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+		} else {
+			_ = del(ctx, b.redisClient)
+		}
+	}
 }
 
 // forget deletes what tg's sale left: the stock, and the idempotency keys

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockkit/inventory"
 )
 
 // config is what the flags say.
@@ -41,6 +43,13 @@ type config struct {
 	progress bool
 	metrics  bool
 	sqllock  bool
+
+	carts   bool          // the cart sale (carts.go) instead of the single-SKU one
+	skus    int           // SKUs of the cart sale, each with stock units
+	abandon float64       // share of cart buyers who Reserve and never pay
+	direct  float64       // share of cart buyers who ReduceLines, no hold
+	holdTTL time.Duration // TTL of each hold
+	reap    time.Duration // period of the reaper (inventory.Reap)
 }
 
 // Addresses of the servers `make services` starts. The INVENTORY_* variables
@@ -65,7 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fs.PrintDefaults()
 	}
 
-	fs.IntVar(&c.buyers, "buyers", 5000, "buyers in the sale, each a goroutine, all released together")
+	fs.IntVar(&c.buyers, "buyers", 5000, "buyers in the sale, each a goroutine, all released together (with -carts the default is 2000)")
 	fs.Int64Var(&c.stock, "stock", 100, "units on sale")
 	fs.Int64Var(&c.qty, "qty", 1, "units each buyer asks for")
 	fs.Float64Var(&c.repeat, "repeat", 0.1, "share of buyers (0..1) who click buy twice with the same idempotency key")
@@ -92,6 +101,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
 	fs.BoolVar(&c.sqllock, "sqllock", false, "also run sqllock (SQL advisory locks) on the MySQL and PostgreSQL stores given: its waiters poll, so a flash sale makes it slow (naming it in -strategies runs it too)")
+	fs.BoolVar(&c.carts, "carts", false, "sell carts instead: each buyer 1-5 lines over -skus SKUs; some Reserve and never pay (-abandon), some ReduceLines (-direct), the others Reserve then Confirm; a reaper releases expired holds, and each SKU's stock is checked after they expire")
+	fs.IntVar(&c.skus, "skus", 5, "with -carts: SKUs on sale, each with -stock units (each line asks 1..-qty units)")
+	fs.Float64Var(&c.abandon, "abandon", 0.2, "with -carts: share of buyers (0..1) who Reserve and never pay")
+	fs.Float64Var(&c.direct, "direct", 0.2, "with -carts: share of buyers (0..1) who buy with ReduceLines, without a hold")
+	fs.DurationVar(&c.holdTTL, "hold-ttl", time.Second, "with -carts: TTL of each hold (1ms..30 days)")
+	fs.DurationVar(&c.reap, "reap", 100*time.Millisecond, "with -carts: period of the reaper (inventory.Reap) that sweeps expired holds")
 	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
 
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.carts && !set["buyers"] {
+		c.buyers = cartBuyers
+	}
 	if !set["progress"] {
 		c.progress = isTerminal(stderr)
 	}
@@ -146,6 +164,11 @@ func (c *config) validate(stderr io.Writer) error {
 	check(len(c.redlock) > 0 && len(c.redlock) < 3, "-redlock needs at least 3 nodes, got %d", len(c.redlock))
 	check(!slices.Contains([]string{"table", "csv", "json"}, c.format), "-format must be table, csv or json")
 	check(!prefixRE.MatchString(c.prefix), "-prefix %q: want a lower-case letter, then up to 39 lower-case letters, digits and _", c.prefix)
+	check(c.skus < 1 || c.skus > 1000, "-skus must lie in 1..1000")
+	check(c.abandon < 0 || c.direct < 0 || c.abandon+c.direct > 1, "-abandon and -direct must not be negative, and add up to at most 1")
+	check(c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL, "-hold-ttl must lie in %v..%v", inventory.MinHoldTTL, inventory.MaxHoldTTL)
+	check(c.reap <= 0, "-reap must be positive")
+	check(c.carts && c.metrics, "-metrics counts the single-SKU sale's Reduce calls: it does not apply to -carts")
 	for _, s := range c.lockStores {
 		check(!slices.Contains([]string{"redis", "sqlite", "mysql", "postgres"}, s), "-lock-stores: unknown store %q", s)
 	}
@@ -157,6 +180,10 @@ func (c *config) validate(stderr io.Writer) error {
 	}
 	return errUsage
 }
+
+// cartBuyers is -buyers' default with -carts: a cart takes up to five
+// locks under the lock strategies.
+const cartBuyers = 2000
 
 // prefixRE is what -prefix accepts: a valid Redis key prefix, ZooKeeper
 // node name and SQL identifier alike.

@@ -18,7 +18,13 @@ func write(w io.Writer, cfg *config, env *backends, results []result) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	case "csv":
+		if cfg.carts {
+			return writeCartsCSV(w, results)
+		}
 		return writeCSV(w, results)
+	}
+	if cfg.carts {
+		return writeCartsTable(w, cfg, env, results)
 	}
 	return writeTable(w, cfg, env, results)
 }
@@ -136,4 +142,83 @@ func msString(v float64) string {
 		return strconv.FormatFloat(v, 'f', 3, 64) + "ms"
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64) + "ms"
+}
+
+// cartColumns are the CSV's with -carts: the cart sale's figures after the
+// row's own.
+var cartColumns = []string{"skus", "held", "expired", "abandoned", "late", "held_after", "release_ms", "released", "check"}
+
+func writeCartsCSV(w io.Writer, results []result) error {
+	var b strings.Builder
+	if err := writeCSV(&b, results); err != nil {
+		return err
+	}
+	records, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()
+	if err != nil {
+		return err
+	}
+	cw := csv.NewWriter(w)
+	_ = cw.Write(append(records[0], cartColumns...))
+	for i, r := range results {
+		row := records[i+1]
+		if c := r.Carts; c != nil {
+			i := func(n int64) string { return strconv.FormatInt(n, 10) }
+			row = append(row, strconv.Itoa(c.SKUs), i(c.Held), i(c.Expired), i(c.Abandoned), i(c.Late), i(c.HeldAfter),
+				strconv.FormatFloat(c.ReleaseMS, 'f', 3, 64), i(c.Released), c.Check)
+		} else {
+			row = append(row, make([]string, len(cartColumns))...)
+		}
+		_ = cw.Write(row)
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func writeCartsTable(w io.Writer, cfg *config, env *backends, results []result) error {
+	fmt.Fprintf(w, "cart sale: %d carts of 1-%d lines over %d SKUs of %d units, 1-%d units a line; %.0f%% reserve and never pay, "+
+		"%.0f%% ReduceLines, the others Reserve then Confirm; holds live %v, a reaper sweeps every %v; %d calls in flight\n",
+		cfg.buyers, min(5, cfg.skus), cfg.skus, cfg.stock, cfg.qty, 100*cfg.abandon, 100*cfg.direct, cfg.holdTTL, cfg.reap, cfg.concurrency)
+	fmt.Fprintf(w, "%s\n\n", strings.Join(env.describe(), "; "))
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tstore\tsold\theld\texpired\tleft\toversold\tlost\tcheck\t"+
+		"sold out\tlate\tcontention\terror\tretries\telapsed\treleased in\treq/s\tp50\tp99\tmax\t")
+	var notes []string
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			notes = append(notes, fmt.Sprintf("%s/%s did not run: %s", r.Strategy, r.Store, r.Skipped))
+			continue
+		case r.Failure != "":
+			notes = append(notes, fmt.Sprintf("%s/%s FAILED: %s", r.Strategy, r.Store, r.Failure))
+		}
+		if r.FirstError != "" {
+			notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
+		}
+		c := r.Carts
+		if !r.Ran || c == nil {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
+			continue
+		}
+		store := r.Store
+		if r.Embedded {
+			store += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.2fs\t%.0f\t%s\t%s\t%s\t\n",
+			r.Strategy, store, r.Sold, c.Held, c.Expired, r.Left, r.Oversold, r.Lost, c.Check,
+			r.Insufficient, c.Late, r.Contention, r.Errors, r.Retries,
+			r.ElapsedMS/1000, c.ReleaseMS/1000, r.Throughput, msString(r.P50MS), msString(r.P99MS), msString(r.MaxMS))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	_, err := fmt.Fprintln(w, "\nsold, held, expired and left are units over all SKUs: held is in holds when the buying ended, expired the units of holds\n"+
+		"never confirmed (abandoned, or confirmed too late), which must all come back; left is read back after every hold's TTL.\n"+
+		"check: per SKU, initial - available == sold - returned + held (no returns here) when the buying ended and after expiry (held 0).\n"+
+		"sold out counts carts refused, late the Confirms that found their hold expired; released in: from the end of the buying to held 0.\n"+
+		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
+	return err
 }

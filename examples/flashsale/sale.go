@@ -61,6 +61,8 @@ type result struct {
 
 	// Metrics are what the otelstock decorator counted, with -metrics.
 	Metrics *saleMetrics `json:"metrics,omitempty"`
+	// Carts is the cart sale's part of the row, with -carts.
+	Carts *cartResult `json:"carts,omitempty"`
 }
 
 // MarshalJSON writes a row that did not run without measures.
@@ -89,6 +91,7 @@ type buyer struct {
 type counts struct {
 	requests, insufficient, contention, duplicate, errors, retries atomic.Int64
 	sold                                                           atomic.Int64 // units sold so far
+	late                                                           atomic.Int64 // -carts: Confirms that found the hold expired
 	resolved                                                       atomic.Int64 // failed calls that a later duplicate showed had bought
 
 	mu         sync.Mutex
@@ -123,6 +126,9 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		}
 		defer meter.close()
 	}
+	if cfg.carts {
+		return runCarts(ctx, cfg, env, tg, m, stderr)
+	}
 	sku := env.sku(tg)
 	if err := m.Init(ctx, sku, cfg.stock); err != nil {
 		r.Failure = "init: " + err.Error()
@@ -140,7 +146,7 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 		}
 		env.forget(tg, sku, keys)
 	}()
-	stopProgress := startProgress(cfg, stderr, tg, &c, cfg.stock)
+	stopProgress := startProgress(cfg, stderr, tg, &c, cfg.stock, int64(cfg.buyers+cfg.repeaters()))
 	saleCtx, cancel := context.WithTimeout(ctx, cfg.saleTimeout)
 	elapsed := sale(saleCtx, cfg, m, sku, buyers, &c)
 	timedOut := saleCtx.Err() != nil && ctx.Err() == nil
@@ -321,13 +327,13 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // startProgress shows, when cfg.progress is set, how far the sale of tg has
-// got on stderr until the returned function is called: requests answered,
+// got on stderr until the returned function is called: requests answered
+// (of total),
 // units sold of stock, the rate so far and the time left at that rate.
-func startProgress(cfg *config, stderr io.Writer, tg target, c *counts, stock int64) (stop func()) {
+func startProgress(cfg *config, stderr io.Writer, tg target, c *counts, stock, total int64) (stop func()) {
 	if !cfg.progress {
 		return func() {}
 	}
-	total := int64(cfg.buyers + cfg.repeaters())
 	// On a terminal the line is redrawn in place; elsewhere a line a second.
 	every, end, pad := time.Second, "\n", ""
 	if isTerminal(stderr) {

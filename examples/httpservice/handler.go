@@ -21,29 +21,69 @@ type buyRequest struct {
 	Qty   *int64 `json:"qty"`   // default 1
 }
 
+// line is one SKU and quantity of an order.
+type line struct {
+	SKU string `json:"sku"`
+	Qty int64  `json:"qty"`
+}
+
+// reserveRequest is the body of POST /reserve.
+type reserveRequest struct {
+	Order string `json:"order"` // the hold's id and idempotency key
+	Lines []line `json:"lines"`
+	TTLMS *int64 `json:"ttl_ms"` // default -hold-ttl
+}
+
+// orderRequest is the body of POST /confirm and POST /cancel.
+type orderRequest struct {
+	Order string `json:"order"`
+}
+
+// shortLine is a line of a refused order, with the stock the backend saw.
+type shortLine struct {
+	SKU       string `json:"sku"`
+	Qty       int64  `json:"qty"`
+	Available int64  `json:"available"`
+}
+
 // response is the body of every answer.
 type response struct {
 	// Status is one of bought, already_bought, sold_out, not_found,
 	// invalid, method_not_allowed, busy, timeout, unavailable, canceled
-	// (the client went away: nobody reads it); or ok for GET /stock.
-	Status    string `json:"status"`
-	SKU       string `json:"sku,omitempty"`
-	Remaining *int64 `json:"remaining,omitempty"` // stock left after the purchase
-	Stock     *int64 `json:"stock,omitempty"`     // GET /stock: the current stock
-	Message   string `json:"message,omitempty"`
+	// (the client went away: nobody reads it); ok for GET /stock;
+	// reserved, already_reserved, confirmed, already_confirmed, released,
+	// cancelled, not_implemented for the order endpoints.
+	Status    string      `json:"status"`
+	SKU       string      `json:"sku,omitempty"`
+	Order     string      `json:"order,omitempty"`
+	Remaining *int64      `json:"remaining,omitempty"` // stock left after the purchase
+	Stock     *int64      `json:"stock,omitempty"`     // GET /stock: the current stock
+	Held      *int64      `json:"held,omitempty"`      // GET /stock: units in holds not yet released
+	TTLMS     int64       `json:"ttl_ms,omitempty"`    // POST /reserve: the hold's TTL
+	Short     []shortLine `json:"short,omitempty"`     // sold_out of POST /reserve: the lines that did not fit
+	Message   string      `json:"message,omitempty"`
 }
 
 // maxBody bounds a request body: a SKU and a buyer id are at most 255 bytes.
 const maxBody = 4 << 10
 
-// newHandler serves the flash sale over stock: POST /buy and GET
-// /stock/{sku}. Each request gets at most timeout; errors of the backend are
+// newHandler serves the flash sale over stock: POST /buy, GET
+// /stock/{sku}, and POST /reserve, /confirm and /cancel when stock is an
+// inventory.OrderManager, holds lasting holdTTL unless the request says
+// otherwise. Each request gets at most timeout; errors of the backend are
 // logged to log and answered without their details.
-func newHandler(stock inventory.StockManager, timeout time.Duration, log *slog.Logger) http.Handler {
-	h := &handler{stock: stock, timeout: timeout, log: log}
+func newHandler(stock inventory.StockManager, timeout, holdTTL time.Duration, log *slog.Logger) http.Handler {
+	h := &handler{stock: stock, timeout: timeout, holdTTL: holdTTL, log: log}
+	h.orders, _ = stock.(inventory.OrderManager)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /buy", h.buy)
 	mux.HandleFunc("GET /stock/{sku...}", h.get)
+	mux.HandleFunc("POST /reserve", h.reserve)
+	mux.HandleFunc("POST /confirm", h.confirm)
+	mux.HandleFunc("POST /cancel", h.cancel)
+	for _, p := range []string{"/reserve", "/confirm", "/cancel"} {
+		mux.Handle(p, methodNotAllowed(http.MethodPost))
+	}
 	// The mux's own 404 and 405 answers are plain text: these answer with
 	// the JSON of every other answer. A pattern with a method is more
 	// specific than the same path without one, so these catch only what
@@ -51,7 +91,7 @@ func newHandler(stock inventory.StockManager, timeout time.Duration, log *slog.L
 	mux.Handle("/buy", methodNotAllowed(http.MethodPost))
 	mux.Handle("/stock/", methodNotAllowed(http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, http.StatusNotFound, response{Status: "not_found", Message: "no such endpoint: POST /buy or GET /stock/{sku}"})
+		reply(w, http.StatusNotFound, response{Status: "not_found", Message: "no such endpoint: POST /buy, /reserve, /confirm, /cancel or GET /stock/{sku}"})
 	})
 	return mux
 }
@@ -67,22 +107,34 @@ func methodNotAllowed(allowed ...string) http.Handler {
 
 type handler struct {
 	stock   inventory.StockManager
+	orders  inventory.OrderManager // nil: the order endpoints answer 501
 	timeout time.Duration
+	holdTTL time.Duration
 	log     *slog.Logger
 }
 
-func (h *handler) buy(w http.ResponseWriter, r *http.Request) {
-	var req buyRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+// decode reads the request's body, one JSON object of at most max bytes
+// with no unknown field, into v; it answers 400 and returns false when the
+// body is not that.
+func decode(w http.ResponseWriter, r *http.Request, max int64, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: " + err.Error()})
-		return
+		return false
 	}
 	// One JSON object and nothing after it but white space: a body with
 	// more is a client bug, not a purchase.
 	if _, err := dec.Token(); err != io.EOF {
 		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: data after the JSON object"})
+		return false
+	}
+	return true
+}
+
+func (h *handler) buy(w http.ResponseWriter, r *http.Request) {
+	var req buyRequest
+	if !decode(w, r, maxBody, &req) {
 		return
 	}
 	qty := int64(1)
@@ -119,7 +171,124 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, sku, err)
 		return
 	}
-	reply(w, http.StatusOK, response{Status: "ok", SKU: sku, Stock: &n})
+	res := response{Status: "ok", SKU: sku, Stock: &n}
+	if h.orders != nil {
+		held, err := h.orders.Held(ctx, sku)
+		if err != nil {
+			h.fail(w, r, sku, err)
+			return
+		}
+		res.Held = &held
+	}
+	reply(w, http.StatusOK, res)
+}
+
+// maxOrderBody bounds the body of POST /reserve: up to MaxLines lines of a
+// SKU of at most 255 bytes each.
+const maxOrderBody = maxBody + inventory.MaxLines*(255+64)
+
+// orderCall decodes an order request into req and returns the order
+// manager and a ctx of at most h.timeout, or answers and returns nil.
+func (h *handler) orderCall(w http.ResponseWriter, r *http.Request, max int64, req any) (inventory.OrderManager, context.Context, context.CancelFunc) {
+	if h.orders == nil {
+		reply(w, http.StatusNotImplemented, response{Status: "not_implemented", Message: "this strategy has no holds (inventory.OrderManager)"})
+		return nil, nil, nil
+	}
+	if !decode(w, r, max, req) {
+		return nil, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	return h.orders, ctx, cancel
+}
+
+func (h *handler) reserve(w http.ResponseWriter, r *http.Request) {
+	var req reserveRequest
+	om, ctx, cancel := h.orderCall(w, r, maxOrderBody, &req)
+	if om == nil {
+		return
+	}
+	defer cancel()
+	ttl := h.holdTTL
+	if req.TTLMS != nil {
+		ttl = time.Duration(*req.TTLMS) * time.Millisecond
+		if *req.TTLMS < 1 || *req.TTLMS > int64(inventory.MaxHoldTTL/time.Millisecond) {
+			reply(w, http.StatusBadRequest, response{Status: "invalid", Order: req.Order,
+				Message: fmt.Sprintf("ttl_ms %d outside 1..%d", *req.TTLMS, inventory.MaxHoldTTL/time.Millisecond)})
+			return
+		}
+	}
+	lines := make([]inventory.Line, len(req.Lines))
+	for i, l := range req.Lines {
+		lines[i] = inventory.Line{SKU: l.SKU, Qty: l.Qty}
+	}
+	// The order id is the hold's id, so a client that retries after a
+	// timeout holds the cart once.
+	err := om.Reserve(ctx, req.Order, lines, ttl)
+	var short *inventory.InsufficientError
+	switch {
+	case err == nil:
+		reply(w, http.StatusOK, response{Status: "reserved", Order: req.Order, TTLMS: ttl.Milliseconds()})
+	case errors.Is(err, inventory.ErrDuplicate):
+		reply(w, http.StatusOK, response{Status: "already_reserved", Order: req.Order,
+			Message: fmt.Sprintf("order %q is held, or ended recently; nothing more was taken; /confirm says which", req.Order)})
+	case errors.As(err, &short):
+		res := response{Status: "sold_out", Order: req.Order, Message: "some lines do not fit; nothing was taken"}
+		for _, s := range short.Short {
+			res.Short = append(res.Short, shortLine{SKU: s.SKU, Qty: s.Qty, Available: s.Available})
+		}
+		reply(w, http.StatusConflict, res)
+	default:
+		h.failOrder(w, r, req.Order, err)
+	}
+}
+
+func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
+	var req orderRequest
+	om, ctx, cancel := h.orderCall(w, r, maxBody, &req)
+	if om == nil {
+		return
+	}
+	defer cancel()
+	switch err := om.Confirm(ctx, req.Order); {
+	case err == nil:
+		reply(w, http.StatusOK, response{Status: "confirmed", Order: req.Order})
+	case errors.Is(err, inventory.ErrDuplicate):
+		reply(w, http.StatusOK, response{Status: "already_confirmed", Order: req.Order,
+			Message: fmt.Sprintf("order %q was confirmed before; nothing changed", req.Order)})
+	case errors.Is(err, inventory.ErrHoldReleased):
+		reply(w, http.StatusGone, response{Status: "released", Order: req.Order,
+			Message: fmt.Sprintf("the hold of order %q expired or was cancelled: its units are back; nothing was sold", req.Order)})
+	default:
+		h.failOrder(w, r, req.Order, err)
+	}
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
+	var req orderRequest
+	om, ctx, cancel := h.orderCall(w, r, maxBody, &req)
+	if om == nil {
+		return
+	}
+	defer cancel()
+	switch err := om.Cancel(ctx, req.Order); {
+	case err == nil:
+		reply(w, http.StatusOK, response{Status: "cancelled", Order: req.Order})
+	case errors.Is(err, inventory.ErrHoldConfirmed):
+		reply(w, http.StatusConflict, response{Status: "confirmed", Order: req.Order,
+			Message: fmt.Sprintf("order %q is confirmed: its units are sold, and giving them back is a refund; nothing changed", req.Order)})
+	default:
+		h.failOrder(w, r, req.Order, err)
+	}
+}
+
+// failOrder is fail for the order endpoints: a 404 names the order.
+func (h *handler) failOrder(w http.ResponseWriter, r *http.Request, order string, err error) {
+	if errors.Is(err, inventory.ErrNotFound) {
+		reply(w, http.StatusNotFound, response{Status: "not_found", Order: order,
+			Message: "no such order (or it ended more than the key TTL ago), or a line's SKU does not exist"})
+		return
+	}
+	h.fail(w, r, "", err)
 }
 
 // fail answers an error that is not a sale's verdict. The client may retry

@@ -27,8 +27,35 @@
 //	504 timeout         the backend did not answer within -timeout; retry with the same buyer
 //	503 unavailable     the backend failed; Retry-After: 1; retry with the same buyer
 //
-// GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n}, or 404 and 400
-// as above.
+// GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n,"held":h} (held:
+// units in holds not yet released), or 404 and 400 as above.
+//
+// # Orders: hold, pay, release
+//
+// POST /reserve with {"order": "o-17", "lines": [{"sku": "shirt", "qty": 2},
+// {"sku": "hat", "qty": 1}], "ttl_ms": 900000} holds every line (or none)
+// for ttl_ms (default -hold-ttl, 15m) under the buyer's order id, which is
+// the hold's id and idempotency key: a retry holds the cart once. POST
+// /confirm with {"order": "o-17"} sells the held units; POST /cancel with
+// the same body gives them back. An unpaid hold's units come back by
+// themselves once its TTL has passed: the service's reaper sweeps every
+// -reap (1s), and any call that moves a SKU releases its expired holds.
+//
+//	200 reserved           {"status":"reserved","order":"o-17","ttl_ms":900000}
+//	200 already_reserved   the order id is held, or ended recently; nothing more was taken
+//	409 sold_out           some lines do not fit; "short" lists them with the units
+//	                       available, [{"sku":"hat","qty":5,"available":1}]; nothing was taken
+//	200 confirmed          POST /confirm: the units are sold
+//	200 already_confirmed  confirmed before (a retry after a timeout lands here); nothing changed
+//	410 released           POST /confirm: the hold expired or was cancelled; its units are back
+//	200 cancelled          POST /cancel; also for a hold cancelled or expired already
+//	409 confirmed          POST /cancel of a confirmed order: a refund is a return; nothing changed
+//	404 not_found          no such order (or it ended more than the key TTL ago), or unknown SKU
+//	400 invalid            bad JSON, order id, lines (1..100, each SKU once, qty >= 1) or ttl_ms
+//	501 not_implemented    the strategy has no holds
+//
+// and 503 busy, 504 timeout, 503 unavailable as for /buy, retried with the
+// same order id.
 //
 // A request whose client went away before its answer is logged at debug
 // level, not as a backend error.
@@ -134,6 +161,8 @@ type config struct {
 	ratePerSKU      float64
 	burst           int
 	burstPerSKU     int
+	holdTTL         time.Duration
+	reap            time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -155,6 +184,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&c.ratePerSKU, "rate-per-sku", 0, "most purchases per second of each SKU, in bursts of up to -burst-per-sku; 0: no limit")
 	fs.IntVar(&c.burst, "burst", 0, "most purchases at once under -rate (default: one second's worth, at least 1)")
 	fs.IntVar(&c.burstPerSKU, "burst-per-sku", 0, "most purchases of one SKU at once under -rate-per-sku (default: one second's worth, at least 1)")
+	fs.DurationVar(&c.holdTTL, "hold-ttl", 15*time.Minute, "TTL of a POST /reserve hold that gives no ttl_ms: unpaid after that, its units come back")
+	fs.DurationVar(&c.reap, "reap", time.Second, "how often a reaper releases expired holds (inventory.Reap), so that their units come back even when nobody touches the SKU; 0: only lazily, by the calls that move it")
 	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
 	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
@@ -180,6 +211,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.sqlConns < 1 {
 		fmt.Fprintln(stderr, "httpservice: -sql-conns must be at least 1")
+		return nil, errUsage
+	}
+	if c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL || c.reap < 0 {
+		fmt.Fprintf(stderr, "httpservice: -hold-ttl must lie in %v..%v and -reap must not be negative\n", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 		return nil, errUsage
 	}
 	if !(c.rate >= 0) || !(c.ratePerSKU >= 0) || c.burst < 0 || c.burstPerSKU < 0 {
@@ -211,9 +246,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := initStock(ctx, stock, cfg, log); err != nil {
 		return err
 	}
+	if om, ok := stock.(inventory.OrderManager); ok && cfg.reap > 0 {
+		reapCtx, stopReap := context.WithCancel(context.Background())
+		reaped := make(chan struct{})
+		go func() {
+			defer close(reaped)
+			_ = inventory.Reap(reapCtx, om, cfg.reap, func(err error) { log.Warn("sweeping expired holds", "err", err) })
+		}()
+		defer func() { stopReap(); <-reaped }()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
-	mux.Handle("/", newHandler(stock, cfg.timeout, log))
+	mux.Handle("/", newHandler(stock, cfg.timeout, cfg.holdTTL, log))
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/luascript"
@@ -44,7 +45,7 @@ type client struct {
 }
 
 func serve(t *testing.T, stock inventory.StockManager, timeout time.Duration) client {
-	srv := httptest.NewServer(newHandler(stock, timeout, quiet))
+	srv := httptest.NewServer(newHandler(stock, timeout, time.Minute, quiet))
 	t.Cleanup(srv.Close)
 	return client{t, srv.URL}
 }
@@ -242,7 +243,7 @@ func TestClientGoneIsNotAnError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			h := newHandler(tc.stock, time.Minute, slog.New(slog.NewTextHandler(&logs, nil)))
+			h := newHandler(tc.stock, time.Minute, time.Minute, slog.New(slog.NewTextHandler(&logs, nil)))
 			ctx, cancel := context.WithCancel(context.Background())
 			if tc.cancel {
 				cancel()
@@ -548,4 +549,228 @@ func TestBadRateFlags(t *testing.T) {
 	for _, args := range [][]string{{"-rate", "-1"}, {"-rate-per-sku", "-0.5"}, {"-rate", "NaN"}, {"-burst", "-1"}} {
 		require.ErrorIs(t, run(context.Background(), args, io.Discard, io.Discard), errUsage, "%q", args)
 	}
+}
+
+// post sends body as JSON and decodes the answer.
+func (c client) post(path string, body any) (int, response) {
+	c.t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(c.t, err)
+	code, _, r := c.do("POST", path, string(b))
+	return code, r
+}
+
+// stockOf returns the stock and held units of sku, as GET /stock answers.
+func (c client) stockOf(sku string) (stock, held int64) {
+	c.t.Helper()
+	code, _, r := c.do("GET", "/stock/"+url.PathEscape(sku), "")
+	require.Equal(c.t, http.StatusOK, code, r.Message)
+	require.NotNil(c.t, r.Stock)
+	require.NotNil(c.t, r.Held, "an order manager's GET /stock says what is held")
+	return *r.Stock, *r.Held
+}
+
+type lines = []map[string]any
+
+// testOrders drives POST /reserve, /confirm and /cancel of any strategy,
+// with a hold that expires.
+func testOrders(t *testing.T, stock inventory.StockManager) {
+	ctx := context.Background()
+	c := serve(t, stock, 5*time.Second)
+	p := testenv.Prefix()
+	shirt, hat := p+"-shirt", p+"-hat"
+	require.NoError(t, stock.Init(ctx, shirt, 5))
+	require.NoError(t, stock.Init(ctx, hat, 2))
+	cart := lines{{"sku": shirt, "qty": 2}, {"sku": hat, "qty": 1}}
+
+	order := p + "-order-1"
+	code, r := c.post("/reserve", map[string]any{"order": order, "lines": cart})
+	require.Equal(t, http.StatusOK, code, r.Message)
+	assert.Equal(t, "reserved", r.Status)
+	assert.Equal(t, order, r.Order)
+	assert.EqualValues(t, time.Minute.Milliseconds(), r.TTLMS, "the handler's default hold TTL")
+	s, h := c.stockOf(shirt)
+	assert.Equal(t, [2]int64{3, 2}, [2]int64{s, h}, "shirt: 3 available, 2 held")
+
+	code, r = c.post("/reserve", map[string]any{"order": order, "lines": cart})
+	assert.Equal(t, http.StatusOK, code, "a retry of the same order is answered, not refused")
+	assert.Equal(t, "already_reserved", r.Status)
+	s, h = c.stockOf(shirt)
+	assert.Equal(t, [2]int64{3, 2}, [2]int64{s, h}, "the retry took nothing more")
+
+	code, r = c.post("/reserve", map[string]any{"order": p + "-order-2", "lines": lines{{"sku": shirt, "qty": 1}, {"sku": hat, "qty": 5}}})
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Equal(t, "sold_out", r.Status)
+	if assert.NotEmpty(t, r.Short) {
+		assert.Contains(t, r.Short, shortLine{SKU: hat, Qty: 5, Available: 1}, "the short line, with what was available")
+		for _, l := range r.Short {
+			assert.NotEqual(t, shirt, l.SKU, "the shirt line fitted")
+		}
+	}
+	s, _ = c.stockOf(shirt)
+	assert.EqualValues(t, 3, s, "a refused cart takes no line")
+
+	code, r = c.post("/reserve", map[string]any{"order": p + "-order-3", "lines": lines{{"sku": p + "-unknown", "qty": 1}}})
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Equal(t, "not_found", r.Status)
+
+	code, r = c.post("/confirm", map[string]any{"order": order})
+	assert.Equal(t, http.StatusOK, code, r.Message)
+	assert.Equal(t, "confirmed", r.Status)
+	code, r = c.post("/confirm", map[string]any{"order": order})
+	assert.Equal(t, http.StatusOK, code, "a retried payment learns that it paid")
+	assert.Equal(t, "already_confirmed", r.Status)
+	code, r = c.post("/cancel", map[string]any{"order": order})
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Equal(t, "confirmed", r.Status, "a confirmed order is not cancelled: a refund is a return")
+	s, h = c.stockOf(shirt)
+	assert.Equal(t, [2]int64{3, 0}, [2]int64{s, h}, "shirt: 2 sold, none held")
+
+	// A hold that expires: its units come back, and a late Confirm is 410.
+	late := p + "-order-late"
+	code, r = c.post("/reserve", map[string]any{"order": late, "lines": lines{{"sku": shirt, "qty": 3}}, "ttl_ms": 200})
+	require.Equal(t, http.StatusOK, code, r.Message)
+	assert.EqualValues(t, 200, r.TTLMS)
+	code, _ = c.buy(shirt, "ann", 1)
+	assert.Equal(t, http.StatusConflict, code, "the held units are not for sale")
+	time.Sleep(400 * time.Millisecond)
+	code, r = c.post("/confirm", map[string]any{"order": late})
+	assert.Equal(t, http.StatusGone, code)
+	assert.Equal(t, "released", r.Status)
+	s, h = c.stockOf(shirt)
+	assert.Equal(t, [2]int64{3, 0}, [2]int64{s, h}, "the expired hold's units are back")
+	code, r = c.post("/cancel", map[string]any{"order": late})
+	assert.Equal(t, http.StatusOK, code, "cancelling an expired hold is a no-op")
+	assert.Equal(t, "cancelled", r.Status)
+
+	// Cancel before paying: the units come back at once.
+	gone := p + "-order-cancelled"
+	code, _ = c.post("/reserve", map[string]any{"order": gone, "lines": lines{{"sku": hat, "qty": 1}}})
+	require.Equal(t, http.StatusOK, code)
+	for range 2 {
+		code, r = c.post("/cancel", map[string]any{"order": gone})
+		assert.Equal(t, http.StatusOK, code, "Cancel is idempotent")
+		assert.Equal(t, "cancelled", r.Status)
+	}
+	code, r = c.post("/confirm", map[string]any{"order": gone})
+	assert.Equal(t, http.StatusGone, code)
+	assert.Equal(t, "released", r.Status)
+	s, h = c.stockOf(hat)
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{s, h}, "hat: 1 sold, 1 back")
+
+	for _, path := range []string{"/confirm", "/cancel"} {
+		code, r = c.post(path, map[string]any{"order": p + "-never"})
+		assert.Equal(t, http.StatusNotFound, code, path)
+		assert.Equal(t, "not_found", r.Status, path)
+	}
+}
+
+func TestOrdersOnRedis(t *testing.T) {
+	c := testenv.Redis(t)
+	m, err := luascript.New(c, luascript.WithPrefix(testenv.RedisPrefix(t, c)))
+	require.NoError(t, err)
+	testOrders(t, m)
+}
+
+func TestOrdersOnMariaDB(t *testing.T) {
+	db := testenv.MySQL(t)
+	p := strings.ReplaceAll(testenv.Prefix(), "-", "_")
+	schema := sqlstore.Schema{Table: p + "_stock", Ledger: p + "_ledger", Holds: p + "_holds", Orders: p + "_orders"}
+	sqltest.Drop(t, db, schema.Table, schema.Ledger, schema.Holds, schema.Orders)
+	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+	require.NoError(t, err)
+	require.NoError(t, s.CreateTables(context.Background()))
+	m, err := rowlock.New(db, rowlock.WithSchema(schema))
+	require.NoError(t, err)
+	testOrders(t, m)
+}
+
+func TestOrdersOnMemory(t *testing.T) {
+	testOrders(t, inventorytest.NewMemory(time.Minute))
+}
+
+func TestBadOrderRequests(t *testing.T) {
+	stock := inventorytest.NewMemory(0)
+	require.NoError(t, stock.Init(context.Background(), "sku", 10))
+	c := serve(t, stock, time.Second)
+	many := make([]string, inventory.MaxLines+1)
+	for i := range many {
+		many[i] = fmt.Sprintf(`{"sku":"s%d","qty":1}`, i)
+	}
+	for name, tc := range map[string]struct{ path, body string }{
+		"not JSON":       {"/reserve", `order=o`},
+		"unknown field":  {"/reserve", `{"order":"o","lines":[{"sku":"sku","qty":1}],"price":1}`},
+		"no order":       {"/reserve", `{"lines":[{"sku":"sku","qty":1}]}`},
+		"no lines":       {"/reserve", `{"order":"o"}`},
+		"empty lines":    {"/reserve", `{"order":"o","lines":[]}`},
+		"repeated sku":   {"/reserve", `{"order":"o","lines":[{"sku":"sku","qty":1},{"sku":"sku","qty":1}]}`},
+		"zero qty":       {"/reserve", `{"order":"o","lines":[{"sku":"sku","qty":0}]}`},
+		"no qty":         {"/reserve", `{"order":"o","lines":[{"sku":"sku"}]}`},
+		"bad ttl":        {"/reserve", `{"order":"o","lines":[{"sku":"sku","qty":1}],"ttl_ms":0}`},
+		"too many lines": {"/reserve", `{"order":"o","lines":[` + strings.Join(many, ",") + `]}`},
+		"data after":     {"/reserve", `{"order":"o","lines":[{"sku":"sku","qty":1}]} x`},
+		"confirm no id":  {"/confirm", `{}`},
+		"cancel bad id":  {"/cancel", `{"order":"a\u0000b"}`},
+		"confirm extra":  {"/confirm", `{"order":"o","lines":[]}`},
+	} {
+		code, _, r := c.do("POST", tc.path, tc.body)
+		assert.Equal(t, http.StatusBadRequest, code, name)
+		assert.Equal(t, "invalid", r.Status, name)
+		assert.NotEmpty(t, r.Message, name)
+	}
+	left, err := stock.Get(context.Background(), "sku")
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, left, "no bad request held stock")
+	held, err := stock.Held(context.Background(), "sku")
+	require.NoError(t, err)
+	assert.Zero(t, held)
+	code, h, r := c.do("GET", "/reserve", "")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
+	assert.Equal(t, "POST", h.Get("Allow"))
+	assert.Equal(t, "method_not_allowed", r.Status)
+}
+
+// A strategy without holds answers the order endpoints 501.
+func TestOrdersNotImplemented(t *testing.T) {
+	c := serve(t, plainStock{inventorytest.NewMemory(0)}, time.Second)
+	code, r := c.post("/reserve", map[string]any{"order": "o", "lines": lines{{"sku": "sku", "qty": 1}}})
+	assert.Equal(t, http.StatusNotImplemented, code)
+	assert.Equal(t, "not_implemented", r.Status)
+}
+
+// plainStock is a StockManager without the order calls.
+type plainStock struct{ m *inventorytest.Memory }
+
+func (p plainStock) Init(ctx context.Context, sku string, qty int64) error {
+	return p.m.Init(ctx, sku, qty)
+}
+func (p plainStock) Get(ctx context.Context, sku string) (int64, error) { return p.m.Get(ctx, sku) }
+func (p plainStock) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return p.m.Reduce(ctx, sku, qty, opts...)
+}
+func (p plainStock) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return p.m.Return(ctx, sku, qty, opts...)
+}
+
+// The service's reaper releases an expired hold though nobody touches its
+// SKU again (GET /stock moves nothing), and /metrics counts the order calls.
+func TestReaperReleasesHolds(t *testing.T) {
+	c, _ := start(t, "-strategy", "rowlock", "-dsn", sqliteDSN(t), "-init", "shoe=3", "-reap", "20ms")
+	code, r := c.post("/reserve", map[string]any{"order": "o-1", "lines": lines{{"sku": "shoe", "qty": 2}}, "ttl_ms": 100})
+	require.Equal(t, http.StatusOK, code, r.Message)
+	s, h := c.stockOf("shoe")
+	require.Equal(t, [2]int64{1, 2}, [2]int64{s, h})
+	require.Eventually(t, func() bool {
+		s, h = c.stockOf("shoe")
+		return s == 3 && h == 0
+	}, 10*time.Second, 20*time.Millisecond, "the reaper gives the expired hold's units back: stock %d, held %d", s, h)
+
+	text := scrape(t, c)
+	const calls = "inventory_client_operations_total"
+	assert.Equal(t, 1.0, metric(t, text, calls, `inventory_operation="reserve"`, `inventory_outcome="ok"`), text)
+	assert.Positive(t, metric(t, text, calls, `inventory_operation="sweep"`, `inventory_outcome="ok"`), "the reaper's Sweeps")
+	assert.Equal(t, 1.0, metric(t, text, "inventory_client_released_holds_total"), "one hold released by a Sweep")
+
+	require.ErrorIs(t, run(context.Background(), []string{"-hold-ttl", "0s"}, io.Discard, io.Discard), errUsage)
+	require.ErrorIs(t, run(context.Background(), []string{"-reap", "-1s"}, io.Discard, io.Discard), errUsage)
 }

@@ -1,6 +1,7 @@
-// Package lockmgrtest is the conformance suite for the two seams of
-// [lockmgr]: [RunStore] for a [lockmgr.Store] and [RunLocker] for a
-// [lockmgr.Locker]. It stands beside inventorytest.Run, which tests the
+// Package lockmgrtest is the conformance suite for the seams of [lockmgr]:
+// [RunStore] for a [lockmgr.Store], [RunHoldStore] for a
+// [lockmgr.HoldStore] and [RunLocker] for a [lockmgr.Locker]. [MemoryStore]
+// is a HoldStore in memory, the reference the suites are checked against. It stands beside inventorytest.Run, which tests the
 // whole [inventory.StockManager]: that suite cannot see a lock that fails to
 // exclude, because the Store's compare-and-set hides it; this one can.
 //

@@ -1,0 +1,45 @@
+package redlock_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/redlock"
+)
+
+// TestOrders runs the public suite, orders required, with the Redlock
+// quorum over each store: standalone Redis, the Redis Cluster (a cart's
+// lines on several masters) and MariaDB. Run only the order subtests with
+// -run 'TestOrders/.*/Orders'.
+func TestOrders(t *testing.T) {
+	orderStores := append(stores[:1:1], struct {
+		name string
+		open func(t *testing.T) redlock.Store
+	}{"cluster", func(t *testing.T) redlock.Store {
+		c := testenv.RedisCluster(t)
+		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
+		require.NoError(t, err)
+		return s
+	}})
+	orderStores = append(orderStores, stores[1:]...)
+	for _, st := range orderStores {
+		t.Run(st.name, func(t *testing.T) {
+			clients := nodes(t)
+			inventorytest.Run(t, inventorytest.Config{
+				// A store per subtest: the suite's hold ids are not
+				// kept apart between subtests.
+				NewManager: func(t *testing.T) inventory.StockManager {
+					m, err := redlock.New(clients, st.open(t), prefix(t, clients))
+					require.NoError(t, err)
+					return m
+				},
+				RequireOrders: true,
+			})
+		})
+	}
+}

@@ -1,0 +1,46 @@
+package zklock_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/zklock"
+)
+
+// TestOrders runs the public suite, orders required, with ZooKeeper locks
+// over each store: standalone Redis, the Redis Cluster (a cart's lines on
+// several masters) and MariaDB. Run only the order subtests with
+// -run 'TestOrders/.*/Orders'.
+func TestOrders(t *testing.T) {
+	orderStores := append(stores[:1:1], struct {
+		name string
+		open func(t *testing.T) zklock.Store
+	}{"cluster", func(t *testing.T) zklock.Store {
+		c := testenv.RedisCluster(t)
+		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
+		require.NoError(t, err)
+		return s
+	}})
+	orderStores = append(orderStores, stores[1:]...)
+	for _, st := range orderStores {
+		t.Run(st.name, func(t *testing.T) {
+			inventorytest.Run(t, inventorytest.Config{
+				// A store, and so a Manager and a session, per subtest:
+				// the suite's hold ids are not kept apart between
+				// subtests.
+				NewManager: func(t *testing.T) inventory.StockManager {
+					l := connect(t)
+					m, err := zklock.New(l.conn, st.open(t), zklock.WithRoot(root(t, l.conn)), zklock.WithSessionEvents(l.events))
+					require.NoError(t, err)
+					return m
+				},
+				RequireOrders: true,
+			})
+		})
+	}
+}
