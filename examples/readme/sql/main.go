@@ -24,7 +24,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := tables.CreateTables(ctx); err != nil { // once: the stock table and the key ledger
+	if err := tables.CreateTables(ctx); err != nil { // once: the stock table, the key ledger and the holds tables
 		log.Fatal(err)
 	}
 
