@@ -319,9 +319,11 @@ var errUnknown = errors.New("the outcome is unknown")
 func (m *Manager) returnLine(ctx context.Context, hs HoldStore, l inventory.Line, key string, attempts int, locked bool) error {
 	for i := 0; i < attempts && ctx.Err() == nil; i++ {
 		done, err := m.returnAttempt(ctx, hs, l, key, locked)
-		if done {
+		if done && (attempts < math.MaxInt || !errors.Is(err, inventory.ErrContention)) {
 			return err
 		}
+		// Without a bound, a lock that could not be had in time is one
+		// more round.
 	}
 	if err := ctx.Err(); err != nil {
 		return err
