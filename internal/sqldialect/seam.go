@@ -142,7 +142,7 @@ type OrderRow struct {
 // and abandoned grace later, and returns it. ok=false: a record of id
 // exists.
 func (t *Tables) CreateOrder(ctx context.Context, caller *sqlx.Tx, id string, lines []byte, ttl, grace time.Duration) (o OrderRow, ok bool, err error) {
-	err = t.Atomic(ctx, caller, "create order", func(tx *sqlx.Tx) error {
+	create := func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, t.q.forgetOrder, id); err != nil {
 			return t.Err(ctx, "create order", err)
 		}
@@ -155,7 +155,15 @@ func (t *Tables) CreateOrder(ctx context.Context, caller *sqlx.Tx, id string, li
 			o, _, err = t.ReadOrder(ctx, tx, id, false)
 		}
 		return err
-	})
+	}
+	if caller == nil && t.Engine == MySQL {
+		// At InnoDB's REPEATABLE READ the DELETE of an absent id locks
+		// the gap, and concurrent creates inserting into one gap
+		// deadlock; READ COMMITTED takes no gap locks.
+		err = t.txWith(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, create)
+	} else {
+		err = t.Atomic(ctx, caller, "create order", create)
+	}
 	return o, ok, err
 }
 

@@ -535,7 +535,12 @@ func rows(res sql.Result, err error) (int64, error) {
 // (it closes the connection), and database/sql's own Commit or Rollback,
 // a no-op on the server, runs after it in the background.
 func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := t.DB.BeginTxx(ctx, nil)
+	return t.txWith(ctx, nil, fn)
+}
+
+// txWith is Tx with the transaction options opts (nil: the defaults).
+func (t *Tables) txWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+	tx, err := t.DB.BeginTxx(ctx, opts)
 	if err != nil {
 		return t.Err(ctx, "begin", err)
 	}
