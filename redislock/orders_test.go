@@ -14,29 +14,10 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
-	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 )
-
-// TestOrders runs the public suite, orders required, over every backend.
-// (TestConformance runs the same subtests; this run fails, rather than
-// skips, a Manager whose store keeps no holds.) Run only the order
-// subtests with -run 'TestOrders/.*/Orders'.
-func TestOrders(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			c, s := b.open(t)
-			inventorytest.Run(t, inventorytest.Config{
-				NewManager: func(t *testing.T) inventory.StockManager {
-					return newManager(t, c, s, redislock.WithPrefix(lockPrefix(t, c)))
-				},
-				RequireOrders: true,
-			})
-		})
-	}
-}
 
 // downStore is a HoldStore that fails every call once down is set, as a
 // process that crashed would make none.
@@ -108,9 +89,11 @@ func TestReserveAcrossShardsCrash(t *testing.T) {
 	require.NoError(t, err)
 	const ttl, grace = 200 * time.Millisecond, 500 * time.Millisecond
 	down := new(atomic.Bool)
-	crashing := lockmgr.New(l, downStore{HoldStore: rs, down: down, holds: new(atomic.Int64), after: 2},
+	crashing, err := lockmgr.NewManager(l, downStore{HoldStore: rs, down: down, holds: new(atomic.Int64), after: 2},
 		lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
-	m := lockmgr.New(l, rs, lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
+	require.NoError(t, err)
+	m, err := lockmgr.NewManager(l, rs, lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
+	require.NoError(t, err)
 
 	skus := skusOnMasters(t, c, prefix)
 	for _, s := range skus {

@@ -82,6 +82,7 @@ func TestConformance(t *testing.T) {
 				NewManager: func(t *testing.T) inventory.StockManager {
 					return newManager(t, c, s, redislock.WithPrefix(lockPrefix(t, c)))
 				},
+				RequireOrders: true,
 			})
 		})
 	}

@@ -101,11 +101,14 @@ func TestConformance(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			store := st.open(t)
 			clients := nodes(t)
-			inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
-				m, err := redlock.New(clients, store, prefix(t, clients))
-				require.NoError(t, err)
-				return m
-			}})
+			inventorytest.Run(t, inventorytest.Config{
+				NewManager: func(t *testing.T) inventory.StockManager {
+					m, err := redlock.New(clients, store, prefix(t, clients))
+					require.NoError(t, err)
+					return m
+				},
+				RequireOrders: true,
+			})
 		})
 	}
 }

@@ -85,6 +85,7 @@ func TestConformance(t *testing.T) {
 					require.NoError(t, err)
 					return m
 				},
+				RequireOrders: true,
 			})
 		})
 	}

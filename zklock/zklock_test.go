@@ -144,7 +144,10 @@ func TestConformance(t *testing.T) {
 			// One Manager, and so one session watcher, per session.
 			m, err := zklock.New(l.conn, store, zklock.WithRoot(r), zklock.WithSessionEvents(l.events))
 			require.NoError(t, err)
-			inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager { return m }})
+			inventorytest.Run(t, inventorytest.Config{
+				NewManager:    func(t *testing.T) inventory.StockManager { return m },
+				RequireOrders: true,
+			})
 		})
 	}
 }
