@@ -26,7 +26,7 @@ func Example() {
 	}
 	defer db.Close()
 	schema := sqlstore.Schema{Table: fmt.Sprintf("shop_%d", os.Getpid()), Ledger: fmt.Sprintf("shop_keys_%d", os.Getpid())}
-	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger + ", " + schema.Table + "_holds, " + schema.Table + "_orders")
 
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
@@ -72,7 +72,7 @@ func ExampleWithSingleStatement() {
 		` (id TEXT COLLATE "C" PRIMARY KEY, stock BIGINT NOT NULL, version BIGINT NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
-	defer db.Exec("DROP TABLE IF EXISTS " + products + ", " + ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + products + ", " + ledger + ", " + products + "_holds, " + products + "_orders")
 	schema := sqlstore.Schema{Table: products, SKU: "id", Ledger: ledger}
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {

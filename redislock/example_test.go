@@ -74,7 +74,7 @@ func Example_sql() {
 	defer db.Close()
 	// Tables named for this run, dropped at the end.
 	schema := sqlstore.Schema{Table: fmt.Sprintf("stock_%d", os.Getpid()), Ledger: fmt.Sprintf("stock_keys_%d", os.Getpid())}
-	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger + ", " + schema.Table + "_holds, " + schema.Table + "_orders")
 
 	ctx := context.Background()
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))

@@ -31,7 +31,7 @@ func Example() {
 		Table:  fmt.Sprintf("example_stock_%d", os.Getpid()),
 		Ledger: fmt.Sprintf("example_ledger_%d", os.Getpid()),
 	}
-	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger + ", " + schema.Table + "_holds, " + schema.Table + "_orders")
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)

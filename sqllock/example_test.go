@@ -29,7 +29,7 @@ func Example() {
 	defer locks.Close()
 	// Tables named for this run, dropped at the end.
 	schema := sqlstore.Schema{Table: fmt.Sprintf("sqllock_%d", os.Getpid()), Ledger: fmt.Sprintf("sqllock_keys_%d", os.Getpid())}
-	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger + ", " + schema.Table + "_holds, " + schema.Table + "_orders")
 	store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)

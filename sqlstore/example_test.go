@@ -24,7 +24,7 @@ func Example() {
 	defer db.Close()
 	// Tables named for this run, dropped at the end.
 	schema := sqlstore.Schema{Table: fmt.Sprintf("store_%d", os.Getpid()), Ledger: fmt.Sprintf("store_keys_%d", os.Getpid())}
-	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger)
+	defer db.Exec("DROP TABLE IF EXISTS " + schema.Table + ", " + schema.Ledger + ", " + schema.Table + "_holds, " + schema.Table + "_orders")
 	s, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 	if err != nil {
 		log.Fatal(err)

@@ -39,7 +39,7 @@ func Example() {
 	if err := store.CreateTables(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer db.Exec("DROP TABLE zklock_example, zklock_example_ledger")
+	defer db.Exec("DROP TABLE zklock_example, zklock_example_ledger, zklock_example_holds, zklock_example_orders")
 	// The Manager reads the session's events, so that a lock held by a
 	// session that dropped is known to be lost at once.
 	var stock inventory.StockManager
