@@ -294,8 +294,10 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		skus[i] = testenv.Prefix()
 		require.NoError(t, m.Init(ctx, skus[i], 10))
 		wg.Go(func() {
-			// Time enough to reach the COMMIT on a loaded machine.
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			// Time enough to reach the COMMIT on a loaded machine (a
+			// call's statements before it include the look for expired
+			// holds), and still less than the trigger's 3 s.
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, errs[i] = m.Reduce(cctx, skus[i], 1, inventory.WithKey("k"))
 		})
