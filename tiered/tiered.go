@@ -45,12 +45,17 @@
 // # When Redis is unreachable
 //
 // A circuit breaker ([WithBreaker]) sends calls to SQL alone once Redis
-// has failed a few times in a row: they sell only the pool, the units SQL
-// never granted, and count them as the row's direct sales. The allotment
-// Redis holds is out of reach meanwhile (a bounded undersell, never an
-// oversell); when Redis answers again it sells that allotment, and its
-// view of the pool, then higher than SQL's, is corrected by its next
-// grant. Keyed calls are refused while the circuit is open.
+// has failed 3 times in a row (by default): they sell only the pool, the
+// units SQL never granted, and count them as the row's direct sales. The
+// allotment Redis holds is out of reach meanwhile (a bounded undersell,
+// never an oversell). After the open period (1 s by default) a recovery
+// runs in the background while SQL keeps serving: it asks Redis whether it
+// restarted meanwhile (its uptime) and reconciles the SKUs the fallback
+// moved, or every SKU after a restart, so that a Redis that came back
+// empty, or from an older state, or without grants SQL made, is repaired
+// (allotment recorded lost, excess taken out, grants applied, view of the
+// pool set to SQL's) before it takes traffic again; then the circuit
+// closes. Keyed calls are refused while the circuit is open or recovering.
 //
 // # Not yet
 //
@@ -58,10 +63,9 @@
 // per SKU, reports the drift and repairs without ever creating a unit. The
 // allotment of a Redis that lost its state is not reused (a bounded
 // undersell, never an oversell): Reconcile records it as lost. Run it
-// after Redis restarts.
+// after a Redis restart the breaker did not see.
 //
-// This package is a first slice. Still to come: reconciling on its own
-// when the circuit closes, SQLite, WAIT for replicas, orders, benchmarks.
+// This package is a first slice. Still to come: SQLite, WAIT for replicas, orders, benchmarks.
 package tiered
 
 import (
