@@ -77,9 +77,14 @@ func caughtUp(ctx context.Context, t *testing.T, m *Manager) {
 // needing a grant fail, and change nothing), the syncer fails meanwhile
 // and catches up after the restart; SQL ends with every sale Redis
 // acknowledged, once.
+//
+// It runs in parallel with the other tests of private servers: most of its
+// time is the servers' start-up and the outage.
 func TestSQLDownWhileRedisSells(t *testing.T) {
+	t.Parallel()
 	for _, eng := range privateSQL {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			srv := eng.start(t)
 			e := newEnv(t, testenv.Redis(t), srv.Open(t, 24))
 			m := e.manager(t, WithChunk(100), WithLowWater(60), WithRefillTimeout(500*time.Millisecond))
@@ -160,7 +165,7 @@ func TestTwoSyncers(t *testing.T) {
 			m := e.manager(t, WithChunk(25), WithLowWater(10))
 			ctx := ctxT(t, time.Minute)
 			skus := []string{"a", "b", "c"}
-			const initial, buyers = 300, 24
+			const initial, buyers = 120, 12
 			for _, sku := range skus {
 				require.NoError(t, m.Init(ctx, sku, initial))
 			}
@@ -214,7 +219,10 @@ func TestTwoSyncers(t *testing.T) {
 // and retry until their call is known; the others retry too, so a call
 // whose outcome was unknown may have taken a unit unseen. Never more than
 // the stock is sold, and after recovery SQL and Redis agree.
+//
+// It runs in parallel with the other tests of private servers.
 func TestSale10k(t *testing.T) {
+	t.Parallel()
 	rsrv := faulttest.StartRedis(t)
 	dsrv := faulttest.StartMariaDB(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rsrv.Addr(), DialTimeout: 200 * time.Millisecond,
