@@ -73,10 +73,10 @@ type Manager struct {
 	f      front.Front // validates, checks ctx, wraps errors; calls *backend
 	client redis.UniversalClient
 	config
-	ttlMs  int64                   // keyTTL in ms, as the scripts take it
+	ttlMs  int64                      // keyTTL in ms, as the scripts take it
 	queue  *merge.Queue[call, answer] // merge.go; nil when calls are not merged (maxBatch 1)
-	refuse *refusals               // WithRefusals
-	marks  *slotMarks              // orders.go; nil but on a Cluster
+	refuse *refusals                  // WithRefusals
+	marks  *slotMarks                 // orders.go; nil but on a Cluster
 	// crossSKU: one script call may hold the keys of several SKUs of one
 	// slot (a plain or Cluster client).
 	crossSKU bool

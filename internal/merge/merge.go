@@ -36,7 +36,7 @@ type Call[Q, A any] struct {
 // group is the queue of one group.
 type group[Q, A any] struct {
 	mu    sync.Mutex
-	busy  bool           // a call or batch of the group is in flight
+	busy  bool          // a call or batch of the group is in flight
 	queue []*Call[Q, A] // calls waiting for it, in arrival order
 }
 
