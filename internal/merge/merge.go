@@ -177,3 +177,12 @@ func Context[Q, A any](batch []*Call[Q, A]) (context.Context, context.CancelFunc
 	}
 	return context.WithDeadline(base, latest)
 }
+
+// Len returns how many calls wait in group i, not yet sent (for tests that
+// build a batch).
+func (qu *Queue[Q, A]) Len(i int) int {
+	g := qu.group(i)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue)
+}
