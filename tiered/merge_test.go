@@ -44,37 +44,48 @@ type gate struct {
 
 func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error { // WithReplicas: script and WAIT
+		for _, cmd := range cmds {
+			g.see(cmd)
+		}
+		return next(ctx, cmds)
+	}
 }
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
-			src := fmt.Sprint(a[1])
-			var wait chan struct{}
-			g.mu.Lock()
-			switch {
-			case src == moveSHA || src == moveLua:
-				g.singles++
-				if g.hold != nil {
-					wait = g.hold
-					g.hold = nil
-					close(g.held)
-				}
-			case src == batchSHA || src == batchLua:
-				argv := len(a) - 3 - a[2].(int)
-				g.batches = append(g.batches, (argv-3)/3)
-				if g.armCut {
-					g.armCut = false
-					g.cut.Store(true)
-				}
-			}
-			g.mu.Unlock()
-			if wait != nil {
-				<-wait
-			}
-		}
+		g.see(cmd)
 		return next(ctx, cmd)
+	}
+}
+
+// see counts cmd, and holds it when asked to.
+func (g *gate) see(cmd redis.Cmder) {
+	a := cmd.Args()
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	src := fmt.Sprint(a[1])
+	var wait chan struct{}
+	g.mu.Lock()
+	switch {
+	case src == moveSHA || src == moveLua:
+		g.singles++
+		if g.hold != nil {
+			wait = g.hold
+			g.hold = nil
+			close(g.held)
+		}
+	case src == batchSHA || src == batchLua:
+		argv := len(a) - 3 - a[2].(int)
+		g.batches = append(g.batches, (argv-3)/3)
+		if g.armCut {
+			g.armCut = false
+			g.cut.Store(true)
+		}
+	}
+	g.mu.Unlock()
+	if wait != nil {
+		<-wait
 	}
 }
 
