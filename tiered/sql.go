@@ -143,6 +143,65 @@ var postgresSQL = statements{
 		FROM {{p}}stock s WHERE s.sku = $1`,
 }
 
+// sqliteSQL is the SQL for SQLite (driver "sqlite", modernc.org/sqlite, or
+// "sqlite3"). SQLite has no row locks: lock is an UPDATE that changes
+// nothing, which takes the database's write lock before anything is read
+// (whatever the DSN's _txlock), so a grant, a sync or a fallback call holds
+// the whole database until it commits; open it in WAL mode with a busy
+// timeout. TEXT compares with the BINARY collation: bytes.
+var sqliteSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku TEXT NOT NULL PRIMARY KEY,
+			pool INTEGER NOT NULL CHECK (pool >= 0),
+			sold INTEGER NOT NULL DEFAULT 0,
+			returned INTEGER NOT NULL DEFAULT 0,
+			direct INTEGER NOT NULL DEFAULT 0,
+			lost INTEGER NOT NULL DEFAULT 0,
+			gen INTEGER NOT NULL,
+			last_grant INTEGER NOT NULL DEFAULT 0
+		)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}grants (
+			sku TEXT NOT NULL,
+			gen INTEGER NOT NULL,
+			grant_id INTEGER NOT NULL,
+			qty INTEGER NOT NULL,
+			PRIMARY KEY (sku, gen, grant_id)
+		) WITHOUT ROWID`,
+		`CREATE TABLE IF NOT EXISTS {{p}}synced (
+			sku TEXT NOT NULL,
+			entry_id TEXT NOT NULL,
+			PRIMARY KEY (sku, entry_id)
+		) WITHOUT ROWID`,
+	},
+	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`},
+
+	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
+	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
+
+	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
+			gen = {{p}}stock.gen + 1, last_grant = 0`,
+	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
+	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
+
+	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
+
+	ledger:    `INSERT INTO {{p}}synced (sku, entry_id) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = ? AND entry_id = ?`,
+	lose:      `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:     `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+
+	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
+
+	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = ?`,
+}
+
 // identifier is what a table prefix may be: it begins a plain identifier.
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,39}$`)
 
@@ -155,8 +214,10 @@ func engineSQL(driver, prefix string) (statements, error) {
 		s = mysqlSQL
 	case "pgx", "postgres":
 		s = postgresSQL
+	case "sqlite", "sqlite3":
+		s = sqliteSQL
 	default:
-		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx or postgres)", inventory.ErrInvalidArgument, driver)
+		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx, postgres, sqlite or sqlite3)", inventory.ErrInvalidArgument, driver)
 	}
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,

@@ -39,7 +39,9 @@
 // Redis keys: PREFIX{tag}:s:SKU (the hash), PREFIX:j{tag}:s:SKU (the
 // journal) and rediskeys' idempotency records under PREFIX. SQL tables:
 // TABLEPREFIXstock, TABLEPREFIXgrants and TABLEPREFIXsynced, on MariaDB/MySQL
-// (driver "mysql") or PostgreSQL ("pgx" or "postgres"); [Manager.CreateTables]
+// (driver "mysql"), PostgreSQL ("pgx" or "postgres") or SQLite ("sqlite",
+// modernc.org/sqlite, or "sqlite3"; in WAL mode with a busy timeout, as
+// SQLite has one writer at a time); [Manager.CreateTables]
 // creates them.
 //
 // # When Redis is unreachable
@@ -61,7 +63,7 @@
 // after Redis restarts.
 //
 // This package is a first slice. Still to come: reconciling on its own
-// when the circuit closes, SQLite, WAIT for replicas, orders, benchmarks.
+// when the circuit closes, WAIT for replicas, orders, benchmarks.
 package tiered
 
 import (
@@ -208,7 +210,7 @@ func WithClaimIdle(d time.Duration) Option { return func(c *config) { c.claimIdl
 func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncErr = fn } }
 
 // New returns a Manager over rdb (any go-redis client, Cluster included) and
-// db (MariaDB/MySQL or PostgreSQL). Set ContextTimeoutEnabled on the
+// db (MariaDB/MySQL, PostgreSQL or SQLite). Set ContextTimeoutEnabled on the
 // go-redis client, so that a call's deadline bounds its wait for a hung
 // Redis. Script calls are never resent by go-redis (internal/rediskeys
 // Script: NoRetry), whatever its MaxRetries: a call whose connection
