@@ -136,6 +136,8 @@ type Manager struct {
 	br          breaker
 	fallbacks   atomic.Int64
 
+	ledger ledgerState // the synced-entry ledger's pruning (prune.go)
+
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
 	// acknowledgement, as a syncer dying there would.
