@@ -5,7 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -31,30 +35,110 @@ var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refu
 // says SQL's pool is short, while Redis's allotment may hold more.
 var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
 
-// WithBreaker sets the circuit breaker in front of Redis: after failures
-// consecutive calls failed to reach Redis (a network error, a timeout or
-// the call's deadline passing, a closed client; not a Redis error reply nor
-// a cancelled ctx), the circuit opens
-// for open: calls then go to SQL alone (see [Manager.Reduce]); the first
-// call after that tries Redis again, and one success closes the circuit.
-// failures >= 1, open > 0; the defaults are [DefaultBreakerFailures] and
-// [DefaultBreakerOpen].
+// WithBreaker sets the circuit breaker in front of Redis.
+//
+// Thresholds: after failures consecutive calls failed to reach Redis (a
+// network error, a timeout or the call's deadline passing, a closed client;
+// not a Redis error reply nor a cancelled ctx), the circuit opens for open:
+// calls then go to SQL alone (see [Manager.Reduce]). failures >= 1,
+// open > 0; the defaults are [DefaultBreakerFailures] (3) and
+// [DefaultBreakerOpen] (1 s).
+//
+// Recovery: once open has passed, the next call starts one recovery in the
+// background and, like every call until the recovery ends, is still served
+// by SQL. The recovery asks Redis (INFO server of each master) whether it
+// restarted since the first of the failures (its uptime is shorter: it may
+// have come back empty, or from an older AOF or RDB, or be a promoted
+// replica that restarted), then runs [Manager.Reconcile] on the SKUs the
+// fallback moved, or, after a restart, on every SKU of the SKU table: it
+// records as lost the allotment a Redis that came back empty or at an older
+// generation no longer holds, takes out of the allotment of a Redis that
+// came back with an older state the units SQL's synced sales say it
+// already sold (its excess), applies the grants it missed, and sets its
+// view of the pool to SQL's. Each step is bounded by the refill timeout
+// ([WithRefillTimeout]). Only then does the circuit close and Redis take
+// traffic again; if a step fails, the circuit opens for another open
+// period, and the next recovery starts over. SKUs the fallback moves while a
+// recovery runs are reconciled by it too (in up to three passes); SQL's
+// moves after a SKU's pass only leave Redis's view of the pool high, which
+// its next grant corrects. Units are never created: a bounded undersell
+// (the allotment recorded lost) is the price. [Manager.Recoveries] lists
+// what the recoveries found.
+//
+// A restart the breaker did not see (no call failed failures times in a
+// row meanwhile) is not detected: run Reconcile after restarting Redis.
 func WithBreaker(failures int, open time.Duration) Option {
 	return func(c *config) { c.brFailures, c.brOpen = failures, open }
 }
 
-// breaker counts consecutive failures to reach Redis.
+// Breaker states.
+const (
+	brClosed     = iota // calls go to Redis
+	brOpen              // calls go to SQL until the open period passes
+	brRecovering        // calls go to SQL while a recovery runs
+)
+
+// maxRecoveries bounds the recoveries [Manager.Recoveries] keeps.
+const maxRecoveries = 16
+
+// breaker counts consecutive failures to reach Redis and runs the
+// recovery.
 type breaker struct {
-	mu    sync.Mutex
-	fails int
-	until time.Time // open until then
+	mu      sync.Mutex
+	state   int
+	fails   int
+	first   time.Time // the first failure of the current run of failures
+	outage  time.Time // the first failure of the run that opened the circuit
+	until   time.Time // open until then
+	start   func()    // starts a recovery (set when the circuit opens)
+	touched map[string]bool
+	done    chan struct{} // closed when the circuit closes (tests)
+	history []Recovery
+	lastErr error
+	failed  int64
+
+	fbMu   sync.Mutex
+	queues map[string]*fbQueue // SKU -> the fallback calls waiting for its drain
 }
 
-// open reports whether calls must skip Redis now.
+// Recovery is what one recovery of the circuit ([WithBreaker]) found.
+type Recovery struct {
+	// Outage is the first failure of the run that opened the circuit;
+	// Closed is when the recovery closed it.
+	Outage, Closed time.Time
+	// Restarted says Redis restarted since Outage (or could not tell):
+	// every SKU was reconciled, not only those the fallback moved.
+	Restarted bool
+	// Drifts are Reconcile's findings, one per SKU reconciled.
+	Drifts []Drift
+}
+
+// open reports whether calls must skip Redis now. The first call after the
+// open period starts the recovery.
 func (b *breaker) open() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return time.Now().Before(b.until)
+	switch b.state {
+	case brClosed:
+		return false
+	case brOpen:
+		if time.Now().Before(b.until) {
+			return true
+		}
+		b.state = brRecovering
+		b.start()
+	}
+	return true
+}
+
+// touch records that the fallback moved sku.
+func (b *breaker) touch(sku string) {
+	b.mu.Lock()
+	if b.touched == nil {
+		b.touched = map[string]bool{}
+	}
+	b.touched[sku] = true
+	b.mu.Unlock()
 }
 
 // result records the outcome of a Redis call.
@@ -66,10 +150,157 @@ func (m *Manager) result(ctx context.Context, err error) {
 		b.fails = 0
 		return
 	}
-	b.fails++
-	if b.fails >= m.cfg.brFailures {
-		b.until = time.Now().Add(m.cfg.brOpen)
+	now := time.Now()
+	if b.fails == 0 {
+		b.first = now
 	}
+	b.fails++
+	if b.fails >= m.cfg.brFailures && b.state == brClosed {
+		b.state, b.until, b.outage = brOpen, now.Add(m.cfg.brOpen), b.first
+		b.start = m.startRecovery
+		if b.done == nil {
+			b.done = make(chan struct{})
+		}
+	}
+}
+
+// startRecovery runs recover in the background; b.mu is held.
+func (m *Manager) startRecovery() {
+	if m.bg.Err() != nil {
+		return // closed: the circuit stays open
+	}
+	m.wg.Add(1)
+	outage := m.br.outage
+	go func() {
+		defer m.wg.Done()
+		rec, err := m.recoverRedis(outage)
+		b := &m.br
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err != nil {
+			b.state, b.until, b.lastErr = brOpen, time.Now().Add(m.cfg.brOpen), err
+			b.failed++
+			return
+		}
+		b.state, b.fails, b.lastErr = brClosed, 0, nil
+		for _, d := range rec.Drifts {
+			delete(b.touched, d.SKU)
+		}
+		if len(b.history) == maxRecoveries {
+			b.history = b.history[1:]
+		}
+		b.history = append(b.history, rec)
+		if b.done != nil {
+			close(b.done)
+			b.done = nil
+		}
+	}()
+}
+
+// recoverRedis checks whether Redis restarted since outage and reconciles
+// the SKUs the fallback moved, or every SKU after a restart, in up to
+// three passes (the fallback keeps moving SKUs meanwhile).
+func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
+	rec := Recovery{Outage: outage}
+	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(m.bg, m.cfg.refillTO) }
+	ctx, cancel := step()
+	restarted, err := m.restarted(ctx, outage)
+	cancel()
+	if err != nil {
+		return rec, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
+	}
+	rec.Restarted = restarted
+	done := map[string]bool{}
+	for pass := 0; pass < 3; pass++ {
+		var skus []string
+		if restarted && pass == 0 {
+			ctx, cancel := step()
+			err := m.db.SelectContext(ctx, &skus, m.q.skus)
+			cancel()
+			if err != nil {
+				return rec, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
+			}
+		}
+		m.br.mu.Lock()
+		for sku := range m.br.touched {
+			if !done[sku] {
+				skus = append(skus, sku)
+			}
+		}
+		m.br.mu.Unlock()
+		if len(skus) == 0 {
+			break
+		}
+		for _, sku := range skus {
+			if done[sku] {
+				continue
+			}
+			ctx, cancel := step()
+			ds, err := m.Reconcile(ctx, sku)
+			cancel()
+			if err != nil {
+				return rec, fmt.Errorf("tiered: recovery: %w", err)
+			}
+			rec.Drifts = append(rec.Drifts, ds...)
+			done[sku] = true
+		}
+	}
+	rec.Closed = time.Now()
+	return rec, nil
+}
+
+// restarted reports whether any Redis master restarted since t (its
+// uptime, in whole seconds, is no longer than the time since t; so a Redis
+// that started less than a second before t counts as restarted), or did
+// not say.
+func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
+	var mu sync.Mutex
+	found := false
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		up, ok := infoField(info, "uptime_in_seconds")
+		n, err := strconv.ParseInt(up, 10, 64)
+		r := !ok || err != nil || time.Duration(n)*time.Second <= time.Since(t)
+		mu.Lock()
+		found = found || r
+		mu.Unlock()
+		return nil
+	}
+	each := func(ctx context.Context, c *redis.Client) error { return check(ctx, c) }
+	var err error
+	switch c := m.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, each)
+	default: // one server
+		err = check(ctx, m.rdb)
+	}
+	return found, err
+}
+
+// infoField returns the value of name in an INFO reply.
+func infoField(info, name string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// Recoveries returns what the last recoveries of the circuit found, oldest
+// first (at most 16 are kept), how many recoveries failed (each reopened
+// the circuit), and the last failure's error, if the circuit is open
+// since.
+func (m *Manager) Recoveries() (recs []Recovery, failed int64, lastErr error) {
+	b := &m.br
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.history), b.failed, b.lastErr
 }
 
 // isReply reports whether err is Redis's own error reply: Redis was
@@ -83,51 +314,162 @@ func isReply(err error) bool {
 // open.
 func (m *Manager) Fallbacks() int64 { return m.fallbacks.Load() }
 
+// fbCall is one Reduce or Return the fallback serves: the drain that takes
+// it into a batch writes rem and err, then closes done.
+type fbCall struct {
+	ctx   context.Context
+	qty   int64
+	dir   inventory.Direction
+	done  chan struct{}
+	rem   int64
+	err   error
+	taken bool // by a drain; guarded by breaker.fbMu
+}
+
+// fbQueue holds the fallback calls of one SKU waiting for its drain.
+type fbQueue struct{ pending []*fbCall }
+
+// maxFallbackBatch bounds the calls one fallback transaction serves.
+const maxFallbackBatch = 256
+
 // fallback moves the stock of sku in SQL alone: a Reduce takes from the
 // pool, the units SQL never granted to Redis, so it cannot sell a unit
 // Redis holds or sold; a Return adds to the pool. Both count in the row's
 // direct sales. The remaining stock returned is the pool (Redis's
 // allotment is out of reach).
+//
+// Concurrent calls on one SKU are combined: while a transaction of the SKU
+// runs, the calls that arrive queue, and the next transaction serves them
+// all, in order, with one locked read of the row and one UPDATE of its net
+// change, so that a hot SKU costs SQL one transaction per batch rather
+// than one row-lock wait per call.
 func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
 	m.fallbacks.Add(1)
+	b := &m.br
+	b.touch(sku)
+	c := &fbCall{ctx: ctx, qty: qty, dir: dir, done: make(chan struct{})}
+	b.fbMu.Lock()
+	if b.queues == nil {
+		b.queues = map[string]*fbQueue{}
+	}
+	q, running := b.queues[sku]
+	if !running {
+		q = &fbQueue{}
+		b.queues[sku] = q
+	}
+	q.pending = append(q.pending, c)
+	b.fbMu.Unlock()
+	if !running {
+		// The calls are applied by a goroutine of their own, so that every
+		// caller may leave at its deadline.
+		go m.fbDrain(sku, q)
+	}
+	select {
+	case <-c.done:
+		return c.rem, c.err
+	case <-ctx.Done():
+	}
+	b.fbMu.Lock()
+	taken := c.taken
+	if !taken {
+		q.pending = slices.DeleteFunc(q.pending, func(x *fbCall) bool { return x == c })
+	}
+	b.fbMu.Unlock()
+	if taken {
+		select {
+		case <-c.done:
+			return c.rem, c.err
+		default:
+			// Its batch is being written: it may yet take effect, as any
+			// call that ends with its context may have.
+		}
+	}
+	return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, ctx.Err(), ErrFallback)
+}
+
+// fbDrain applies the calls of q, batch after batch, until none is
+// pending.
+func (m *Manager) fbDrain(sku string, q *fbQueue) {
+	b := &m.br
+	for {
+		b.fbMu.Lock()
+		if len(q.pending) == 0 {
+			delete(b.queues, sku)
+			b.fbMu.Unlock()
+			return
+		}
+		n := min(len(q.pending), maxFallbackBatch)
+		batch := slices.Clone(q.pending[:n])
+		q.pending = slices.Delete(q.pending, 0, n)
+		for _, c := range batch {
+			c.taken = true
+		}
+		b.fbMu.Unlock()
+		m.fbApply(sku, batch)
+	}
+}
+
+// fbApply serves batch in one transaction, then closes every call's done.
+// Its statements stop once every caller in it has given up.
+func (m *Manager) fbApply(sku string, batch []*fbCall) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	defer cancel()
+	var live atomic.Int32
+	live.Store(int32(len(batch)))
+	for _, c := range batch {
+		stop := context.AfterFunc(c.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	var pool, gen, last int64
-	var refused error
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
-		refused = nil
 		if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
 			return err
 		}
-		delta := qty
-		if dir == inventory.DirReduce {
-			if qty > pool {
-				refused = fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", qty, sku, inventory.ErrInsufficientStock, ErrFallback)
-				return nil
+		cur := pool
+		for _, c := range batch {
+			c.err = nil
+			if c.dir == inventory.DirReduce {
+				if c.qty > cur {
+					c.rem, c.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
+					continue
+				}
+				cur -= c.qty
+			} else {
+				if err := inventory.CheckReturn(cur, c.qty); err != nil {
+					c.rem, c.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
+					continue
+				}
+				cur += c.qty
 			}
-			delta = -qty
-		} else if err := inventory.CheckReturn(pool, qty); err != nil {
-			refused = fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
+			c.rem = cur
+		}
+		if cur == pool {
 			return nil
 		}
-		pool += delta
-		_, err := tx.ExecContext(ctx, m.q.direct, delta, delta, sku)
+		_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, inventory.ErrNotFound, ErrFallback)
+		err = fmt.Errorf("tiered: %q: %w (%w)", sku, inventory.ErrNotFound, ErrFallback)
+	} else if err != nil {
+		err = fmt.Errorf("tiered: %q in SQL: %w (%w)", sku, err, ErrFallback)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
-	}
-	if refused != nil {
-		if dir == inventory.DirReturn {
-			return 0, refused
+	for _, c := range batch {
+		if err != nil {
+			c.rem, c.err = 0, err
+			if cerr := c.ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				c.err = fmt.Errorf("%w: %w", err, cerr)
+			}
 		}
-		return pool, refused
+		close(c.done)
 	}
-	return pool, nil
 }
 
 // getFallback returns SQL's pool of sku while the circuit is open.

@@ -83,8 +83,15 @@ func TestFallbackRedisKilled(t *testing.T) {
 			wg.Wait()
 			require.NoError(t, ctx.Err())
 			require.NoError(t, m.Drain(ctx))
+			recs, _, _ := m.Recoveries()
+			require.NotEmpty(t, recs, "the circuit closed through a recovery")
+			assert.True(t, recs[0].Restarted, "the kill was seen as a restart: %+v", recs[0])
+			final, err := m.Reconcile(ctx, sku)
+			require.NoError(t, err)
+			assert.True(t, final[0].Clean(), "%+v", final[0])
 
 			s := m.totals(ctx, t, sku)
+			logFigures(t, eng.name+", Redis SIGKILLed and restarted from AOF", sku, s, initial, ok.Load(), recs, final)
 			t.Logf("%s: sold %d (%d while Redis was down, %d fallback calls), %d calls failed, %d keyed refused; SQL: synced %d, direct %d, pool %d, %d grants of %d units",
 				eng.name, ok.Load(), okDown.Load(), m.Fallbacks(), failed.Load(), keyedRefused.Load(), s.sold, s.direct, s.pool, s.last, s.granted)
 			assert.Positive(t, m.Fallbacks(), "the breaker opened")
@@ -117,6 +124,9 @@ func TestDeadlineRedisHung(t *testing.T) {
 	require.NoError(t, m.Init(ctx, sku, 100))
 	_, err := m.Reduce(ctx, sku, 1)
 	require.NoError(t, err)
+	// INFO gives Redis's uptime in whole seconds: a Redis started less
+	// than a second before the outage would count as restarted.
+	time.Sleep(time.Second)
 	srv.Pause()
 	resumed := false
 	t.Cleanup(func() { // before the keys are deleted
@@ -144,11 +154,15 @@ func TestDeadlineRedisHung(t *testing.T) {
 	require.ErrorIs(t, err, ErrFallback)
 	srv.Resume()
 	resumed = true
-	m.br.mu.Lock()
-	m.br.until = time.Time{} // close the circuit now
-	m.br.mu.Unlock()
+	rec := m.recoverNow(ctx, t)
+	assert.False(t, rec.Restarted, "Redis was paused, not restarted")
+	require.Len(t, rec.Drifts, 1, "only the SKU the fallback moved: %+v", rec)
+	assert.Equal(t, sku, rec.Drifts[0].SKU)
+	assert.True(t, rec.Drifts[0].ViewFixed, "Redis's view of the pool had missed the fallback's 5: %+v", rec.Drifts[0])
+	assert.Zero(t, rec.Drifts[0].Lost+rec.Drifts[0].Excess, "%+v", rec.Drifts[0])
 	require.NoError(t, m.Drain(ctx))
 	s := m.totals(ctx, t, sku)
+	assert.Equal(t, s.pool, s.view, "reconciled before Redis took traffic again")
 	checkSQL(t, s, 100)
 	assert.EqualValues(t, 5, s.direct)
 	// The Reduce and Return that timed out may have reached the stopped
