@@ -1,0 +1,521 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/testenv"
+)
+
+var (
+	moveSHA  = redis.NewScript(moveLua).Hash()
+	batchSHA = redis.NewScript(batchLua).Hash()
+)
+
+// gate is a go-redis hook on a client: it counts move.lua calls and the
+// calls merged into each batch.lua call, can hold the next move.lua call
+// until released (so that the calls made meanwhile queue behind it and go
+// as one batch), and can cut the connection of the next batch.lua call
+// after Redis ran it, before its reply is read (with cutDialer).
+type gate struct {
+	mu      sync.Mutex
+	singles int
+	batches []int
+	hold    chan struct{} // the next move.lua call waits for it to close
+	held    chan struct{} // closed once a call waits
+	armCut  bool          // cut the reply of the next batch
+	cut     atomic.Bool   // the next reply read on any connection is cut
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { // WithReplicas: script and WAIT
+		for _, cmd := range cmds {
+			g.see(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.see(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// see counts cmd, and holds it when asked to.
+func (g *gate) see(cmd redis.Cmder) {
+	a := cmd.Args()
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	src := fmt.Sprint(a[1])
+	var wait chan struct{}
+	g.mu.Lock()
+	switch {
+	case src == moveSHA || src == moveLua:
+		g.singles++
+		if g.hold != nil {
+			wait = g.hold
+			g.hold = nil
+			close(g.held)
+		}
+	case src == batchSHA || src == batchLua:
+		argv := len(a) - 3 - a[2].(int)
+		g.batches = append(g.batches, (argv-3)/3)
+		if g.armCut {
+			g.armCut = false
+			g.cut.Store(true)
+		}
+	}
+	g.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+}
+
+// holdNext makes the next move.lua call wait until release is called; it
+// returns once that call waits.
+func (g *gate) holdNext() (waiting <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hold, g.held = make(chan struct{}), make(chan struct{})
+	h := g.hold
+	return g.held, func() { close(h) }
+}
+
+func (g *gate) counts() (int, []int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.singles, slices.Clone(g.batches)
+}
+
+// cutConn cuts its connection at the first read after its gate's cut is
+// set: the reply of a command Redis ran is lost, as when a connection
+// breaks at the wrong moment.
+type cutConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.g.cut.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// gated returns a client of addr with g on it, go-redis's resends left on
+// (MaxRetries 3): a script call must still never be sent twice.
+func gated(t *testing.T, addr string, g *gate) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MaxRetries: 3, ContextTimeoutEnabled: true,
+		DialTimeout: 500 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &cutConn{Conn: conn, g: g}, nil
+		}})
+	c.AddHook(g)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// outcome is what one call returned.
+type outcome struct {
+	left int64
+	err  error
+}
+
+// batched runs first as a call held in flight, then each of calls in
+// order, each queued behind it before the next starts, then lets them all
+// go: the calls form one batch. It returns the outcomes, first's first.
+func batched(t *testing.T, m *Manager, g *gate, sku string, first func() (int64, error), calls ...func() (int64, error)) []outcome {
+	t.Helper()
+	waiting, release := g.holdNext()
+	out := make([]outcome, 1+len(calls))
+	var wg sync.WaitGroup
+	run := func(i int, f func() (int64, error)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := f()
+			out[i] = outcome{n, err}
+		}()
+	}
+	run(0, first)
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("the first call never reached Redis")
+	}
+	slot := rediskeys.Slot(sku)
+	for i, f := range calls {
+		run(i+1, f)
+		require.Eventually(t, func() bool { return m.queue.Len(slot) == i+1 }, 10*time.Second, time.Millisecond, "call %d queued", i+1)
+	}
+	release()
+	wg.Wait()
+	return out
+}
+
+func reduce(ctx context.Context, m *Manager, sku string, qty int64, key string) func() (int64, error) {
+	return func() (int64, error) {
+		var opts []inventory.Option
+		if key != "" {
+			opts = append(opts, inventory.WithKey(key))
+		}
+		return m.Reduce(ctx, sku, qty, opts...)
+	}
+}
+
+// TestMergedAnswers merges, in one batch, keyed and unkeyed Reduces and a
+// Return: a call that no longer fits in the middle of the batch gets
+// ErrInsufficientStock with the stock left then, a key used twice in the
+// batch gets ErrDuplicate with its first call's remaining, the calls after
+// them still move; each move is journalled, and SQL has them all after
+// Drain.
+func TestMergedAnswers(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const sku = "mixed"
+	require.NoError(t, m.Init(ctx, sku, 10))
+	_, err := m.Warm(ctx, sku) // the allotment holds all 10
+	require.NoError(t, err)
+	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""),
+		reduce(ctx, m, sku, 3, "a"), // 6
+		reduce(ctx, m, sku, 5, ""),  // 1
+		reduce(ctx, m, sku, 4, "c"), // refused: 1 left
+		reduce(ctx, m, sku, 3, "a"), // duplicate of the first "a": 6
+		func() (int64, error) { return m.Return(ctx, sku, 2, inventory.WithKey("r")) }, // 3
+		reduce(ctx, m, sku, 3, ""), // 0
+		reduce(ctx, m, sku, 1, ""), // refused: 0 left
+	)
+	want := []outcome{{9, nil}, {6, nil}, {1, nil}, {1, inventory.ErrInsufficientStock}, {6, inventory.ErrDuplicate},
+		{3, nil}, {0, nil}, {0, inventory.ErrInsufficientStock}}
+	for i, o := range out {
+		assert.Equal(t, want[i].left, o.left, "call %d: %v", i, o.err)
+		if want[i].err == nil {
+			assert.NoError(t, o.err, "call %d", i)
+		} else {
+			assert.ErrorIs(t, o.err, want[i].err, "call %d", i)
+		}
+	}
+	single, batches := g.counts()
+	assert.Equal(t, []int{7}, batches, "the 7 queued calls went as one batch")
+	assert.Equal(t, 1, single)
+
+	// The key of the refused call is free, the others are recorded.
+	left, err := m.Reduce(ctx, sku, 1, inventory.WithKey("a"))
+	assert.ErrorIs(t, err, inventory.ErrDuplicate)
+	assert.EqualValues(t, 6, left)
+	_, err = m.Return(ctx, sku, 1, inventory.WithKey("c"))
+	require.NoError(t, err, "a Return with the refused Reduce's key: another direction, another record")
+	left, err = m.Reduce(ctx, sku, 1, inventory.WithKey("c"))
+	require.NoError(t, err, "the refused call left no record")
+	assert.EqualValues(t, 0, left)
+
+	n, err := m.rdb.XLen(ctx, m.journalKey(sku)).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, n, "one journal entry per move: 5 in the batch, 2 after")
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	assert.EqualValues(t, 1+3+5+3+1, s.sold)
+	assert.EqualValues(t, 2+1, s.returned)
+	checkDrained(t, s, 10)
+}
+
+// TestMergedShort merges calls on an allotment that cannot cover them all
+// while SQL's pool can: the call that finds it short grants and is
+// answered after the grant; the calls around it are not refused.
+func TestMergedShort(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(10), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const sku = "short"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Warm(ctx, sku) // allotment 10, pool 90
+	require.NoError(t, err)
+	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""),
+		reduce(ctx, m, sku, 7, "x"), // allotment 2
+		reduce(ctx, m, sku, 5, ""),  // short: grants, then again
+		reduce(ctx, m, sku, 2, "y"), // allotment 0
+	)
+	for i, o := range out {
+		require.NoError(t, o.err, "call %d", i)
+	}
+	assert.EqualValues(t, []int64{99, 92, 85, 90}, []int64{out[0].left, out[1].left, out[2].left, out[3].left},
+		"the short call is answered after the grant, after the call behind it")
+	assert.EqualValues(t, 1, m.Stalls())
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	assert.EqualValues(t, 15, s.sold)
+	checkDrained(t, s, 100)
+}
+
+// TestMergedNoState merges calls on a SKU whose Redis state is gone: each
+// warms it up from SQL and calls again, and none is refused.
+func TestMergedNoState(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(50), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const sku = "cold"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Warm(ctx, sku)
+	require.NoError(t, err)
+	_, err = m.Reduce(ctx, sku, 1)
+	require.NoError(t, err)
+	require.NoError(t, m.Drain(ctx))
+	require.NoError(t, rdb.Del(ctx, m.stateKey(sku)).Err()) // Redis lost the SKU
+	calls := make([]func() (int64, error), 5)
+	for i := range calls {
+		calls[i] = reduce(ctx, m, sku, 2, fmt.Sprint("k", i))
+	}
+	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""), calls...)
+	var lefts []int64
+	for i, o := range out {
+		require.NoError(t, o.err, "call %d", i)
+		lefts = append(lefts, o.left)
+	}
+	slices.Sort(lefts)
+	// The 49 units of the lost allotment are not reused: 50 in the pool,
+	// 11 sold of them.
+	assert.Equal(t, len(lefts), len(slices.Compact(slices.Clone(lefts))), "each call its own remaining: %v", lefts)
+	assert.EqualValues(t, 39, lefts[0])
+	assert.LessOrEqual(t, lefts[len(lefts)-1], int64(49))
+	left, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	assert.EqualValues(t, 39, left)
+	_, batches := g.counts()
+	assert.Contains(t, batches, 5, "the calls went to Redis as a batch first")
+}
+
+// TestMergedLoad runs many buyers, a quarter of the keys used twice, on a
+// small stock with small chunks: every success has its own remaining
+// value, together exactly 0..stock-1; the others are refused or told
+// ErrDuplicate with their key's first remaining; calls were merged, no
+// batch over the bound; SQL agrees after Drain.
+func TestMergedLoad(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	const buyers, stock, maxBatch = 600, 150, 16
+	m := e.manager(t, WithChunk(20), WithLowWater(8), WithMaxBatch(maxBatch), WithMaxAttempts(50))
+	ctx := ctxT(t, 2*time.Minute)
+	const sku = "load"
+	require.NoError(t, m.Init(ctx, sku, stock))
+	answers := make([]struct {
+		key string
+		outcome
+	}, buyers)
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("buyer-", i%(buyers*3/4))
+			left, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key))
+			answers[i].key, answers[i].left, answers[i].err = key, left, err
+		}()
+	}
+	wg.Wait()
+	var lefts []int64
+	sold := map[string]int64{}
+	for _, a := range answers {
+		if a.err == nil {
+			lefts = append(lefts, a.left)
+			_, twice := sold[a.key]
+			require.False(t, twice, "key %s sold twice", a.key)
+			sold[a.key] = a.left
+		}
+	}
+	slices.Sort(lefts)
+	want := make([]int64, stock)
+	for i := range want {
+		want[i] = int64(i)
+	}
+	require.Equal(t, want, lefts, "each success saw its own remaining")
+	for _, a := range answers {
+		switch {
+		case a.err == nil:
+		case errors.Is(a.err, inventory.ErrDuplicate):
+			first, ok := sold[a.key]
+			require.True(t, ok, "duplicate of a key that never sold: %v", a.err)
+			require.Equal(t, first, a.left, "a duplicate returns the first call's remaining")
+		case errors.Is(a.err, inventory.ErrInsufficientStock):
+			require.Zero(t, a.left)
+		default:
+			t.Fatalf("unexpected error %v", a.err)
+		}
+	}
+	single, batches := g.counts()
+	require.NotEmpty(t, batches, "calls were merged")
+	require.Less(t, single+len(batches), buyers)
+	for _, n := range batches {
+		require.LessOrEqual(t, n, maxBatch, "batch size bounded")
+		require.GreaterOrEqual(t, n, 2)
+	}
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	assert.EqualValues(t, stock, s.sold)
+	checkDrained(t, s, stock)
+}
+
+// TestMergedBatchFails kills a private Redis while a batch waits behind
+// the call in flight: the call in flight and every call of the batch fail
+// (outcome unknown, no sentinel), and the breaker counts the batch's
+// failure once beside the single call's: with WithBreaker(2, ...) the
+// circuit is open after them.
+func TestMergedBatchFails(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	var g gate
+	rdb := gated(t, srv.Addr(), &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(100), WithLowWater(0), WithBreaker(2, time.Minute))
+	ctx := ctxT(t, time.Minute)
+	const sku = "doomed"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Warm(ctx, sku)
+	require.NoError(t, err)
+	waiting, release := g.holdNext()
+	first := make(chan error, 1)
+	go func() { _, err := m.Reduce(ctx, sku, 1); first <- err }()
+	<-waiting
+	const queued = 4
+	errs := make(chan error, queued)
+	for i := range queued {
+		go func() { _, err := m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprint(i))); errs <- err }()
+		require.Eventually(t, func() bool { return m.queue.Len(rediskeys.Slot(sku)) == i+1 }, 10*time.Second, time.Millisecond)
+	}
+	srv.Kill()
+	release()
+	require.Error(t, <-first)
+	for range queued {
+		err := <-errs
+		require.Error(t, err)
+		require.ErrorContains(t, err, "merged with 3 other calls")
+		for _, s := range []error{inventory.ErrInsufficientStock, inventory.ErrDuplicate, inventory.ErrNotFound, ErrFallback} {
+			require.NotErrorIs(t, err, s)
+		}
+	}
+	_, batches := g.counts()
+	assert.Equal(t, []int{queued}, batches)
+	assert.True(t, m.br.open(), "the single call's failure and the batch's opened the circuit (2 failures)")
+	srv.Start() // for the cleanup of its keys
+}
+
+// TestMergedResendAppliedOnce cuts the connection of a batch after Redis
+// ran it, before its reply arrives, on a client that resends (MaxRetries
+// 3): the batch's calls fail, outcome unknown, and the batch was applied
+// once; their keyed retries return ErrDuplicate.
+func TestMergedResendAppliedOnce(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const sku = "cut"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Warm(ctx, sku)
+	require.NoError(t, err)
+	g.mu.Lock()
+	g.armCut = true
+	g.mu.Unlock()
+	calls := make([]func() (int64, error), 3)
+	for i := range calls {
+		calls[i] = reduce(ctx, m, sku, 2, fmt.Sprint("k", i))
+	}
+	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""), calls...)
+	require.NoError(t, out[0].err)
+	for _, o := range out[1:] {
+		require.ErrorContains(t, o.err, "merged with 2 other calls", "the batch's reply was lost")
+		require.NotErrorIs(t, o.err, inventory.ErrDuplicate)
+	}
+	_, batches := g.counts()
+	require.Equal(t, []int{3}, batches, "the batch was sent once")
+	left, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	require.EqualValues(t, 100-1-3*2, left, "the batch was applied once")
+	for i := range calls {
+		left, err := m.Reduce(ctx, sku, 2, inventory.WithKey(fmt.Sprint("k", i)))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.EqualValues(t, 99-2*(i+1), left)
+	}
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	assert.EqualValues(t, 7, s.sold)
+	checkDrained(t, s, 100)
+}
+
+// TestLoneCallsAreNotMerged checks that calls one after another each go to
+// Redis at once, as their own move.lua call.
+func TestLoneCallsAreNotMerged(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	require.NoError(t, m.Init(ctx, "shoe", 100))
+	_, err := m.Warm(ctx, "shoe")
+	require.NoError(t, err)
+	for i := range 30 {
+		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(fmt.Sprint(i%20)))
+		if i >= 20 {
+			require.ErrorIs(t, err, inventory.ErrDuplicate)
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	single, batches := g.counts()
+	require.Equal(t, 30, single)
+	require.Empty(t, batches)
+}
+
+// TestMergeOptions checks WithMaxBatch's and WithReplicas's ranges.
+func TestMergeOptions(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	db := testenv.MySQL(t)
+	for _, n := range []int{1, 2, DefaultMaxBatch, MaxBatch} {
+		m, err := New(rdb, db, WithMaxBatch(n))
+		require.NoError(t, err, n)
+		require.Equal(t, n > 1, m.queue != nil, "merging on unless WithMaxBatch(1)")
+	}
+	m, err := New(rdb, db, WithReplicas(1, time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, 1, m.cfg.replicas)
+	for name, o := range map[string]Option{
+		"batch -1": WithMaxBatch(-1), "batch 0": WithMaxBatch(0), "batch past max": WithMaxBatch(MaxBatch + 1),
+		"replicas 0": WithReplicas(0, time.Second), "replicas -1": WithReplicas(-1, time.Second),
+		"replica timeout 0": WithReplicas(1, 0), "replica timeout 1us": WithReplicas(1, time.Microsecond),
+	} {
+		_, err := New(rdb, db, o)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
+	}
+}
