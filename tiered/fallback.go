@@ -56,7 +56,8 @@ var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
 // came back with an older state the units SQL's synced sales say it
 // already sold (its excess), applies the grants it missed, and sets its
 // view of the pool to SQL's. Each step is bounded by the refill timeout
-// ([WithRefillTimeout]). Only then does the circuit close and Redis take
+// ([WithRefillTimeout]; the sync that precedes each SKU's comparison gets
+// three such rounds). Only then does the circuit close and Redis take
 // traffic again; if a step fails, the circuit opens for another open
 // period, and the next recovery starts over. SKUs the fallback moves while a
 // recovery runs are reconciled by it too (in up to three passes); SQL's
@@ -235,13 +236,27 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 			if done[sku] {
 				continue
 			}
+			// Sync first, as Reconcile does, each round of it bounded on
+			// its own: a long journal is applied in several (what a round
+			// applied stays applied).
+			for round := 1; ; round++ {
+				ctx, cancel := step()
+				_, err := m.syncSKU(ctx, sku)
+				cancel()
+				if err == nil {
+					break
+				}
+				if round == 3 {
+					return rec, fmt.Errorf("tiered: recovery: %w", err)
+				}
+			}
 			ctx, cancel := step()
-			ds, err := m.Reconcile(ctx, sku)
+			d, err := m.reconcile(ctx, sku)
 			cancel()
 			if err != nil {
 				return rec, fmt.Errorf("tiered: recovery: %w", err)
 			}
-			rec.Drifts = append(rec.Drifts, ds...)
+			rec.Drifts = append(rec.Drifts, d)
 			done[sku] = true
 		}
 	}

@@ -104,9 +104,12 @@
 //     back older than it acknowledged: appendonly yes (appendfsync always
 //     where a power loss must not oversell), no RDB restore into a live
 //     sale, and Reconcile after every Redis restart before it takes
-//     traffic. The package does not yet detect an older state on its own
-//     (for instance by a grant SQL saw Redis apply that Redis no longer
-//     has) to drop it as lost.
+//     traffic. The breaker's recovery ([WithBreaker]) does that for a
+//     restart it saw (calls failed meanwhile; Redis's uptime tells the
+//     restart): every SKU is reconciled, and its Excess taken out, before
+//     the circuit closes. A restart no call noticed is not detected, and
+//     the package does not yet drop an older state as lost on its own (for
+//     instance by a grant SQL saw Redis apply that Redis no longer has).
 //
 // # Not yet
 //
