@@ -37,12 +37,12 @@ var policies = []persistence{
 
 // durabilityRun is what one policy's sale measured.
 type durabilityRun struct {
-	acked, failed                 int64 // units acknowledged before the kill; calls that failed at the kill
-	allot, journal, redisSold     int64 // Redis after the restart: allotment, journal entries, sales it remembers
-	sqlBefore, sqlAfter           int64 // SQL's synced sales before and after Drain
-	forgotten                     int64 // acknowledged units that neither Redis nor SQL remembers
-	drift                         Drift
-	remaining, oversold, unsynced int64
+	acked, failed             int64 // units acknowledged before the kill; calls that failed at the kill
+	allot, journal, redisSold int64 // Redis after the restart: allotment, journal entries, sales it remembers
+	sqlBefore, sqlAfter       int64 // SQL's synced sales before and after Drain
+	forgotten                 int64 // acknowledged units that neither Redis nor SQL remembers
+	drift                     Drift
+	remaining, oversold       int64
 }
 
 func (r durabilityRun) String() string {
@@ -58,9 +58,15 @@ func (r durabilityRun) String() string {
 //
 // The syncer runs until 200 units are acknowledged, then stops after one
 // last Sync (the buyers wait meanwhile), so that the last 100 acknowledged
-// moves (or a few more) are in Redis's journal only when Redis dies. With an append-only file (whatever appendfsync), a SIGKILL loses
-// nothing: Redis write(2)s the file before it replies, and the kernel keeps
-// what was written when the process dies. Without persistence Redis comes
+// moves (or a few more) are in Redis's journal only when Redis dies.
+//
+// With an append-only file, a SIGKILL loses nothing: Redis write(2)s the
+// file before it replies, and the kernel keeps what was written when the
+// process dies; except with everysec when a fsync takes more than a second
+// (a busy disk): Redis then postpones its writes, up to 2 s, and replies
+// meanwhile, so the kill loses that tail and Redis comes back older than it
+// acknowledged (the sweep under the soak tag saw it once in 15 rounds at a
+// load average of 40). Without persistence Redis comes
 // back empty: the unsynced sales and the unsold allotment are lost together,
 // Reconcile records them as lost, and nothing is sold twice. From an older
 // RDB snapshot Redis comes back with an allotment it has partly sold since:
@@ -71,34 +77,50 @@ func (r durabilityRun) String() string {
 func TestDurability(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol.name, func(t *testing.T) {
-			r := durabilitySale(t, pol)
+			r := durabilitySale(t, pol, 8, 100)
 			t.Logf("%s: %v", pol.name, r)
-			if pol.snapshot {
-				assert.Positive(t, r.forgotten, "acknowledged after the snapshot and not synced")
-				assert.Equal(t, r.forgotten, r.oversold, "the units sold twice are the acknowledged moves neither Redis nor SQL kept")
-				assert.Positive(t, r.drift.Excess, "the synced sales after the snapshot, taken out of the allotment")
-				return
-			}
-			assert.LessOrEqual(t, r.oversold, int64(0), "never an oversell")
-			if pol.args == nil || pol.args[0] == "--appendfsync" {
-				assert.Zero(t, r.forgotten, "a SIGKILL loses no acknowledged move with an append-only file")
-				assert.GreaterOrEqual(t, r.redisSold, r.acked, "Redis remembers every acknowledged move")
-				assert.LessOrEqual(t, r.redisSold, r.acked+r.failed, "and at most the calls cut by the kill besides")
-				// A refill cut by the kill may leave a grant for
-				// Reconcile to apply; nothing is lost or in excess.
-				assert.Zero(t, r.drift.Lost+r.drift.Excess, "%+v", r.drift)
-			} else {
-				// Redis came back empty (warmed again by the first
-				// call or refill after the restart, or by Reconcile).
-				assert.Positive(t, r.drift.Lost, "the allotment and the unsynced sales, recorded as lost")
-				assert.GreaterOrEqual(t, r.drift.Lost, r.forgotten, "the forgotten sales are inside the lost units, never sold again")
-			}
+			checkDurability(t, pol, r)
 		})
 	}
 }
 
-func durabilitySale(t *testing.T, pol persistence) durabilityRun {
-	const sku, initial, stopSync, unsynced, buyers = "d", 3000, 200, 100, 8
+// checkDurability asserts what TestDurability's doc says of each policy.
+func checkDurability(t *testing.T, pol persistence, r durabilityRun) {
+	t.Helper()
+	if pol.snapshot {
+		assert.Positive(t, r.forgotten, "acknowledged after the snapshot and not synced")
+		assert.Equal(t, r.forgotten, r.oversold, "the units sold twice are the acknowledged moves neither Redis nor SQL kept")
+		assert.Positive(t, r.drift.Excess, "the synced sales after the snapshot, taken out of the allotment")
+		return
+	}
+	if pol.name == "appendfsync everysec" && r.forgotten > 0 {
+		// A fsync slower than a second made Redis postpone writing the
+		// file (up to 2 s) while it went on replying: the kill lost that
+		// tail, and Redis came back older than it acknowledged.
+		t.Logf("everysec lost a tail of %d acknowledged moves (a slow fsync postponed the write)", r.forgotten)
+		assert.Equal(t, r.forgotten, r.oversold, "an older state: the forgotten moves are sold again, nothing more")
+		return
+	}
+	assert.LessOrEqual(t, r.oversold, int64(0), "never an oversell")
+	if pol.args == nil || pol.args[0] == "--appendfsync" {
+		assert.Zero(t, r.forgotten, "a SIGKILL loses no acknowledged move with an append-only file")
+		assert.GreaterOrEqual(t, r.redisSold, r.acked, "Redis remembers every acknowledged move")
+		assert.LessOrEqual(t, r.redisSold, r.acked+r.failed, "and at most the calls cut by the kill besides")
+		// A refill cut by the kill may leave a grant for Reconcile to
+		// apply; nothing is lost or in excess.
+		assert.Zero(t, r.drift.Lost+r.drift.Excess, "%+v", r.drift)
+	} else {
+		// Redis came back empty (warmed again by the first call or
+		// refill after the restart, or by Reconcile).
+		assert.Positive(t, r.drift.Lost, "the allotment and the unsynced sales, recorded as lost")
+		assert.GreaterOrEqual(t, r.drift.Lost, r.forgotten, "the forgotten sales are inside the lost units, never sold again")
+	}
+}
+
+// durabilitySale runs one policy's sale with buyers goroutines; the syncer
+// stops after 200 units, and Redis is killed unsynced units later.
+func durabilitySale(t *testing.T, pol persistence, buyers int, unsynced int64) durabilityRun {
+	const sku, initial, stopSync = "d", 3000, 200
 	p := faulttest.StartRedis(t, pol.args...)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, PoolSize: 32,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, MaxRetries: -1})

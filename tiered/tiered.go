@@ -73,13 +73,18 @@
 // say. TestDurability SIGKILLs a private Redis mid-sale, with about 100
 // acknowledged moves not yet synced, restarts it, drains and reconciles:
 //
-//   - appendonly yes, with appendfsync always, everysec or no: a SIGKILL
-//     loses no acknowledged move (Redis writes the append-only file before
-//     it replies, and the kernel keeps what was written when the process
+//   - appendonly yes, with appendfsync always or no: a SIGKILL loses no
+//     acknowledged move (Redis writes the append-only file before it
+//     replies, and the kernel keeps what was written when the process
 //     dies). The syncer catches up; Reconcile finds nothing lost or in
 //     excess (at most a grant the kill cut between SQL and Redis, which it
 //     applies). A call cut by the kill may have taken effect: retry it with
-//     its idempotency key.
+//     its idempotency key. With everysec the same, except when a fsync
+//     takes more than a second (a busy disk): Redis then postpones its
+//     writes for up to 2 s and keeps replying, and a SIGKILL loses that
+//     tail, which is an older state (below). The soak sweep saw it once in
+//     15 rounds on a loaded machine: 162 acknowledged moves lost, and sold
+//     again.
 //   - Power loss or a kernel crash, not simulated here, loses what the
 //     kernel had not yet put on disk: nothing with appendfsync always (on a
 //     disk that honours fsync); about the last second of moves with
@@ -102,7 +107,8 @@
 //     synced (measured: 118 forgotten, 118 sold twice), and until Reconcile
 //     runs, the synced ones besides. Fence it by never letting Redis come
 //     back older than it acknowledged: appendonly yes (appendfsync always
-//     where a power loss must not oversell), no RDB restore into a live
+//     where a power loss, or a SIGKILL behind a slow disk, must not
+//     oversell), no RDB restore into a live
 //     sale, and Reconcile after every Redis restart before it takes
 //     traffic. The breaker's recovery ([WithBreaker]) does that for a
 //     restart it saw (calls failed meanwhile; Redis's uptime tells the
