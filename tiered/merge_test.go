@@ -46,46 +46,75 @@ func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { // WithReplicas: script and WAIT
 		for _, cmd := range cmds {
-			g.see(cmd)
+			g.before(cmd)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			g.after(cmd)
+		}
+		return err
 	}
 }
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		g.see(cmd)
-		return next(ctx, cmd)
+		g.before(cmd)
+		err := next(ctx, cmd)
+		g.after(cmd)
+		return err
 	}
 }
 
-// see counts cmd, and holds it when asked to.
-func (g *gate) see(cmd redis.Cmder) {
+// script tells move.lua's and batch.lua's calls, and how many calls a
+// batch holds.
+func script(cmd redis.Cmder) (move bool, batch int) {
 	a := cmd.Args()
 	if name := cmd.Name(); name != "evalsha" && name != "eval" {
-		return
+		return false, 0
 	}
-	src := fmt.Sprint(a[1])
+	switch src := fmt.Sprint(a[1]); src {
+	case moveSHA, moveLua:
+		return true, 0
+	case batchSHA, batchLua:
+		argv := len(a) - 3 - a[2].(int)
+		return false, (argv - 3) / 3
+	}
+	return false, 0
+}
+
+// before holds cmd when asked to, and arms the cut.
+func (g *gate) before(cmd redis.Cmder) {
+	move, batch := script(cmd)
 	var wait chan struct{}
 	g.mu.Lock()
-	switch {
-	case src == moveSHA || src == moveLua:
-		g.singles++
-		if g.hold != nil {
-			wait = g.hold
-			g.hold = nil
-			close(g.held)
-		}
-	case src == batchSHA || src == batchLua:
-		argv := len(a) - 3 - a[2].(int)
-		g.batches = append(g.batches, (argv-3)/3)
-		if g.armCut {
-			g.armCut = false
-			g.cut.Store(true)
-		}
+	if move && g.hold != nil {
+		wait = g.hold
+		g.hold = nil
+		close(g.held)
+	}
+	if batch > 0 && g.armCut {
+		g.armCut = false
+		g.cut.Store(true)
 	}
 	g.mu.Unlock()
 	if wait != nil {
 		<-wait
+	}
+}
+
+// after counts cmd, unless Redis answered NOSCRIPT (the call is sent again
+// as EVAL).
+func (g *gate) after(cmd redis.Cmder) {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return
+	}
+	move, batch := script(cmd)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if move {
+		g.singles++
+	}
+	if batch > 0 {
+		g.batches = append(g.batches, batch)
 	}
 }
 
@@ -136,6 +165,9 @@ func gated(t *testing.T, addr string, g *gate) *redis.Client {
 		}})
 	c.AddHook(g)
 	t.Cleanup(func() { c.Close() })
+	for _, src := range []string{moveLua, batchLua} { // so that a cut never meets NOSCRIPT
+		require.NoError(t, c.ScriptLoad(context.Background(), src).Err())
+	}
 	return c
 }
 

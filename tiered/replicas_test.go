@@ -37,9 +37,6 @@ func TestWithReplicas(t *testing.T) {
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	}, 20*time.Second, 20*time.Millisecond, "the replica follows the primary")
 
-	for _, src := range []string{moveLua, batchLua} { // no NOSCRIPT to count
-		require.NoError(t, rdb.ScriptLoad(ctx, src).Err())
-	}
 	e := newEnv(t, rdb, testenv.MySQL(t))
 	one := e.manager(t, WithChunk(1000), WithLowWater(0), WithReplicas(1, 5*time.Second))
 	const sku = "waited"
