@@ -353,11 +353,13 @@ const maxFallbackBatch = 256
 // direct sales. The remaining stock returned is the pool (Redis's
 // allotment is out of reach).
 //
-// Concurrent calls on one SKU are combined: while a transaction of the SKU
-// runs, the calls that arrive queue, and the next transaction serves them
-// all, in order, with one locked read of the row and one UPDATE of its net
-// change, so that a hot SKU costs SQL one transaction per batch rather
-// than one row-lock wait per call.
+// Concurrent calls on one SKU are combined: while a batch of the SKU is
+// written, the calls that arrive queue, and the next batch serves them all
+// at once, so that a hot SKU costs SQL one write per batch rather than one
+// row-lock wait per call. A batch of Reduces that the pool holds is one
+// conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a transaction
+// reads the row locked, decides each call in order, and writes the net
+// change.
 func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
@@ -442,35 +444,41 @@ func (m *Manager) fbApply(sku string, batch []*fbCall) {
 		})
 		defer stop()
 	}
+	done, err := m.fbFast(ctx, sku, batch)
+	if done {
+		return
+	}
 	var pool, gen, last int64
-	err := m.tx(ctx, func(tx *sqlx.Tx) error {
-		if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
-			return err
-		}
-		cur := pool
-		for _, c := range batch {
-			c.err = nil
-			if c.dir == inventory.DirReduce {
-				if c.qty > cur {
-					c.rem, c.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
-					continue
-				}
-				cur -= c.qty
-			} else {
-				if err := inventory.CheckReturn(cur, c.qty); err != nil {
-					c.rem, c.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
-					continue
-				}
-				cur += c.qty
+	if err == nil {
+		err = m.tx(ctx, func(tx *sqlx.Tx) error {
+			if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
+				return err
 			}
-			c.rem = cur
-		}
-		if cur == pool {
-			return nil
-		}
-		_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
-		return err
-	})
+			cur := pool
+			for _, c := range batch {
+				c.err = nil
+				if c.dir == inventory.DirReduce {
+					if c.qty > cur {
+						c.rem, c.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
+						continue
+					}
+					cur -= c.qty
+				} else {
+					if err := inventory.CheckReturn(cur, c.qty); err != nil {
+						c.rem, c.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
+						continue
+					}
+					cur += c.qty
+				}
+				c.rem = cur
+			}
+			if cur == pool {
+				return nil
+			}
+			_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
+			return err
+		})
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("tiered: %q: %w (%w)", sku, inventory.ErrNotFound, ErrFallback)
 	} else if err != nil {
@@ -485,6 +493,58 @@ func (m *Manager) fbApply(sku string, batch []*fbCall) {
 		}
 		close(c.done)
 	}
+}
+
+// fbFast serves a batch of Reduces in one conditional UPDATE, outside a
+// transaction, when the pool holds them all: one round trip. It reports
+// done once it has closed every call's done. It reports false, having
+// changed nothing, when the batch holds a Return, the engine has no such
+// statement (SQLite), or the UPDATE changed no row (the pool is short, or
+// there is no such SKU): the transaction then decides each call in turn;
+// or false and the UPDATE's error, its outcome unknown, which every call of
+// the batch then returns. The batch is atomic, so its calls' remaining
+// stocks are those of the batch's order.
+func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
+	var total int64
+	for _, c := range batch {
+		if c.dir != inventory.DirReduce {
+			return false, nil
+		}
+		total += c.qty
+	}
+	p := m.cfg.tablePrefix
+	var pool int64
+	switch m.db.DriverName() {
+	case "mysql":
+		// LAST_INSERT_ID(expr) hands the new pool back in the OK packet.
+		res, err := m.db.ExecContext(ctx, "UPDATE "+p+"stock SET pool = LAST_INSERT_ID(pool - ?), direct = direct + ? WHERE sku = ? AND pool >= ?", total, total, sku, total)
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return false, err
+		}
+		if pool, err = res.LastInsertId(); err != nil {
+			return false, err
+		}
+	case "pgx", "postgres":
+		err := m.db.QueryRowxContext(ctx, "UPDATE "+p+"stock SET pool = pool - $1, direct = direct + $1 WHERE sku = $2 AND pool >= $1 RETURNING pool", total, sku).Scan(&pool)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	default:
+		return false, nil
+	}
+	rem := pool + total
+	for _, c := range batch {
+		rem -= c.qty
+		c.rem, c.err = rem, nil
+		close(c.done)
+	}
+	return true, nil
 }
 
 // getFallback returns SQL's pool of sku while the circuit is open.

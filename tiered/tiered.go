@@ -108,9 +108,8 @@
 //     runs, the synced ones besides. Fence it by never letting Redis come
 //     back older than it acknowledged: appendonly yes (appendfsync always
 //     where a power loss, or a SIGKILL behind a slow disk, must not
-//     oversell), no RDB restore into a live
-//     sale, and Reconcile after every Redis restart before it takes
-//     traffic. The breaker's recovery ([WithBreaker]) does that for a
+//     oversell), no RDB restore into a live sale, and Reconcile after
+//     every Redis restart before it takes traffic. The breaker's recovery ([WithBreaker]) does that for a
 //     restart it saw (calls failed meanwhile; Redis's uptime tells the
 //     restart): every SKU is reconciled, and its Excess taken out, before
 //     the circuit closes. A restart no call noticed is not detected, and
