@@ -27,18 +27,22 @@
 // durations, {curly} annotations for counts; a Prometheus exporter adds
 // _total and _seconds):
 //
-//	inventory.client.operations          counter   {operation}  by operation, outcome, strategy
+//	inventory.client.operations          counter   {operation}  by operation, outcome, strategy (observable)
 //	inventory.client.operation.duration  histogram s            by operation, outcome, strategy
 //	inventory.client.active_operations   updown    {operation}  by operation, strategy: calls in flight (observable)
-//	inventory.client.units               counter   {unit}       by operation, direction, strategy
-//	inventory.client.held_units          counter   {unit}       by strategy
-//	inventory.client.released_holds      counter   {hold}       by strategy
+//	inventory.client.units               counter   {unit}       by operation, direction, strategy (observable)
+//	inventory.client.held_units          counter   {unit}       by strategy (observable)
+//	inventory.client.released_holds      counter   {hold}       by strategy (observable)
 //
 // The duration of a call is its span's (end time minus start time) when
 // the span keeps its times, as the SDK's do; otherwise the wrapper reads
-// the clock. The calls in flight are counted in atomics and observed at
-// each collection (an asynchronous instrument), an operation from its
-// first call on.
+// the clock. The histogram is the one measurement a call makes, in the
+// span's context (so an exemplar can point to the trace); the counters
+// and the calls in flight are atomics that each collection observes
+// (asynchronous instruments), a point per attribute set from its first
+// count on. Wrappers of the same meter provider and strategy share them,
+// so a dropped wrapper's counts stay in the totals (except under a meter
+// that is not a pointer, such as a no-op one).
 //
 // Outcomes are ok, insufficient (ErrInsufficientStock), duplicate,
 // contention (ErrContention, rate limits included), not_found, invalid,
@@ -74,6 +78,7 @@ package otelstock
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -183,61 +188,168 @@ type instruments struct {
 	inner    inventory.StockManager
 	strategy string
 	tracer   trace.Tracer
-
-	calls    metric.Int64Counter
 	duration metric.Float64Histogram
-	active   metric.Int64ObservableUpDownCounter
-	units    metric.Int64Counter
-	held     metric.Int64Counter
-	released metric.Int64Counter
 
-	// The calls in flight, observed by the active instrument's callback.
-	flight *flight
+	// The counters, observed at each collection.
+	counts *counts
 
 	// Measurement options and span attributes made once, so that a call
 	// allocates none of them.
-	byOutcome  [numOps][]measure
-	moved      [numOps][]metric.AddOption
-	plain      []metric.AddOption
+	record     [numOps][][]metric.RecordOption // by operation, outcome index
 	spanNames  [numOps]string
 	strategyKV attribute.KeyValue
 	outcomeKV  []attribute.KeyValue // by index in outcome.All
 }
 
-// flight counts the calls in flight by operation. The active instrument
-// is asynchronous: a call adds to an atomic counter (two SDK measurements
-// per call, with their attribute lookups and exemplars, cost a few hundred
-// ns more), and a collection observes the counters. An operation is
-// observed once it has been called, as a synchronous counter would report
-// it.
-type flight struct {
-	n    [numOps]atomic.Int64
-	seen [numOps]atomic.Bool
+// counts are a strategy's counters under one meter (operations, units,
+// held units, released holds, calls in flight), kept in atomics that each
+// collection observes: the instruments are asynchronous, so that a call
+// adds to an atomic where a synchronous counter would make an SDK
+// measurement (a lookup of its attribute set, an exemplar offered) per
+// counter per call. Only the duration histogram is measured per call
+// (with its exemplar). Every wrapper of the same meter and strategy shares
+// one counts, registered once, as the SDK shares a synchronous counter's
+// sums: a dropped wrapper takes none of its counts away, and wrapping
+// often (per request, say) adds no callbacks.
+type counts struct {
+	flight   [numOps]atomic.Int64
+	seen     [numOps]atomic.Bool // called once: its in-flight point is reported
+	calls    []atomic.Int64      // by operation*len(outcome.All) + outcome index
+	units    [numOps]atomic.Int64
+	held     atomic.Int64
+	released atomic.Int64
 }
 
-func (f *flight) add(o op, d int64) {
-	if d > 0 && !f.seen[o].Load() {
-		f.seen[o].Store(true)
+func (c *counts) begin(o op) {
+	if !c.seen[o].Load() {
+		c.seen[o].Store(true)
 	}
-	f.n[o].Add(d)
+	c.flight[o].Add(1)
 }
 
-// observe returns the callback reporting f on active, one point per
-// operation called so far.
-func (f *flight) observe(active metric.Int64ObservableUpDownCounter, byOp [numOps][]metric.ObserveOption) metric.Callback {
-	return func(_ context.Context, o metric.Observer) error {
-		for op := range numOps {
-			if f.seen[op].Load() {
-				o.ObserveInt64(active, f.n[op].Load(), byOp[op]...)
+// shared holds the counts of the meters that are pointers (the SDK's and
+// the global delegate's), by meter and strategy, for the life of the
+// program: a few per provider and strategy.
+var shared = struct {
+	sync.Mutex
+	m map[sharedKey]*counts
+}{m: make(map[sharedKey]*counts)}
+
+type sharedKey struct {
+	meter    metric.Meter
+	strategy string
+}
+
+// countsFor returns the counts of strategy under meter, registering them
+// on first use. A meter that is not a pointer (a no-op one is a struct)
+// gets counts of its own wrapper, unregistered once in is unreachable.
+func countsFor(in *instruments, meter metric.Meter) (*counts, error) {
+	if reflect.TypeOf(meter).Kind() != reflect.Pointer {
+		c, reg, err := newCounts(meter, in.strategy)
+		if err != nil {
+			return nil, err
+		}
+		runtime.AddCleanup(in, func(r metric.Registration) { _ = r.Unregister() }, reg)
+		return c, nil
+	}
+	shared.Lock()
+	defer shared.Unlock()
+	k := sharedKey{meter, in.strategy}
+	if c := shared.m[k]; c != nil {
+		return c, nil
+	}
+	c, _, err := newCounts(meter, in.strategy)
+	if err != nil {
+		return nil, err
+	}
+	shared.m[k] = c
+	return c, nil
+}
+
+// newCounts makes the asynchronous instruments on meter and registers the
+// callback that reports c on them, one point per attribute set counted so
+// far (an operation in flight from its first call on).
+func newCounts(meter metric.Meter, strategy string) (*counts, metric.Registration, error) {
+	var err error
+	mk := func(e error) {
+		if err == nil && e != nil {
+			err = fmt.Errorf("otelstock: %w", e)
+		}
+	}
+	calls, e := meter.Int64ObservableCounter(MetricOperations, metric.WithUnit("{operation}"),
+		metric.WithDescription("Stock calls, by operation and outcome."))
+	mk(e)
+	active, e := meter.Int64ObservableUpDownCounter(MetricActiveOperations, metric.WithUnit("{operation}"),
+		metric.WithDescription("Stock calls in flight."))
+	mk(e)
+	units, e := meter.Int64ObservableCounter(MetricUnits, metric.WithUnit("{unit}"),
+		metric.WithDescription("Units moved by stock calls that took effect, by direction."))
+	mk(e)
+	held, e := meter.Int64ObservableCounter(MetricHeldUnits, metric.WithUnit("{unit}"),
+		metric.WithDescription("Units put on hold by Reserve calls that took effect."))
+	mk(e)
+	released, e := meter.Int64ObservableCounter(MetricReleasedHolds, metric.WithUnit("{hold}"),
+		metric.WithDescription("Expired holds released by Sweep calls."))
+	mk(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	no := len(outcome.All)
+	c := &counts{calls: make([]atomic.Int64, int(numOps)*no)}
+	strategyKV := KeyStrategy.String(strategy)
+	with := func(kvs ...attribute.KeyValue) []metric.ObserveOption {
+		return []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(append(kvs, strategyKV)...))}
+	}
+	var byOp, moved [numOps][]metric.ObserveOption
+	byOutcome := make([][]metric.ObserveOption, len(c.calls))
+	for o := range numOps {
+		operation := KeyOperation.String(opNames[o])
+		byOp[o] = with(operation)
+		for i, oc := range outcome.All {
+			byOutcome[int(o)*no+i] = with(operation, KeyOutcome.String(oc))
+		}
+		if dir := direction(o); dir != "" {
+			moved[o] = with(operation, KeyDirection.String(dir))
+		}
+	}
+	plain := with()
+	reg, err := meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		for o := range numOps {
+			if c.seen[o].Load() {
+				obs.ObserveInt64(active, c.flight[o].Load(), byOp[o]...)
+			}
+			if n := c.units[o].Load(); n > 0 {
+				obs.ObserveInt64(units, n, moved[o]...)
 			}
 		}
+		for i := range c.calls {
+			if n := c.calls[i].Load(); n > 0 {
+				obs.ObserveInt64(calls, n, byOutcome[i]...)
+			}
+		}
+		if n := c.held.Load(); n > 0 {
+			obs.ObserveInt64(held, n, plain...)
+		}
+		if n := c.released.Load(); n > 0 {
+			obs.ObserveInt64(released, n, plain...)
+		}
 		return nil
+	}, calls, active, units, held, released)
+	if err != nil {
+		return nil, nil, fmt.Errorf("otelstock: %w", err)
 	}
+	return c, reg, nil
 }
 
-type measure struct {
-	add    []metric.AddOption
-	record []metric.RecordOption
+// direction is the inventory.direction of the units o moves, or "".
+func direction(o op) string {
+	switch o {
+	case opReduce, opReduceLines:
+		return string(inventory.DirReduce)
+	case opReturn, opReturnLines:
+		return string(inventory.DirReturn)
+	}
+	return ""
 }
 
 // Wrap returns m recorded as spans and metrics. The result implements
@@ -278,32 +390,13 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 	meter := c.mp.Meter(ScopeName)
 	in := &instruments{inner: m, strategy: c.strategy, tracer: c.tp.Tracer(ScopeName)}
 	var err error
-	mk := func(e error) {
-		if err == nil && e != nil {
-			err = fmt.Errorf("otelstock: %w", e)
-		}
-	}
-	var e error
-	in.calls, e = meter.Int64Counter(MetricOperations, metric.WithUnit("{operation}"),
-		metric.WithDescription("Stock calls, by operation and outcome."))
-	mk(e)
-	in.duration, e = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+	in.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of stock calls, by operation and outcome."),
 		metric.WithExplicitBucketBoundaries(DurationBuckets...))
-	mk(e)
-	in.active, e = meter.Int64ObservableUpDownCounter(MetricActiveOperations, metric.WithUnit("{operation}"),
-		metric.WithDescription("Stock calls in flight."))
-	mk(e)
-	in.units, e = meter.Int64Counter(MetricUnits, metric.WithUnit("{unit}"),
-		metric.WithDescription("Units moved by stock calls that took effect, by direction."))
-	mk(e)
-	in.held, e = meter.Int64Counter(MetricHeldUnits, metric.WithUnit("{unit}"),
-		metric.WithDescription("Units put on hold by Reserve calls that took effect."))
-	mk(e)
-	in.released, e = meter.Int64Counter(MetricReleasedHolds, metric.WithUnit("{hold}"),
-		metric.WithDescription("Expired holds released by Sweep calls."))
-	mk(e)
 	if err != nil {
+		return nil, fmt.Errorf("otelstock: %w", err)
+	}
+	if in.counts, err = countsFor(in, meter); err != nil {
 		return nil, err
 	}
 	strategy := KeyStrategy.String(c.strategy)
@@ -311,36 +404,14 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 	for _, oc := range outcome.All {
 		in.outcomeKV = append(in.outcomeKV, KeyOutcome.String(oc))
 	}
-	var byOp [numOps][]metric.ObserveOption
 	for o := range numOps {
 		operation := KeyOperation.String(opNames[o])
 		in.spanNames[o] = "inventory " + opNames[o]
-		byOp[o] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(operation, strategy))}
 		for _, oc := range outcome.All {
 			set := metric.WithAttributeSet(attribute.NewSet(operation, strategy, KeyOutcome.String(oc)))
-			in.byOutcome[o] = append(in.byOutcome[o], measure{add: []metric.AddOption{set}, record: []metric.RecordOption{set}})
-		}
-		dir := ""
-		switch o {
-		case opReduce, opReduceLines:
-			dir = string(inventory.DirReduce)
-		case opReturn, opReturnLines:
-			dir = string(inventory.DirReturn)
-		}
-		if dir != "" {
-			in.moved[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(operation, strategy, KeyDirection.String(dir)))}
+			in.record[o] = append(in.record[o], []metric.RecordOption{set})
 		}
 	}
-	in.plain = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(strategy))}
-	in.flight = new(flight)
-	reg, err := meter.RegisterCallback(in.flight.observe(in.active, byOp), in.active)
-	if err != nil {
-		return nil, fmt.Errorf("otelstock: %w", err)
-	}
-	// The callback holds the counters, not the wrapper: once the wrapper
-	// is unreachable, its callback is unregistered, so that wrapping often
-	// (per request, say) leaks nothing into the provider.
-	runtime.AddCleanup(in, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	return in, nil
 }
 
@@ -364,7 +435,7 @@ type call struct {
 
 func (in *instruments) begin(ctx context.Context, o op) (context.Context, call) {
 	ctx, span := in.tracer.Start(ctx, in.spanNames[o], clientSpan...)
-	in.flight.add(o, 1)
+	in.counts.begin(o)
 	c := call{in: in, op: o, span: span}
 	if ts, ok := span.(timedSpan); ok {
 		c.timed = ts
@@ -386,8 +457,8 @@ type timedSpan interface {
 var attrBufs = sync.Pool{New: func() any { return new([8]attribute.KeyValue) }}
 
 // end records the call's outcome; moved is the units it moved (or held)
-// if it took effect. The span ends first, so that the metrics take its
-// duration; they are recorded in ctx, the span's, for exemplars.
+// if it took effect. The span ends first, so that the histogram takes its
+// duration, recorded in ctx, the span's, for exemplars.
 func (c *call) end(ctx context.Context, err error, moved int64) {
 	in := c.in
 	oc := outcome.Of(err)
@@ -409,16 +480,16 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 	} else {
 		d = time.Since(c.t0)
 	}
-	ms := in.byOutcome[c.op][oi]
-	in.calls.Add(ctx, 1, ms.add...)
-	in.duration.Record(ctx, d.Seconds(), ms.record...)
-	in.flight.add(c.op, -1)
+	in.duration.Record(ctx, d.Seconds(), in.record[c.op][oi]...)
+	cs := in.counts
+	cs.calls[int(c.op)*len(outcome.All)+oi].Add(1)
+	cs.flight[c.op].Add(-1)
 	if err == nil && moved > 0 {
 		switch {
-		case in.moved[c.op] != nil:
-			in.units.Add(ctx, moved, in.moved[c.op]...)
+		case direction(c.op) != "":
+			cs.units[c.op].Add(moved)
 		case c.op == opReserve:
-			in.held.Add(ctx, moved, in.plain...)
+			cs.held.Add(moved)
 		}
 	}
 }
@@ -596,7 +667,7 @@ func (o orders) Sweep(ctx context.Context) (int, error) {
 	ctx, c := o.begin(ctx, opSweep)
 	n, err := o.om.Sweep(ctx)
 	if n > 0 {
-		o.released.Add(ctx, int64(n), o.plain...)
+		o.counts.released.Add(int64(n))
 	}
 	c.released = n
 	c.end(ctx, err, 0)

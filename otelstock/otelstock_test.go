@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -271,41 +273,97 @@ func TestDurationIsTheSpans(t *testing.T) {
 	assert.InDelta(t, d.Seconds(), sum, 1e-9)
 }
 
-// A wrapper nobody holds any more stops reporting its calls in flight (its
-// callback is unregistered), so that wrapping often leaks nothing into the
-// provider; a wrapper still held goes on reporting.
-func TestInFlightCallbackReleased(t *testing.T) {
+// countingProvider counts the callbacks registered on its meter, and
+// unregistered. Its meter is a pointer, or a struct value if byValue.
+type countingProvider struct {
+	metric.MeterProvider
+	byValue                  bool
+	registered, unregistered *atomic.Int32
+	meter                    *countingMeter
+}
+
+func newCountingProvider(mp metric.MeterProvider, byValue bool) *countingProvider {
+	p := &countingProvider{MeterProvider: mp, byValue: byValue, registered: new(atomic.Int32), unregistered: new(atomic.Int32)}
+	p.meter = &countingMeter{mp.Meter(otelstock.ScopeName), p}
+	return p
+}
+
+func (p *countingProvider) Meter(string, ...metric.MeterOption) metric.Meter {
+	if p.byValue {
+		return *p.meter
+	}
+	return p.meter
+}
+
+type countingMeter struct {
+	metric.Meter
+	p *countingProvider
+}
+
+func (m countingMeter) RegisterCallback(f metric.Callback, insts ...metric.Observable) (metric.Registration, error) {
+	reg, err := m.Meter.RegisterCallback(f, insts...)
+	m.p.registered.Add(1)
+	return countingRegistration{reg, m.p.unregistered}, err
+}
+
+type countingRegistration struct {
+	metric.Registration
+	n *atomic.Int32
+}
+
+func (r countingRegistration) Unregister() error {
+	r.n.Add(1)
+	return r.Registration.Unregister()
+}
+
+// Wrappers of one meter provider and strategy share their counters: one
+// callback however often the manager is wrapped, and a dropped wrapper's
+// calls stay counted.
+func TestCountsShared(t *testing.T) {
 	ctx := context.Background()
 	p := newProbe(t)
-	kept := p.wrap(inventorytest.NewMemory(0), otelstock.WithStrategy("kept"))
-	dropped := p.wrap(inventorytest.NewMemory(0), otelstock.WithStrategy("dropped"))
-	require.NoError(t, kept.Init(ctx, "x", 1))
-	require.NoError(t, dropped.Init(ctx, "x", 1))
-	points := func(strategy string) int {
-		n := 0
-		for _, sm := range p.collect().ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name != otelstock.MetricActiveOperations {
-					continue
-				}
-				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-					if matches(dp.Attributes, []attribute.KeyValue{otelstock.KeyStrategy.String(strategy)}) {
-						n++
-					}
-				}
-			}
-		}
-		return n
+	cp := newCountingProvider(p.mp, false)
+	wrap := func(strategy string) inventory.StockManager {
+		w, err := otelstock.Wrap(inventorytest.NewMemory(0), otelstock.WithMeterProvider(cp),
+			otelstock.WithTracerProvider(p.tp), otelstock.WithStrategy(strategy))
+		require.NoError(t, err)
+		return w
 	}
-	require.Equal(t, 1, points("dropped"), "init was called: one point, 0 in flight")
-	dropped = nil
+	for range 100 {
+		require.NoError(t, wrap("a").Init(ctx, "x", 1))
+	}
+	require.NoError(t, wrap("b").Init(ctx, "x", 1))
+	assert.EqualValues(t, 2, cp.registered.Load(), "one callback per strategy")
+	runtime.GC()
+	runtime.GC()
+	assert.EqualValues(t, 100, p.sum(otelstock.MetricOperations, otelstock.KeyStrategy.String("a"), op("init")),
+		"the dropped wrappers' calls are counted")
+	assert.EqualValues(t, 1, p.sum(otelstock.MetricOperations, otelstock.KeyStrategy.String("b")))
+	assert.Zero(t, cp.unregistered.Load())
+}
+
+// Under a meter that is not a pointer, each wrapper has its own callback,
+// unregistered once the wrapper is unreachable, so that wrapping often
+// leaks nothing into the provider (fails without the cleanup).
+func TestCallbackReleasedUnderValueMeter(t *testing.T) {
+	ctx := context.Background()
+	p := newProbe(t)
+	cp := newCountingProvider(p.mp, true)
+	kept, err := otelstock.Wrap(inventorytest.NewMemory(0), otelstock.WithMeterProvider(cp), otelstock.WithTracerProvider(p.tp))
+	require.NoError(t, err)
+	require.NoError(t, kept.Init(ctx, "x", 1))
+	for range 10 {
+		dropped, err := otelstock.Wrap(inventorytest.NewMemory(0), otelstock.WithMeterProvider(cp), otelstock.WithTracerProvider(p.tp))
+		require.NoError(t, err)
+		require.NoError(t, dropped.Init(ctx, "x", 1))
+	}
+	assert.EqualValues(t, 11, cp.registered.Load())
 	assert.Eventually(t, func() bool {
 		runtime.GC()
-		return points("dropped") == 0
+		return cp.unregistered.Load() == 10
 	}, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, 1, points("kept"))
+	assert.EqualValues(t, 1, p.sum(otelstock.MetricOperations, op("init")), "the kept wrapper reports its call")
 	runtime.KeepAlive(kept)
-	_ = dropped
 }
 
 func TestOrders(t *testing.T) {
