@@ -95,6 +95,7 @@ func TestEmbedded(t *testing.T) {
 			assert.Positive(t, r.Duplicate, "%s: repeat buyers who had bought are told so", name)
 		}
 	}
+	assert.Contains(t, rows["ceiling/redis"].Skipped, "-redis", "the ceiling measures a real Redis, and the report says how to run it")
 	for _, name := range []string{
 		"memory/process", "luascript/redis",
 		"optimistic/sqlite", "optimistic-single/sqlite", "rowlock/sqlite",
@@ -111,7 +112,43 @@ func TestEmbedded(t *testing.T) {
 	}
 	assert.False(t, rows["rowlock/sqlite"].Embedded)
 	assert.Equal(t, "embedded miniredis", rows["luascript/redis"].Where)
-	assert.Len(t, rows, 8)
+	assert.Len(t, rows, 9)
+}
+
+// The ceiling row has no idempotency keys: with stock for every click, each
+// repeat click buys again, where luascript's keyed buyers are told
+// ErrDuplicate; the table says it is a ceiling and gives luascript's
+// multiple of it.
+func TestCeiling(t *testing.T) {
+	t.Parallel()
+	prefix := cleanPrefix(t, []redis.UniversalClient{testenv.Redis(t)}, nil, nil)
+	args := []string{"-buyers", "200", "-stock", "1000", "-repeat", "1", "-strategies", "luascript,ceiling",
+		"-prefix", prefix, "-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis)}
+	rows := map[string]result{}
+	for _, r := range runJSON(t, args...) {
+		rows[r.Strategy+"/"+r.Store] = r
+	}
+	require.Len(t, rows, 2)
+	c, l := rows["ceiling/redis"], rows["luascript/redis"]
+	assert.Empty(t, c.Failure)
+	assert.Contains(t, c.Where, "bare check-and-DECRBY")
+	assert.False(t, c.Embedded)
+	assert.EqualValues(t, 400, c.Sold, "no keys: both clicks of every buyer buy")
+	assert.EqualValues(t, 200, c.Rebought)
+	assert.Zero(t, c.Duplicate)
+	assert.EqualValues(t, 600, c.Left)
+	assert.Zero(t, c.Lost)
+	assert.EqualValues(t, 200, l.Sold, "keyed: one purchase per buyer")
+	assert.EqualValues(t, 200, l.Duplicate)
+	assert.Zero(t, l.Rebought)
+
+	var table bytes.Buffer
+	require.NoError(t, run(context.Background(), append(args, "-stock", "50"), &table, io.Discard))
+	out := table.String()
+	t.Logf("table:\n%s", out)
+	assert.Regexp(t, `(?m)^ +ceiling +redis +50 +0 +0 +0 `, out, "the ceiling's row: 50 sold")
+	assert.Contains(t, out, "ceiling/redis is a ceiling, not a strategy")
+	assert.Regexp(t, `luascript/redis: \d+\.\d\dx the ceiling's req/s`, out)
 }
 
 // cleanPrefix returns a -prefix unique to t, and removes at the end of t
@@ -190,7 +227,7 @@ func TestRealServers(t *testing.T) {
 		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 		checkMetrics(t, name, r, 1)
 	}
-	assert.Len(t, rows, 2+9+2+6)
+	assert.Len(t, rows, 3+9+2+6)
 }
 
 // The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller

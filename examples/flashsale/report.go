@@ -97,6 +97,7 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	notes = append(notes, ceilingNotes(results)...)
 	if cfg.metrics {
 		if err := writeMetricsTable(w, results); err != nil {
 			return err
@@ -109,6 +110,33 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included.\n"+
 		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
 	return err
+}
+
+// ceilingNotes explains the ceiling rows and gives, for each Redis row that
+// ran beside one, its throughput as a multiple of the ceiling's.
+func ceilingNotes(results []result) []string {
+	var notes []string
+	for _, c := range results {
+		if c.Strategy != "ceiling" || !c.Ran || c.Failure != "" {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s is a ceiling, not a strategy: one bare check-and-DECRBY EVALSHA per call on the same Redis, "+
+			"client and concurrency; it never oversells, but it has no idempotency keys (%d repeat clicks bought a second time) and no resend protection",
+			c.Strategy, c.Store, c.Rebought))
+		for _, r := range results {
+			if r.Ran && r.Failure == "" && r.Strategy != "ceiling" && r.Strategy != "memory" && r.Embedded == c.Embedded && usesRedis(r) && c.Throughput > 0 {
+				notes = append(notes, fmt.Sprintf("%s/%s: %.2fx the ceiling's req/s (one sale each: rerun to see the spread)",
+					r.Strategy, r.Store, r.Throughput/c.Throughput))
+			}
+		}
+	}
+	return notes
+}
+
+// usesRedis reports whether row r sold with one script call per Reduce on
+// the sale's Redis (-redis, or its embedded miniredis), as the ceiling does.
+func usesRedis(r result) bool {
+	return r.Strategy == "luascript"
 }
 
 // writeMetricsTable writes, per row, the Reduce calls the otelstock
