@@ -51,13 +51,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -73,10 +73,10 @@ type Manager struct {
 	f      front.Front // validates, checks ctx, wraps errors; calls *backend
 	client redis.UniversalClient
 	config
-	ttlMs  int64                   // keyTTL in ms, as the scripts take it
-	groups []atomic.Pointer[group] // per Cluster slot, when calls are merged (maxBatch > 1)
-	refuse *refusals               // WithRefusals
-	marks  *slotMarks              // orders.go; nil but on a Cluster
+	ttlMs  int64                      // keyTTL in ms, as the scripts take it
+	queue  *merge.Queue[call, answer] // merge.go; nil when calls are not merged (maxBatch 1)
+	refuse *refusals                  // WithRefusals
+	marks  *slotMarks                 // orders.go; nil but on a Cluster
 	// crossSKU: one script call may hold the keys of several SKUs of one
 	// slot (a plain or Cluster client).
 	crossSKU bool
@@ -216,12 +216,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if c.refusalsSet {
 		m.refuse = &refusals{ttl: c.refusalTTL}
 	}
-	if c.maxBatch > 1 {
-		m.groups = make([]atomic.Pointer[group], rediskeys.Slots)
-	}
 	switch client.(type) {
 	case *redis.Client, *redis.ClusterClient:
 		m.crossSKU = true
+	}
+	if c.maxBatch > 1 {
+		m.queue = m.newQueue()
 	}
 	m.f = front.New("luascript", (*backend)(m))
 	return m, nil
@@ -311,7 +311,7 @@ func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 
 // send sends a call to Redis, merged or alone.
 func (m *Manager) send(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	if m.groups != nil {
+	if m.queue != nil {
 		return m.merged(ctx, sku, qty, dir, key)
 	}
 	return m.move(ctx, sku, qty, dir, key)

@@ -25,9 +25,13 @@ type statements struct {
 	// ledger records a journal entry once (1 row affected when new); apply
 	// adds synced moves to the SKU's row of the entry's generation.
 	ledger, apply string
-	// seenEntry finds a journal entry in the ledger; lose adds to the
-	// units Redis lost.
+	// seenEntry finds a journal entry (sku, entry id) in the ledger, or
+	// below the SKU's prune mark; lose adds to the units Redis lost.
 	seenEntry, lose string
+	// mark reads a SKU's prune mark and locks its row (the first statement
+	// of a sync or prune transaction); setMark raises it; prune deletes the
+	// ledger rows below it. See prune.go.
+	mark, setMark, prune string
 	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
 	// and counts it in direct (net units SQL sold on its own).
 	direct string
@@ -47,7 +51,8 @@ var mysqlSQL = statements{
 			direct BIGINT NOT NULL DEFAULT 0,
 			lost BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
-			last_grant BIGINT NOT NULL DEFAULT 0
+			last_grant BIGINT NOT NULL DEFAULT 0,
+			pruned_ms BIGINT NOT NULL DEFAULT 0
 		) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku VARBINARY(255) NOT NULL,
@@ -59,7 +64,9 @@ var mysqlSQL = statements{
 		`CREATE TABLE IF NOT EXISTS {{p}}synced (
 			sku VARBINARY(255) NOT NULL,
 			entry_id VARBINARY(64) NOT NULL,
-			PRIMARY KEY (sku, entry_id)
+			ms BIGINT NOT NULL,
+			PRIMARY KEY (sku, entry_id),
+			KEY (sku, ms)
 		) ENGINE=InnoDB`,
 	},
 	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
@@ -76,10 +83,15 @@ var mysqlSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
-	ledger:    `INSERT IGNORE INTO {{p}}synced (sku, entry_id) VALUES (?, ?)`,
-	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = ? AND entry_id = ?`,
-	lose:      `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:     `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+	ledger: `INSERT IGNORE INTO {{p}}synced (sku, entry_id, ms) VALUES (?, ?, ?)`,
+	seenEntry: `SELECT 1 FROM (SELECT ? AS sku, ? AS id) x JOIN {{p}}stock s ON s.sku = x.sku
+		WHERE s.pruned_ms > CAST(SUBSTRING_INDEX(x.id, '-', 1) AS UNSIGNED)
+			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = x.sku AND l.entry_id = x.id)`,
+	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
+	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
+	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
+	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
 
@@ -100,7 +112,8 @@ var postgresSQL = statements{
 			direct BIGINT NOT NULL DEFAULT 0,
 			lost BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
-			last_grant BIGINT NOT NULL DEFAULT 0
+			last_grant BIGINT NOT NULL DEFAULT 0,
+			pruned_ms BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT COLLATE "C" NOT NULL,
@@ -112,8 +125,10 @@ var postgresSQL = statements{
 		`CREATE TABLE IF NOT EXISTS {{p}}synced (
 			sku TEXT COLLATE "C" NOT NULL,
 			entry_id TEXT COLLATE "C" NOT NULL,
+			ms BIGINT NOT NULL,
 			PRIMARY KEY (sku, entry_id)
 		)`,
+		`CREATE INDEX IF NOT EXISTS {{p}}synced_ms ON {{p}}synced (sku, ms)`,
 	},
 	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
 
@@ -130,10 +145,15 @@ var postgresSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
 
-	ledger:    `INSERT INTO {{p}}synced (sku, entry_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-	seenEntry: `SELECT 1 FROM {{p}}synced WHERE sku = $1 AND entry_id = $2`,
-	lose:      `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
-	apply:     `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
+	ledger: `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = $1
+		AND (s.pruned_ms > split_part($2, '-', 1)::bigint
+			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = $1 AND l.entry_id = $2))`,
+	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
+	setMark: `UPDATE {{p}}stock SET pruned_ms = $1 WHERE sku = $2 AND pruned_ms < $3`,
+	prune:   `DELETE FROM {{p}}synced WHERE sku = $1 AND ms < $2`,
+	lose:    `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
 
@@ -141,6 +161,73 @@ var postgresSQL = statements{
 	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = $1`,
+}
+
+// sqliteSQL is the SQL for SQLite (driver "sqlite", modernc.org/sqlite, or
+// "sqlite3"). SQLite has no row locks: lock is an UPDATE that changes
+// nothing, which takes the database's write lock before anything is read
+// (whatever the DSN's _txlock), so a grant, a sync or a fallback call holds
+// the whole database until it commits; open it in WAL mode with a busy
+// timeout. TEXT compares with the BINARY collation: bytes.
+var sqliteSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku TEXT NOT NULL PRIMARY KEY,
+			pool INTEGER NOT NULL CHECK (pool >= 0),
+			sold INTEGER NOT NULL DEFAULT 0,
+			returned INTEGER NOT NULL DEFAULT 0,
+			direct INTEGER NOT NULL DEFAULT 0,
+			lost INTEGER NOT NULL DEFAULT 0,
+			gen INTEGER NOT NULL,
+			last_grant INTEGER NOT NULL DEFAULT 0,
+			pruned_ms INTEGER NOT NULL DEFAULT 0
+		)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}grants (
+			sku TEXT NOT NULL,
+			gen INTEGER NOT NULL,
+			grant_id INTEGER NOT NULL,
+			qty INTEGER NOT NULL,
+			PRIMARY KEY (sku, gen, grant_id)
+		) WITHOUT ROWID`,
+		`CREATE TABLE IF NOT EXISTS {{p}}synced (
+			sku TEXT NOT NULL,
+			entry_id TEXT NOT NULL,
+			ms INTEGER NOT NULL,
+			PRIMARY KEY (sku, entry_id)
+		) WITHOUT ROWID`,
+		`CREATE INDEX IF NOT EXISTS {{p}}synced_ms ON {{p}}synced (sku, ms)`,
+	},
+	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`},
+
+	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
+	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
+
+	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
+			gen = {{p}}stock.gen + 1, last_grant = 0`,
+	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
+	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
+
+	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
+
+	ledger: `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = ?1
+		AND (s.pruned_ms > CAST(substr(?2, 1, instr(?2, '-') - 1) AS INTEGER)
+			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = ?1 AND l.entry_id = ?2))`,
+	mark:    `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pruned_ms`,
+	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
+	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
+	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+
+	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
+
+	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = ?`,
 }
 
 // identifier is what a table prefix may be: it begins a plain identifier.
@@ -155,12 +242,14 @@ func engineSQL(driver, prefix string) (statements, error) {
 		s = mysqlSQL
 	case "pgx", "postgres":
 		s = postgresSQL
+	case "sqlite", "sqlite3":
+		s = sqliteSQL
 	default:
-		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx or postgres)", inventory.ErrInvalidArgument, driver)
+		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx, postgres, sqlite or sqlite3)", inventory.ErrInvalidArgument, driver)
 	}
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.ledger, &s.seenEntry, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
+		&s.grantsAfter, &s.ledger, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
 		*q = r.Replace(*q)
 	}
 	s.create = replaceAll(r, s.create)

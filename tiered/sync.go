@@ -2,6 +2,8 @@ package tiered
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -48,12 +50,14 @@ func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tiered: sync %q: claim: %w", sku, err)
 	}
+	last := "" // the last entry acknowledged
 	if len(claimed) > 0 {
 		n, err := m.applyEntries(ctx, sku, stream, claimed)
 		if err != nil {
 			return n, err
 		}
 		total += n
+		last = claimed[len(claimed)-1].ID
 	}
 	for _, start := range []string{"0", ">"} {
 		for {
@@ -74,9 +78,15 @@ func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 			if err != nil {
 				return total, err
 			}
+			last = res[0].Messages[len(res[0].Messages)-1].ID
 			if int64(len(res[0].Messages)) < m.cfg.syncBatch {
 				break
 			}
+		}
+	}
+	if last != "" && !m.ledger.off {
+		if _, err := m.prune(ctx, sku, stream, last); err != nil {
+			return total, err
 		}
 	}
 	return total, nil
@@ -91,6 +101,12 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 	applied := 0
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		applied = 0
+		// The prune mark, read with the SKU's row locked, as the pruner
+		// does: an entry below it was applied and its ledger row pruned.
+		var mark int64
+		if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		byGen := map[int64]*moves{}
 		for _, msg := range msgs {
 			if len(msg.Values) == 0 {
@@ -98,10 +114,15 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 			}
 			gen, err1 := strconv.ParseInt(fmt.Sprint(msg.Values["n"]), 10, 64)
 			d, err2 := strconv.ParseInt(fmt.Sprint(msg.Values["d"]), 10, 64)
-			if err1 != nil || err2 != nil {
+			ms, err3 := entryMS(msg.ID)
+			if err1 != nil || err2 != nil || err3 != nil {
 				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
 			}
-			res, err := tx.ExecContext(ctx, m.q.ledger, sku, msg.ID)
+			if ms < mark {
+				m.ledger.belowMark.Add(1)
+				continue // applied before, its ledger row pruned
+			}
+			res, err := tx.ExecContext(ctx, m.q.ledger, sku, msg.ID, ms)
 			if err != nil {
 				return err
 			}

@@ -27,6 +27,7 @@ var engines = []struct {
 }{
 	{"mariadb", testenv.MySQL},
 	{"postgres", testenv.Postgres},
+	{"sqlite", testenv.SQLite},
 }
 
 // env is a Redis prefix and a table prefix of one test, both deleted when
@@ -169,7 +170,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		_, err := New(rdb, db, o)
 		assert.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
 	}
-	_, err := New(rdb, sqlx.NewDb(nil, "sqlite"))
+	_, err := New(rdb, sqlx.NewDb(nil, "sqlserver"))
 	assert.ErrorIs(t, err, inventory.ErrInvalidArgument, "unsupported driver")
 	m, err := New(rdb, db, nil, WithChunk(10), WithChunk(20))
 	require.NoError(t, err, "nil option ignored")

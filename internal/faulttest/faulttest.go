@@ -127,8 +127,10 @@ func require(t testing.TB, bin string) string {
 
 // StartRedis starts a private redis-server on a free port that keeps its data
 // in an append-only file synced on every write, so a kill and restart loses
-// nothing that was acknowledged. It is killed when t ends.
-func StartRedis(t testing.TB) *Process {
+// nothing that was acknowledged. Extra command-line options (args, such as
+// "--appendfsync", "everysec") follow those and override them, at every
+// start. It is killed when t ends.
+func StartRedis(t testing.TB, args ...string) *Process {
 	t.Helper()
 	bin := require(t, "redis-server")
 	port := FreePort(t)
@@ -136,6 +138,7 @@ func StartRedis(t testing.TB) *Process {
 	p := &Process{t: t, name: "redis-" + strconv.Itoa(port), addr: "127.0.0.1:" + strconv.Itoa(port)}
 	p.argv = []string{bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"}
+	p.argv = append(p.argv, args...)
 	p.ready = func() error { return redisPing(p.addr) }
 	p.start()
 	t.Cleanup(p.Kill)
