@@ -41,7 +41,7 @@ import (
 const refusalTTL = time.Second
 
 // strategyNames lists what -strategies accepts, in the order of the report.
-const strategyNames = "memory, luascript, ceiling, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
+const strategyNames = "memory, luascript, ceiling, tiered, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
 
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
@@ -140,6 +140,11 @@ func (b *backends) targets() []target {
 			ceil.skip = "it measures a real Redis (miniredis starts a Lua interpreter per script): give -redis, or -services"
 		}
 		ts = append(ts, ceil)
+	}
+	if !cfg.carts { // tiered has no orders yet
+		for _, store := range b.sqlNames() {
+			ts = append(ts, b.tieredTarget(store))
+		}
 	}
 	for _, store := range b.sqlNames() {
 		sqlTarget := func(strategy string, open func(*sqlx.DB) (inventory.StockManager, error)) target {
@@ -262,18 +267,24 @@ func (b *backends) forgetCarts(tg target, tag string, skus []string) {
 			_, _ = db.ExecContext(ctx, db.Rebind(q), args...)
 		}
 	} else if tg.store == "redis" && b.redisClient != nil {
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, b.cfg.prefix+"*"+tag+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
+		deleteKeys(ctx, b.redisClient, b.cfg.prefix+"*"+tag+"*")
+	}
+}
+
+// deleteKeys deletes the keys that match pattern, on every master of a
+// Cluster.
+func deleteKeys(ctx context.Context, client redis.UniversalClient, pattern string) {
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
 		}
-		if cc, ok := b.redisClient.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
-		} else {
-			_ = del(ctx, b.redisClient)
-		}
+		return iter.Err()
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+	} else {
+		_ = del(ctx, client)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"image/png"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -99,7 +100,7 @@ func TestEmbedded(t *testing.T) {
 	for _, name := range []string{
 		"memory/process", "luascript/redis",
 		"optimistic/sqlite", "optimistic-single/sqlite", "rowlock/sqlite",
-		"redislock/redis", "redlock/redis",
+		"redislock/redis", "redlock/redis", "tiered/redis+sqlite",
 	} {
 		r, ok := rows[name]
 		if assert.True(t, ok, "%s is in the report", name) {
@@ -107,12 +108,69 @@ func TestEmbedded(t *testing.T) {
 		}
 	}
 	assert.Contains(t, rows["zklock/redis"].Skipped, "-zk", "the report says how to run zklock")
-	for _, name := range []string{"memory/process", "luascript/redis", "redislock/redis", "redlock/redis"} {
+	for _, name := range []string{"memory/process", "luascript/redis", "redislock/redis", "redlock/redis", "tiered/redis+sqlite"} {
 		assert.True(t, rows[name].Embedded, "%s ran in process, and says so", name)
 	}
 	assert.False(t, rows["rowlock/sqlite"].Embedded)
 	assert.Equal(t, "embedded miniredis", rows["luascript/redis"].Where)
-	assert.Len(t, rows, 9)
+	assert.Equal(t, "embedded miniredis; SQLite temporary file", rows["tiered/redis+sqlite"].Where)
+	checkTiered(t, rows["tiered/redis+sqlite"], false)
+	assert.Len(t, rows, 10)
+}
+
+// checkTiered checks a tiered row's own figures: every unit sold by Redis
+// or by SQL alone, SQL and Redis reconciled without a lost unit.
+func checkTiered(t *testing.T, r result, killed bool) {
+	t.Helper()
+	name := r.Strategy + "/" + r.Store
+	tr := r.Tiered
+	if !assert.NotNil(t, tr, "%s reports who sold", name) {
+		return
+	}
+	assert.Empty(t, r.Failure, name)
+	assert.Zero(t, r.Oversold, name)
+	assert.Equal(t, r.Initial-r.Left, tr.RedisSold+tr.FallbackSold, "%s: every unit taken was sold by Redis or by SQL alone", name)
+	assert.Zero(t, tr.Lost, name)
+	assert.Zero(t, tr.Excess, name)
+	assert.Zero(t, tr.Pool, "%s: SQL's pool is sold out", name)
+	assert.Equal(t, r.Left, tr.Allotment, "%s: what is left is Redis's", name)
+	if !killed {
+		assert.EqualValues(t, -1, tr.KilledAt, name)
+		assert.True(t, tr.Clean, "%s: Reconcile found nothing after a sale without faults", name)
+		assert.Zero(t, tr.FallbackSold, name)
+		assert.Zero(t, tr.Fallbacks, name)
+		return
+	}
+	assert.GreaterOrEqual(t, tr.KilledAt, r.Initial/5, "%s: killed at 20%% of the stock", name)
+	assert.GreaterOrEqual(t, tr.RedisSold, tr.KilledAt, "%s: Redis sold before the kill", name)
+	assert.Positive(t, tr.FallbackSold, "%s: SQL sold alone while Redis was down", name)
+	assert.Positive(t, tr.Fallbacks, name)
+}
+
+// -kill-redis-at SIGKILLs the tiered row's private Redis mid-sale: SQL
+// sells its pool alone meanwhile, and after the sale Redis restarts from
+// its AOF, the journal is drained and Reconcile finds nothing lost.
+func TestTieredKillRedis(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("needs redis-server: run `make services`")
+	}
+	prefix := cleanPrefix(t, nil, []*sqlx.DB{testenv.MySQL(t)}, nil)
+	results := runJSON(t, "-buyers", "600", "-stock", "300", "-concurrency", "32", "-prefix", prefix,
+		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL), "-strategies", "tiered/redis+mysql", "-kill-redis-at", "0.2")
+	require.Len(t, results, 1)
+	r := results[0]
+	t.Logf("sold %d, left %d, errors %d (unknown %d); tiered %+v", r.Sold, r.Left, r.Errors, r.Unknown, *r.Tiered)
+	assert.Contains(t, r.Where, "private redis-server")
+	assert.False(t, r.Embedded)
+	assert.Zero(t, r.Lost)
+	assert.Zero(t, r.Duplicate, "no keys while Redis may be down")
+	assert.LessOrEqual(t, r.Sold, r.Initial-r.Left, "buyers were told of no unit that was not taken")
+	assert.LessOrEqual(t, r.Initial-r.Left-r.Sold, r.Unknown, "units taken unseen: only by calls cut without a verdict")
+	checkTiered(t, r, true)
 }
 
 // The ceiling row has no idempotency keys: with stock for every click, each
@@ -161,7 +219,7 @@ func cleanPrefix(t *testing.T, clients []redis.UniversalClient, dbs []*sqlx.DB, 
 		t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
 	}
 	for _, db := range dbs {
-		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders")
+		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders", p+"_tiered_stock", p+"_tiered_grants", p+"_tiered_synced")
 	}
 	if zkConn != nil {
 		t.Cleanup(func() { deleteZnodes(t, zkConn, "/"+p) })
@@ -227,7 +285,10 @@ func TestRealServers(t *testing.T) {
 		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 		checkMetrics(t, name, r, 1)
 	}
-	assert.Len(t, rows, 3+9+2+6)
+	for _, store := range []string{"sqlite", "mysql", "postgres"} {
+		checkTiered(t, rows["tiered/redis+"+store], false)
+	}
+	assert.Len(t, rows, 3+3+9+2+6)
 }
 
 // The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller

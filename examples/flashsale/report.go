@@ -98,6 +98,7 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		return err
 	}
 	notes = append(notes, ceilingNotes(results)...)
+	notes = append(notes, tieredNotes(results)...)
 	if cfg.metrics {
 		if err := writeMetricsTable(w, results); err != nil {
 			return err
@@ -136,7 +137,34 @@ func ceilingNotes(results []result) []string {
 // usesRedis reports whether row r sold with one script call per Reduce on
 // the sale's Redis (-redis, or its embedded miniredis), as the ceiling does.
 func usesRedis(r result) bool {
-	return r.Strategy == "luascript"
+	return r.Strategy == "luascript" || r.Strategy == "tiered" && !strings.HasPrefix(r.Where, "private")
+}
+
+// tieredNotes says, per tiered row, who sold the units and what Reconcile
+// found after the sale.
+func tieredNotes(results []result) []string {
+	var notes []string
+	for _, r := range results {
+		t := r.Tiered
+		if t == nil {
+			continue
+		}
+		kill := ""
+		if t.KilledAt >= 0 {
+			kill = fmt.Sprintf("Redis SIGKILLed after %d units sold; ", t.KilledAt)
+		}
+		drift := "clean"
+		if !t.Clean {
+			drift = fmt.Sprintf("lost %d, excess %d (repaired; a view of the pool fixed after the fallback is expected)", t.Lost, t.Excess)
+		}
+		unknown := ""
+		if r.Unknown > 0 {
+			unknown = fmt.Sprintf("; %d calls without keys failed without a verdict (not retried)", r.Unknown)
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s: %sRedis sold %d, SQL alone (fallback) sold %d in %d calls; after the sale SQL's pool %d, Redis's allotment %d; Reconcile: %s%s",
+			r.Strategy, r.Store, kill, t.RedisSold, t.FallbackSold, t.Fallbacks, t.Pool, t.Allotment, drift, unknown))
+	}
+	return notes
 }
 
 // writeMetricsTable writes, per row, the Reduce calls the otelstock

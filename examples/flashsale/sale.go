@@ -65,6 +65,11 @@ type result struct {
 
 	// Metrics are what the otelstock decorator counted, with -metrics.
 	Metrics *saleMetrics `json:"metrics,omitempty"`
+	// Unknown counts, on a row without keys, the calls that failed without
+	// a verdict: each may have taken its units, and is not retried.
+	Unknown int64 `json:"unknown"`
+	// Tiered is the tiered rows' part: who sold, and Reconcile's drift.
+	Tiered *tieredResult `json:"tiered,omitempty"`
 	// Carts is the cart sale's part of the row, with -carts.
 	Carts *cartResult `json:"carts,omitempty"`
 }
@@ -95,6 +100,7 @@ type buyer struct {
 // counts are the refusals and retries, shared by all buyers.
 type counts struct {
 	requests, insufficient, contention, duplicate, errors, retries atomic.Int64
+	unknown                                                        atomic.Int64 // keyless rows: calls failed without a verdict
 	sold                                                           atomic.Int64 // units sold so far
 	rebought                                                       atomic.Int64 // keyless rows: repeat clicks that bought again
 	late                                                           atomic.Int64 // -carts: Confirms that found the hold expired
@@ -123,6 +129,10 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	if err != nil {
 		r.Failure = "setup: " + err.Error()
 		return r
+	}
+	hooks, _ := m.(saleHooks)
+	if hooks != nil {
+		defer hooks.close()
 	}
 	var meter *saleMeter
 	if cfg.metrics {
@@ -154,10 +164,21 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	}()
 	stopProgress := startProgress(cfg, stderr, tg, &c, cfg.stock, int64(cfg.buyers+cfg.repeaters()))
 	saleCtx, cancel := context.WithTimeout(ctx, cfg.saleTimeout)
+	stopHooks := func() {}
+	if hooks != nil {
+		stopHooks = hooks.during(saleCtx, &c)
+	}
 	elapsed := sale(saleCtx, cfg, m, sku, buyers, tg.keyless, &c)
 	timedOut := saleCtx.Err() != nil && ctx.Err() == nil
+	stopHooks()
 	cancel()
 	stopProgress()
+	if hooks != nil {
+		if err := hooks.after(ctx, &r); err != nil {
+			r.Failure = "after the sale: " + err.Error()
+			return r
+		}
+	}
 
 	final, err := m.Get(ctx, sku)
 	if err != nil {
@@ -180,7 +201,10 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	r.Left = final
 	taken := r.Initial - final
 	r.Oversold = max(0, max(r.Sold, taken)-r.Initial)
-	r.Lost = max(taken-r.Sold, r.Sold-taken)
+	r.Unknown = c.unknown.Load()
+	// Without keys, a call that failed without a verdict may have taken
+	// its units unseen: such units are unknown, not lost.
+	r.Lost = max(taken-r.Sold-r.Unknown*cfg.qty, r.Sold-taken, 0)
 	r.Requests = c.requests.Load()
 	r.Insufficient, r.Contention = c.insufficient.Load(), c.contention.Load()
 	r.Duplicate, r.Errors, r.Retries = c.duplicate.Load(), c.errors.Load(), c.retries.Load()
@@ -298,6 +322,12 @@ func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager
 			return
 		}
 		contention := errors.Is(err, inventory.ErrContention)
+		if key == nil && !contention {
+			// Without a key a retry could take units twice.
+			c.unknown.Add(1)
+			c.fail(err)
+			return
+		}
 		b.ambiguous = b.ambiguous || !contention
 		if attempt == cfg.retries || ctx.Err() != nil {
 			if contention {
