@@ -32,7 +32,7 @@ func write(w io.Writer, cfg *config, env *backends, results []result) error {
 // columns are the CSV's, named as the JSON's fields.
 var columns = []string{
 	"strategy", "store", "ran", "buyers", "requests", "initial", "sold", "oversold", "lost", "left",
-	"insufficient", "contention", "duplicate", "errors", "retries",
+	"insufficient", "contention", "duplicate", "errors", "retries", "rebought", "unknown",
 	"elapsed_ms", "throughput_rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "where", "embedded", "skipped", "failure", "first_error",
 }
 
@@ -52,7 +52,7 @@ func writeCSV(w io.Writer, results []result) error {
 		}
 		_ = cw.Write([]string{
 			r.Strategy, r.Store, "true", strconv.Itoa(r.Buyers), i(r.Requests), i(r.Initial), i(r.Sold), i(r.Oversold), i(r.Lost), i(r.Left),
-			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries),
+			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries), i(r.Rebought), i(r.Unknown),
 			f(r.ElapsedMS), f(r.Throughput), f(r.P50MS), f(r.P90MS), f(r.P99MS), f(r.MaxMS), r.Where, strconv.FormatBool(r.Embedded),
 			r.Skipped, r.Failure, r.FirstError,
 		})
@@ -155,13 +155,14 @@ func tieredNotes(results []result) []string {
 		}
 		drift := "clean"
 		if !t.Clean {
-			drift = fmt.Sprintf("lost %d, excess %d (repaired; a view of the pool fixed after the fallback is expected)", t.Lost, t.Excess)
+			drift = fmt.Sprintf("lost %d, excess %d, %d grants Redis had missed applied (repaired; after a fallback, Redis's view of the pool is fixed too)",
+				t.Lost, t.Excess, t.GrantsApplied)
 		}
 		unknown := ""
 		if r.Unknown > 0 {
 			unknown = fmt.Sprintf("; %d calls without keys failed without a verdict (not retried)", r.Unknown)
 		}
-		notes = append(notes, fmt.Sprintf("%s/%s: %sRedis sold %d, SQL alone (fallback) sold %d in %d calls; after the sale SQL's pool %d, Redis's allotment %d; Reconcile: %s%s",
+		notes = append(notes, fmt.Sprintf("%s/%s: %sRedis sold %d, SQL alone (fallback) sold %d in %d calls; after the sale SQL's pool %d, Redis's allotment %d before Reconcile; Reconcile: %s%s",
 			r.Strategy, r.Store, kill, t.RedisSold, t.FallbackSold, t.Fallbacks, t.Pool, t.Allotment, drift, unknown))
 	}
 	return notes

@@ -28,9 +28,12 @@ type tieredResult struct {
 	// Fallbacks is the calls SQL served alone.
 	Fallbacks int64 `json:"fallbacks"`
 	// Pool and Allotment are SQL's unallotted units and Redis's allotment
-	// after the sale.
+	// after the sale, as Reconcile found them (before its repairs).
 	Pool      int64 `json:"pool"`
 	Allotment int64 `json:"allotment"`
+	// GrantsApplied counts the grants SQL had made that Redis had not
+	// applied (a refill the kill cut), which Reconcile applied.
+	GrantsApplied int64 `json:"grants_applied"`
 	// Lost, Excess and Clean are Reconcile's drift for the SKU.
 	Lost   int64 `json:"reconcile_lost"`
 	Excess int64 `json:"reconcile_excess"`
@@ -215,7 +218,7 @@ func (t *tieredRow) after(ctx context.Context, r *result) error {
 	d := drifts[0]
 	r.Tiered = &tieredResult{
 		KilledAt: t.killedAt, RedisSold: d.Sold - d.Returned, FallbackSold: d.Direct, Fallbacks: t.fallbacks + t.m.Fallbacks(),
-		Pool: d.Pool, Allotment: d.Allotment, Lost: d.Lost, Excess: d.Excess, Clean: d.Clean(),
+		Pool: d.Pool, Allotment: d.Allotment, GrantsApplied: d.GrantsApplied, Lost: d.Lost, Excess: d.Excess, Clean: d.Clean(),
 	}
 	return nil
 }
