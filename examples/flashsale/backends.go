@@ -36,8 +36,12 @@ import (
 	"github.com/stockkit/inventory/zklock"
 )
 
+// refusalTTL is luascript's WithRefusals in the sale: a second of stale
+// refusals after units come back from elsewhere (nothing does, here).
+const refusalTTL = time.Second
+
 // strategyNames lists what -strategies accepts, in the order of the report.
-const strategyNames = "memory, luascript, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
+const strategyNames = "memory, luascript, ceiling, tiered, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
 
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
@@ -53,6 +57,9 @@ type target struct {
 	skip            string // not empty: why the target cannot run, and how to make it
 	where           string // where the stock (and the locks) live
 	embedded        bool   // a server of the target runs in this process
+	// keyless: the row is a ceiling without idempotency keys (ceiling.go);
+	// its buyers call without a key, and a repeat click buys again.
+	keyless bool
 	// grace is how long after its TTL a hold may stay when its Reserve
 	// failed midway: lockmgr.AbandonGrace for the lock strategies.
 	grace time.Duration
@@ -110,8 +117,34 @@ func (b *backends) targets() []target {
 			if err != nil {
 				return nil, err
 			}
-			return luascript.New(c, luascript.WithPrefix(cfg.prefix), luascript.WithKeyTTL(cfg.keyTTL))
+			// A flash sale's settings: concurrent calls merged into one
+			// script call (the default, WithMaxBatch(DefaultMaxBatch)),
+			// and unkeyed Reduces of a sold-out SKU refused in the process
+			// (WithRefusals; the sale's buyers are keyed, and a keyed call
+			// always goes to Redis, so here it is only what a service
+			// would set).
+			return luascript.New(c, luascript.WithPrefix(cfg.prefix), luascript.WithKeyTTL(cfg.keyTTL),
+				luascript.WithRefusals(refusalTTL))
 		}},
+	}
+	if !cfg.carts { // the ceiling has no orders
+		ceil := target{strategy: "ceiling", store: "redis", where: b.where("redis") + "; bare check-and-DECRBY EVALSHA, no keys", embedded: b.embedded("redis"), keyless: true,
+			open: func(ctx context.Context) (inventory.StockManager, error) {
+				c, err := b.redis(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return newCeiling(ctx, c, cfg.prefix)
+			}}
+		if b.embedded("redis") {
+			ceil.skip = "it measures a real Redis (miniredis starts a Lua interpreter per script): give -redis, or -services"
+		}
+		ts = append(ts, ceil)
+	}
+	if !cfg.carts { // tiered has no orders yet
+		for _, store := range b.sqlNames() {
+			ts = append(ts, b.tieredTarget(store))
+		}
 	}
 	for _, store := range b.sqlNames() {
 		sqlTarget := func(strategy string, open func(*sqlx.DB) (inventory.StockManager, error)) target {
@@ -234,18 +267,24 @@ func (b *backends) forgetCarts(tg target, tag string, skus []string) {
 			_, _ = db.ExecContext(ctx, db.Rebind(q), args...)
 		}
 	} else if tg.store == "redis" && b.redisClient != nil {
-		del := func(ctx context.Context, c redis.UniversalClient) error {
-			iter := c.Scan(ctx, 0, b.cfg.prefix+"*"+tag+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-			return iter.Err()
+		deleteKeys(ctx, b.redisClient, b.cfg.prefix+"*"+tag+"*")
+	}
+}
+
+// deleteKeys deletes the keys that match pattern, on every master of a
+// Cluster.
+func deleteKeys(ctx context.Context, client redis.UniversalClient, pattern string) {
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
 		}
-		if cc, ok := b.redisClient.(*redis.ClusterClient); ok {
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
-		} else {
-			_ = del(ctx, b.redisClient)
-		}
+		return iter.Err()
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+	} else {
+		_ = del(ctx, client)
 	}
 }
 

@@ -44,6 +44,8 @@ type config struct {
 	metrics  bool
 	sqllock  bool
 
+	killRedisAt float64 // 0: no kill; else the share of the stock sold when the tiered rows' private Redis is killed
+
 	carts   bool          // the cart sale (carts.go) instead of the single-SKU one
 	skus    int           // SKUs of the cart sale, each with stock units
 	abandon float64       // share of cart buyers who Reserve and never pay
@@ -107,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&c.direct, "direct", 0.2, "with -carts: share of buyers (0..1) who buy with ReduceLines, without a hold")
 	fs.DurationVar(&c.holdTTL, "hold-ttl", time.Second, "with -carts: TTL of each hold (1ms..30 days)")
 	fs.DurationVar(&c.reap, "reap", 100*time.Millisecond, "with -carts: period of the reaper (inventory.Reap) that sweeps expired holds")
+	fs.Float64Var(&c.killRedisAt, "kill-redis-at", 0, "run the tiered rows on a private redis-server (AOF, appendfsync always) and SIGKILL it once this share of the stock (0..1, exclusive) is sold: "+
+		"SQL sells alone meanwhile (tiered refuses keyed calls then, so these rows' buyers have no keys), and Redis restarts from its AOF after the sale to be drained and reconciled (default: no kill)")
 	fs.BoolVar(&c.progress, "progress", false, "show progress on stderr (default: when stderr is a terminal)")
 
 	if err := fs.Parse(args); err != nil {
@@ -168,6 +172,8 @@ func (c *config) validate(stderr io.Writer) error {
 	check(c.abandon < 0 || c.direct < 0 || c.abandon+c.direct > 1, "-abandon and -direct must not be negative, and add up to at most 1")
 	check(c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL, "-hold-ttl must lie in %v..%v", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 	check(c.reap <= 0, "-reap must be positive")
+	check(c.killRedisAt < 0 || c.killRedisAt >= 1, "-kill-redis-at must lie in 0..1 (0: no kill)")
+	check(c.carts && c.killRedisAt > 0, "-kill-redis-at applies to the single-SKU sale's tiered rows, not to -carts")
 	check(c.carts && c.metrics, "-metrics counts the single-SKU sale's Reduce calls: it does not apply to -carts")
 	for _, s := range c.lockStores {
 		check(!slices.Contains([]string{"redis", "sqlite", "mysql", "postgres"}, s), "-lock-stores: unknown store %q", s)

@@ -14,6 +14,7 @@ import (
 	"image/png"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -86,7 +87,10 @@ func checkSale(t *testing.T, results []result, buyers int, stock int64) map[stri
 
 func TestEmbedded(t *testing.T) {
 	t.Parallel()
-	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock))
+	// 64 calls in flight: under -race on a loaded machine, 256 queued on
+	// miniredis outlast the calls' -timeout, and tiered's circuit breaker
+	// (rightly) takes a Redis that misses deadlines for a dead one.
+	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-concurrency", "64")
 	rows := checkSale(t, results, buyers, stock)
 	for name, r := range rows {
 		if r.Skipped == "" {
@@ -95,10 +99,11 @@ func TestEmbedded(t *testing.T) {
 			assert.Positive(t, r.Duplicate, "%s: repeat buyers who had bought are told so", name)
 		}
 	}
+	assert.Contains(t, rows["ceiling/redis"].Skipped, "-redis", "the ceiling measures a real Redis, and the report says how to run it")
 	for _, name := range []string{
 		"memory/process", "luascript/redis",
 		"optimistic/sqlite", "optimistic-single/sqlite", "rowlock/sqlite",
-		"redislock/redis", "redlock/redis",
+		"redislock/redis", "redlock/redis", "tiered/redis+sqlite",
 	} {
 		r, ok := rows[name]
 		if assert.True(t, ok, "%s is in the report", name) {
@@ -106,12 +111,105 @@ func TestEmbedded(t *testing.T) {
 		}
 	}
 	assert.Contains(t, rows["zklock/redis"].Skipped, "-zk", "the report says how to run zklock")
-	for _, name := range []string{"memory/process", "luascript/redis", "redislock/redis", "redlock/redis"} {
+	for _, name := range []string{"memory/process", "luascript/redis", "redislock/redis", "redlock/redis", "tiered/redis+sqlite"} {
 		assert.True(t, rows[name].Embedded, "%s ran in process, and says so", name)
 	}
 	assert.False(t, rows["rowlock/sqlite"].Embedded)
 	assert.Equal(t, "embedded miniredis", rows["luascript/redis"].Where)
-	assert.Len(t, rows, 8)
+	assert.Equal(t, "embedded miniredis; SQLite temporary file", rows["tiered/redis+sqlite"].Where)
+	checkTiered(t, rows["tiered/redis+sqlite"], false)
+	assert.Len(t, rows, 10)
+}
+
+// checkTiered checks a tiered row's own figures: every unit sold by Redis
+// or by SQL alone, SQL and Redis reconciled without a lost unit.
+func checkTiered(t *testing.T, r result, killed bool) {
+	t.Helper()
+	name := r.Strategy + "/" + r.Store
+	tr := r.Tiered
+	if !assert.NotNil(t, tr, "%s reports who sold", name) {
+		return
+	}
+	assert.Empty(t, r.Failure, name)
+	assert.Zero(t, r.Oversold, name)
+	assert.Equal(t, r.Initial-r.Left, tr.RedisSold+tr.FallbackSold, "%s: every unit taken was sold by Redis or by SQL alone", name)
+	assert.Zero(t, tr.Lost, name)
+	assert.Zero(t, tr.Excess, name)
+	assert.Zero(t, tr.Pool, "%s: SQL's pool is sold out", name)
+	if !killed {
+		assert.Equal(t, r.Left, tr.Allotment, "%s: what is left is Redis's", name)
+		assert.EqualValues(t, -1, tr.KilledAt, name)
+		assert.True(t, tr.Clean, "%s: Reconcile found nothing after a sale without faults", name)
+		assert.Zero(t, tr.FallbackSold, name)
+		assert.Zero(t, tr.Fallbacks, name)
+		return
+	}
+	assert.GreaterOrEqual(t, tr.KilledAt, r.Initial/5, "%s: killed at 20%% of the stock", name)
+	assert.GreaterOrEqual(t, tr.RedisSold, tr.KilledAt, "%s: Redis sold before the kill", name)
+	assert.Positive(t, tr.FallbackSold, "%s: SQL sold alone while Redis was down", name)
+	assert.Positive(t, tr.Fallbacks, name)
+}
+
+// -kill-redis-at SIGKILLs the tiered row's private Redis mid-sale: SQL
+// sells its pool alone meanwhile, and after the sale Redis restarts from
+// its AOF, the journal is drained and Reconcile finds nothing lost.
+func TestTieredKillRedis(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("needs redis-server: run `make services`")
+	}
+	prefix := cleanPrefix(t, nil, []*sqlx.DB{testenv.MySQL(t)}, nil)
+	results := runJSON(t, "-buyers", "600", "-stock", "300", "-concurrency", "32", "-prefix", prefix,
+		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL), "-strategies", "tiered/redis+mysql", "-kill-redis-at", "0.2")
+	require.Len(t, results, 1)
+	r := results[0]
+	t.Logf("sold %d, left %d, errors %d (unknown %d); tiered %+v", r.Sold, r.Left, r.Errors, r.Unknown, *r.Tiered)
+	assert.Contains(t, r.Where, "private redis-server")
+	assert.False(t, r.Embedded)
+	assert.Zero(t, r.Lost)
+	assert.Zero(t, r.Duplicate, "no keys while Redis may be down")
+	assert.LessOrEqual(t, r.Sold, r.Initial-r.Left, "buyers were told of no unit that was not taken")
+	assert.LessOrEqual(t, r.Initial-r.Left-r.Sold, r.Unknown, "units taken unseen: only by calls cut without a verdict")
+	checkTiered(t, r, true)
+}
+
+// The ceiling row has no idempotency keys: with stock for every click, each
+// repeat click buys again, where luascript's keyed buyers are told
+// ErrDuplicate; the table says it is a ceiling and gives luascript's
+// multiple of it.
+func TestCeiling(t *testing.T) {
+	t.Parallel()
+	prefix := cleanPrefix(t, []redis.UniversalClient{testenv.Redis(t)}, nil, nil)
+	args := []string{"-buyers", "200", "-stock", "1000", "-repeat", "1", "-strategies", "luascript,ceiling",
+		"-prefix", prefix, "-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis)}
+	rows := map[string]result{}
+	for _, r := range runJSON(t, args...) {
+		rows[r.Strategy+"/"+r.Store] = r
+	}
+	require.Len(t, rows, 2)
+	c, l := rows["ceiling/redis"], rows["luascript/redis"]
+	assert.Empty(t, c.Failure)
+	assert.Contains(t, c.Where, "bare check-and-DECRBY")
+	assert.False(t, c.Embedded)
+	assert.EqualValues(t, 400, c.Sold, "no keys: both clicks of every buyer buy")
+	assert.EqualValues(t, 200, c.Rebought)
+	assert.Zero(t, c.Duplicate)
+	assert.EqualValues(t, 600, c.Left)
+	assert.Zero(t, c.Lost)
+	assert.EqualValues(t, 200, l.Sold, "keyed: one purchase per buyer")
+	assert.EqualValues(t, 200, l.Duplicate)
+	assert.Zero(t, l.Rebought)
+
+	var table bytes.Buffer
+	require.NoError(t, run(context.Background(), append(args, "-stock", "50"), &table, io.Discard))
+	out := table.String()
+	t.Logf("table:\n%s", out)
+	assert.Regexp(t, `(?m)^ +ceiling +redis +50 +0 +0 +0 `, out, "the ceiling's row: 50 sold")
+	assert.Contains(t, out, "ceiling/redis is a ceiling, not a strategy")
+	assert.Regexp(t, `luascript/redis: \d+\.\d\dx the ceiling's req/s`, out)
 }
 
 // cleanPrefix returns a -prefix unique to t, and removes at the end of t
@@ -124,7 +222,7 @@ func cleanPrefix(t *testing.T, clients []redis.UniversalClient, dbs []*sqlx.DB, 
 		t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
 	}
 	for _, db := range dbs {
-		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders")
+		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders", p+"_tiered_stock", p+"_tiered_grants", p+"_tiered_synced")
 	}
 	if zkConn != nil {
 		t.Cleanup(func() { deleteZnodes(t, zkConn, "/"+p) })
@@ -190,7 +288,10 @@ func TestRealServers(t *testing.T) {
 		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 		checkMetrics(t, name, r, 1)
 	}
-	assert.Len(t, rows, 2+9+2+6)
+	for _, store := range []string{"sqlite", "mysql", "postgres"} {
+		checkTiered(t, rows["tiered/redis+"+store], false)
+	}
+	assert.Len(t, rows, 3+3+9+2+6)
 }
 
 // The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller

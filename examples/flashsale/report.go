@@ -32,7 +32,7 @@ func write(w io.Writer, cfg *config, env *backends, results []result) error {
 // columns are the CSV's, named as the JSON's fields.
 var columns = []string{
 	"strategy", "store", "ran", "buyers", "requests", "initial", "sold", "oversold", "lost", "left",
-	"insufficient", "contention", "duplicate", "errors", "retries",
+	"insufficient", "contention", "duplicate", "errors", "retries", "rebought", "unknown",
 	"elapsed_ms", "throughput_rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "where", "embedded", "skipped", "failure", "first_error",
 }
 
@@ -52,7 +52,7 @@ func writeCSV(w io.Writer, results []result) error {
 		}
 		_ = cw.Write([]string{
 			r.Strategy, r.Store, "true", strconv.Itoa(r.Buyers), i(r.Requests), i(r.Initial), i(r.Sold), i(r.Oversold), i(r.Lost), i(r.Left),
-			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries),
+			i(r.Insufficient), i(r.Contention), i(r.Duplicate), i(r.Errors), i(r.Retries), i(r.Rebought), i(r.Unknown),
 			f(r.ElapsedMS), f(r.Throughput), f(r.P50MS), f(r.P90MS), f(r.P99MS), f(r.MaxMS), r.Where, strconv.FormatBool(r.Embedded),
 			r.Skipped, r.Failure, r.FirstError,
 		})
@@ -97,6 +97,8 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	notes = append(notes, ceilingNotes(results)...)
+	notes = append(notes, tieredNotes(results)...)
 	if cfg.metrics {
 		if err := writeMetricsTable(w, results); err != nil {
 			return err
@@ -109,6 +111,61 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included.\n"+
 		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
 	return err
+}
+
+// ceilingNotes explains the ceiling rows and gives, for each Redis row that
+// ran beside one, its throughput as a multiple of the ceiling's.
+func ceilingNotes(results []result) []string {
+	var notes []string
+	for _, c := range results {
+		if c.Strategy != "ceiling" || !c.Ran || c.Failure != "" {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s is a ceiling, not a strategy: one bare check-and-DECRBY EVALSHA per call on the same Redis, "+
+			"client and concurrency; it never oversells, but it has no idempotency keys (%d repeat clicks bought a second time) and no resend protection",
+			c.Strategy, c.Store, c.Rebought))
+		for _, r := range results {
+			if r.Ran && r.Failure == "" && r.Strategy != "ceiling" && r.Strategy != "memory" && r.Embedded == c.Embedded && usesRedis(r) && c.Throughput > 0 {
+				notes = append(notes, fmt.Sprintf("%s/%s: %.2fx the ceiling's req/s (one sale each: rerun to see the spread)",
+					r.Strategy, r.Store, r.Throughput/c.Throughput))
+			}
+		}
+	}
+	return notes
+}
+
+// usesRedis reports whether row r sold with one script call per Reduce on
+// the sale's Redis (-redis, or its embedded miniredis), as the ceiling does.
+func usesRedis(r result) bool {
+	return r.Strategy == "luascript" || r.Strategy == "tiered" && !strings.HasPrefix(r.Where, "private")
+}
+
+// tieredNotes says, per tiered row, who sold the units and what Reconcile
+// found after the sale.
+func tieredNotes(results []result) []string {
+	var notes []string
+	for _, r := range results {
+		t := r.Tiered
+		if t == nil {
+			continue
+		}
+		kill := ""
+		if t.KilledAt >= 0 {
+			kill = fmt.Sprintf("Redis SIGKILLed after %d units sold; ", t.KilledAt)
+		}
+		drift := "clean"
+		if !t.Clean {
+			drift = fmt.Sprintf("lost %d, excess %d, %d grants Redis had missed applied (repaired; after a fallback, Redis's view of the pool is fixed too)",
+				t.Lost, t.Excess, t.GrantsApplied)
+		}
+		unknown := ""
+		if r.Unknown > 0 {
+			unknown = fmt.Sprintf("; %d calls without keys failed without a verdict (not retried)", r.Unknown)
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s: %sRedis sold %d, SQL alone (fallback) sold %d in %d calls; after the sale SQL's pool %d, Redis's allotment %d before Reconcile; Reconcile: %s%s",
+			r.Strategy, r.Store, kill, t.RedisSold, t.FallbackSold, t.Fallbacks, t.Pool, t.Allotment, drift, unknown))
+	}
+	return notes
 }
 
 // writeMetricsTable writes, per row, the Reduce calls the otelstock

@@ -45,12 +45,16 @@ type result struct {
 	Oversold int64 `json:"oversold"`
 	Lost     int64 `json:"lost"`
 
-	Insufficient int64  `json:"insufficient"` // requests refused: sold out
-	Contention   int64  `json:"contention"`   // requests refused: gave up after -retries
-	Duplicate    int64  `json:"duplicate"`    // requests refused: the buyer had bought already
-	Errors       int64  `json:"errors"`       // requests failed otherwise
-	FirstError   string `json:"first_error"`
-	Retries      int64  `json:"retries"` // calls repeated after ErrContention or an error
+	Insufficient int64 `json:"insufficient"` // requests refused: sold out
+	Contention   int64 `json:"contention"`   // requests refused: gave up after -retries
+	Duplicate    int64 `json:"duplicate"`    // requests refused: the buyer had bought already
+	// Rebought counts, on a row without idempotency keys (the ceiling),
+	// the repeat clicks that bought a second time: a keyed strategy
+	// refuses them as duplicates.
+	Rebought   int64  `json:"rebought"`
+	Errors     int64  `json:"errors"` // requests failed otherwise
+	FirstError string `json:"first_error"`
+	Retries    int64  `json:"retries"` // calls repeated after ErrContention or an error
 
 	ElapsedMS  float64 `json:"elapsed_ms"`
 	Throughput float64 `json:"throughput_rps"` // requests per second
@@ -61,6 +65,11 @@ type result struct {
 
 	// Metrics are what the otelstock decorator counted, with -metrics.
 	Metrics *saleMetrics `json:"metrics,omitempty"`
+	// Unknown counts, on a row without keys, the calls that failed without
+	// a verdict: each may have taken its units, and is not retried.
+	Unknown int64 `json:"unknown"`
+	// Tiered is the tiered rows' part: who sold, and Reconcile's drift.
+	Tiered *tieredResult `json:"tiered,omitempty"`
 	// Carts is the cart sale's part of the row, with -carts.
 	Carts *cartResult `json:"carts,omitempty"`
 }
@@ -83,6 +92,7 @@ func (r result) MarshalJSON() ([]byte, error) {
 // buyer is what one buyer saw.
 type buyer struct {
 	bought    bool
+	buys      int64           // calls that took units: more than one only without a key
 	ambiguous bool            // a call failed without saying whether it took effect
 	latencies []time.Duration // one per click
 }
@@ -90,7 +100,9 @@ type buyer struct {
 // counts are the refusals and retries, shared by all buyers.
 type counts struct {
 	requests, insufficient, contention, duplicate, errors, retries atomic.Int64
+	unknown                                                        atomic.Int64 // keyless rows: calls failed without a verdict
 	sold                                                           atomic.Int64 // units sold so far
+	rebought                                                       atomic.Int64 // keyless rows: repeat clicks that bought again
 	late                                                           atomic.Int64 // -carts: Confirms that found the hold expired
 	resolved                                                       atomic.Int64 // failed calls that a later duplicate showed had bought
 
@@ -117,6 +129,10 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	if err != nil {
 		r.Failure = "setup: " + err.Error()
 		return r
+	}
+	hooks, _ := m.(saleHooks)
+	if hooks != nil {
+		defer hooks.close()
 	}
 	var meter *saleMeter
 	if cfg.metrics {
@@ -148,10 +164,21 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	}()
 	stopProgress := startProgress(cfg, stderr, tg, &c, cfg.stock, int64(cfg.buyers+cfg.repeaters()))
 	saleCtx, cancel := context.WithTimeout(ctx, cfg.saleTimeout)
-	elapsed := sale(saleCtx, cfg, m, sku, buyers, &c)
+	stopHooks := func() {}
+	if hooks != nil {
+		stopHooks = hooks.during(saleCtx, &c)
+	}
+	elapsed := sale(saleCtx, cfg, m, sku, buyers, tg.keyless, &c)
 	timedOut := saleCtx.Err() != nil && ctx.Err() == nil
+	stopHooks()
 	cancel()
 	stopProgress()
+	if hooks != nil {
+		if err := hooks.after(ctx, &r); err != nil {
+			r.Failure = "after the sale: " + err.Error()
+			return r
+		}
+	}
 
 	final, err := m.Get(ctx, sku)
 	if err != nil {
@@ -160,7 +187,13 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	}
 	var lat []time.Duration
 	for _, b := range buyers {
-		if b.bought {
+		switch {
+		case tg.keyless:
+			// No keys: every call that took units sold them.
+			r.Sold += b.buys * cfg.qty
+		case b.bought:
+			// A keyed buyer buys once: units a broken strategy took for
+			// a repeat click show as lost.
 			r.Sold += cfg.qty
 		}
 		lat = append(lat, b.latencies...)
@@ -168,10 +201,14 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	r.Left = final
 	taken := r.Initial - final
 	r.Oversold = max(0, max(r.Sold, taken)-r.Initial)
-	r.Lost = max(taken-r.Sold, r.Sold-taken)
+	r.Unknown = c.unknown.Load()
+	// Without keys, a call that failed without a verdict may have taken
+	// its units unseen: such units are unknown, not lost.
+	r.Lost = max(taken-r.Sold-r.Unknown*cfg.qty, r.Sold-taken, 0)
 	r.Requests = c.requests.Load()
 	r.Insufficient, r.Contention = c.insufficient.Load(), c.contention.Load()
 	r.Duplicate, r.Errors, r.Retries = c.duplicate.Load(), c.errors.Load(), c.retries.Load()
+	r.Rebought = c.rebought.Load()
 	if c.firstError != nil {
 		r.FirstError = c.firstError.Error()
 	}
@@ -201,8 +238,9 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 }
 
 // sale runs the buyers, all released together, at most cfg.concurrency calls
-// in flight, and returns how long they took.
-func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string, buyers []buyer, c *counts) time.Duration {
+// in flight, and returns how long they took. keyless buyers call without an
+// idempotency key.
+func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string, buyers []buyer, keyless bool, c *counts) time.Duration {
 	var ready, done sync.WaitGroup
 	gun := make(chan struct{})
 	slots := make(chan struct{}, cfg.concurrency)
@@ -221,7 +259,10 @@ func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string
 			ready.Done()
 			<-gun
 			b := &buyers[i]
-			key := inventory.WithKey(buyerKey(i))
+			var key inventory.Option // nil: ignored
+			if !keyless {
+				key = inventory.WithKey(buyerKey(i))
+			}
 			for range clicks {
 				select {
 				case slots <- struct{}{}:
@@ -256,7 +297,11 @@ func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager
 		cancel()
 		switch {
 		case err == nil:
+			if b.bought {
+				c.rebought.Add(1)
+			}
 			b.bought = true
+			b.buys++
 			c.sold.Add(cfg.qty)
 			return
 		case errors.Is(err, inventory.ErrDuplicate):
@@ -277,6 +322,12 @@ func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager
 			return
 		}
 		contention := errors.Is(err, inventory.ErrContention)
+		if key == nil && !contention {
+			// Without a key a retry could take units twice.
+			c.unknown.Add(1)
+			c.fail(err)
+			return
+		}
 		b.ambiguous = b.ambiguous || !contention
 		if attempt == cfg.retries || ctx.Err() != nil {
 			if contention {
