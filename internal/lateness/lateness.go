@@ -1,4 +1,9 @@
-package faulttest
+// Package lateness measures how late a call returns past its ctx deadline,
+// net of the scheduler's own delay, for the deadline checks of the tests
+// and of the public conformance suites. It imports nothing but the
+// standard library and the root package, so that a suite importing it
+// stays lean.
+package lateness
 
 import (
 	"context"
