@@ -51,6 +51,17 @@ func (b *fakeBackend) take(_, _ context.Context, _ string, _ *lockmgr.Turn[*inne
 	return le, nil
 }
 
+// acquireAsync acquires "a" on l in a goroutine and sends the lease to got.
+func acquireAsync(t *testing.T, l lockmgr.Locker, got chan<- lockmgr.Lease) {
+	go func() {
+		le, err := l.Acquire(context.Background(), "a")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- le
+	}()
+}
+
 func newQueued(t *testing.T, b *fakeBackend, handOvers int, timeout time.Duration) lockmgr.Locker {
 	t.Helper()
 	l, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "fake", AcquireTimeout: timeout,
@@ -72,13 +83,7 @@ func TestQueuedLockerHandOver(t *testing.T) {
 	// Three waiters, admitted in turn by hand-overs.
 	got := make(chan lockmgr.Lease, 3)
 	for range 3 {
-		go func() {
-			le, err := l.Acquire(ctx, "a")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- le
-		}()
+		acquireAsync(t, l, got)
 	}
 	waitFor(t, func() bool { return lockmgr.QueuedCallers[*innerLease](l, "a") == 4 })
 	require.Empty(t, got, "nobody got in while first holds")
@@ -98,13 +103,7 @@ func TestQueuedLockerHandOver(t *testing.T) {
 	b.mu.Unlock()
 
 	// A lost lease is released, not handed over, even with waiters.
-	go func() {
-		le, err := l.Acquire(ctx, "a")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- le
-	}()
+	acquireAsync(t, l, got)
 	waitFor(t, func() bool { return lockmgr.QueuedCallers[*innerLease](l, "a") == 2 })
 	b.mu.Lock()
 	inner := len(b.log)
