@@ -8,8 +8,9 @@ import (
 // Queue lines up the callers of one process per name, so that only a few
 // of them at a time (the depth) contend for a lock that other processes
 // share: a crowd of buyers in one process costs the lock server a short
-// line, not thousands of contenders. The lockers of redislock, redlock and
-// zklock use it. A Queue is safe for concurrent use; its zero value is not
+// line, not thousands of contenders. [NewQueuedLocker] puts one in front
+// of a lock; the lockers of sqllock, redislock, redlock and zklock are made
+// so. A Queue is safe for concurrent use; its zero value is not
 // usable, make one with [NewQueue].
 //
 // Callers are admitted in arrival order (Go serves goroutines blocked on a

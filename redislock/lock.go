@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	_ "embed"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"strings"
@@ -36,8 +35,6 @@ var (
 // message be lost. Release messages, not this, wake waiters.
 const maxWait = 250 * time.Millisecond
 
-var errAcquireTimeout = errors.New("redislock: acquire timeout")
-
 // LockKey returns the Redis key of the lock on sku: PREFIX{tag}:l:SKU, with
 // the hash tag of the SKU's stock key, so that a lock and the stock it
 // guards share a Redis Cluster slot. Release messages are published on the
@@ -47,19 +44,17 @@ func LockKey(prefix, sku string) string {
 	return strings.TrimSuffix(stock, ":s:"+sku) + ":l:" + sku
 }
 
-// locker takes SET-NX locks; it is the [lockmgr.Locker] of a Manager.
+// locker takes SET-NX locks for the head of a lockmgr queue; the queue
+// admits one in-process holder of a name at a time, in arrival order, so
+// only one goroutine per process contends for the Redis lock, and a holder
+// that releases while others wait hands them the lock it holds, saving the
+// round trips of a release and a new acquire ([lockmgr.NewQueuedLocker]).
 type locker struct {
 	client         redis.UniversalClient
 	prefix         string
 	ttl            time.Duration
 	acquireTimeout time.Duration
 	maxWait        time.Duration // the constant maxWait, unless a test says otherwise
-
-	// queue admits one in-process holder of a name at a time, in arrival
-	// order, so only one goroutine per process contends for the Redis lock;
-	// a holder that releases while others wait hands them the lock it
-	// holds, saving the round trips of a release and a new acquire.
-	queue *lockmgr.Queue[*lease]
 }
 
 // maxHandoffs bounds how many times in a row a held lock passes straight
@@ -67,26 +62,13 @@ type locker struct {
 // their turn.
 const maxHandoffs = 16
 
-// Acquire implements [lockmgr.Locker].
-func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, l.acquireTimeout, errAcquireTimeout)
-	defer cancel()
-	turn, le, handed, err := l.queue.Enter(ctx, name)
-	switch {
-	case err != nil:
-		return nil, l.waitErr(ctx, name, err)
-	case handed:
-		le.turn = turn
-		return le, nil
-	}
-	if le, err = l.obtain(ctx, name); err != nil {
-		turn.Leave(ctx)
+// take implements [lockmgr.TakeFunc]: it takes the Redis lock and starts
+// its renewal.
+func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
+	le, err := l.obtain(ctx, actx, name)
+	if err != nil {
 		return nil, err
 	}
-	le.turn = turn
 	le.mu.Lock()
 	le.timer = time.AfterFunc(l.ttl/3, le.renew)
 	le.mu.Unlock()
@@ -94,29 +76,30 @@ func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error
 }
 
 // obtain takes the Redis lock on name, waiting for its holder to release it.
-func (l *locker) obtain(ctx context.Context, name string) (*lease, error) {
+// actx is ctx bounded by the acquire timeout.
+func (l *locker) obtain(ctx, actx context.Context, name string) (*lease, error) {
 	le := &lease{
 		l: l, key: LockKey(l.prefix, name), token: rand.Text(), lost: make(chan struct{}),
 	}
 	var wake <-chan any
 	for {
 		start := time.Now()
-		pttl, err := acquireScript.Run(ctx, l.client, []string{le.key}, le.token, l.ttl.Milliseconds()).Int64()
+		pttl, err := acquireScript.Run(actx, l.client, []string{le.key}, le.token, l.ttl.Milliseconds()).Int64()
 		if err != nil {
 			// The script may have run before the reply was lost: free the
 			// lock, waiting for that only while ctx lives.
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(actx), time.Second)
 				defer cancel()
 				_ = le.free(fctx)
 			}()
 			select {
 			case <-done:
-			case <-ctx.Done():
+			case <-actx.Done():
 			}
-			return nil, l.waitErr(ctx, name, err)
+			return nil, l.waitErr(ctx, actx, name, err)
 		}
 		if pttl < 0 {
 			le.expires = start.Add(l.ttl)
@@ -126,7 +109,7 @@ func (l *locker) obtain(ctx context.Context, name string) (*lease, error) {
 			// Subscribe, then try again: the confirmation wakes us, so a
 			// release between the last try and the subscription is not
 			// missed.
-			sub := l.client.Subscribe(ctx, le.key)
+			sub := l.client.Subscribe(actx, le.key)
 			defer sub.Close()
 			wake = sub.ChannelWithSubscriptions()
 		}
@@ -137,9 +120,9 @@ func (l *locker) obtain(ctx context.Context, name string) (*lease, error) {
 				<-wake
 			}
 		case <-timer.C:
-		case <-ctx.Done():
+		case <-actx.Done():
 			timer.Stop()
-			return nil, l.waitErr(ctx, name, nil)
+			return nil, l.waitErr(ctx, actx, name, nil)
 		}
 		timer.Stop()
 	}
@@ -156,14 +139,15 @@ func (l *locker) wait(pttl int64) time.Duration {
 	return d + mrand.N(d/4+time.Millisecond)
 }
 
-// waitErr explains why taking the lock on name failed: the acquire timeout
-// (ErrContention), the caller's ctx, or the server error err.
-func (l *locker) waitErr(ctx context.Context, name string, err error) error {
+// waitErr explains why taking the lock on name failed: the caller's ctx,
+// the acquire timeout that bounds actx (ErrContention), or the server error
+// err.
+func (l *locker) waitErr(ctx, actx context.Context, name string, err error) error {
 	switch {
-	case errors.Is(context.Cause(ctx), errAcquireTimeout):
-		return fmt.Errorf("%w: redislock: %q not locked within %v", inventory.ErrContention, name, l.acquireTimeout)
 	case ctx.Err() != nil:
 		return fmt.Errorf("redislock: acquire %q: %w", name, ctx.Err())
+	case actx.Err() != nil:
+		return fmt.Errorf("%w: redislock: %q not locked within %v", inventory.ErrContention, name, l.acquireTimeout)
 	}
 	return fmt.Errorf("redislock: acquire %q: %w", name, err)
 }
@@ -172,8 +156,7 @@ func (l *locker) waitErr(ctx context.Context, name string, err error) error {
 type lease struct {
 	l          *locker
 	key, token string
-	turn       *lockmgr.Turn[*lease] // this holder's place in the in-process queue
-	lost       chan struct{}         // closed when the lock may be gone
+	lost       chan struct{} // closed when the lock may be gone
 
 	mu      sync.Mutex  // held while renewing
 	timer   *time.Timer // runs renew
@@ -208,25 +191,14 @@ func (le *lease) renew() {
 	le.timer.Reset(every)
 }
 
-// Release implements [lockmgr.Lease]. If another goroutine of this
-// process waits for the lock, and the lease is neither lost nor handed over
-// maxHandoffs times in a row, it passes to that goroutine still held (the
-// receiver's Acquire sets turn before anyone else sees the lease).
-// Otherwise Release stops renewal, frees the lock if it is still this
-// lease's, and lets the next in-process waiter take it anew.
+// Release implements [lockmgr.Lease]: it stops renewal and frees the lock
+// if it is still this lease's. (While another goroutine of this process
+// waits for the lock, the queue hands it the lease, still held, instead.)
 func (le *lease) Release(ctx context.Context) error {
-	select {
-	case <-le.lost:
-	default:
-		if le.turn.HandOver(le) {
-			return nil
-		}
-	}
 	le.mu.Lock() // waits for a renewal under way
 	le.stopped = true
 	le.timer.Stop()
 	le.mu.Unlock()
-	defer le.turn.Leave(ctx)
 	return le.free(ctx)
 }
 

@@ -132,7 +132,7 @@ func NewLocker(client redis.UniversalClient, opts ...Option) (lockmgr.Locker, er
 	return l, nil
 }
 
-func newLocker(client redis.UniversalClient, opts []Option) (*locker, config, error) {
+func newLocker(client redis.UniversalClient, opts []Option) (lockmgr.Locker, config, error) {
 	c := config{prefix: rediskeys.DefaultPrefix, ttl: DefaultTTL, acquireTimeout: DefaultAcquireTimeout, maxWait: maxWait, maxAttempts: lockmgr.DefaultMaxAttempts}
 	for _, o := range opts {
 		if o != nil {
@@ -153,6 +153,8 @@ func newLocker(client redis.UniversalClient, opts []Option) (*locker, config, er
 	case c.maxWait <= 0:
 		return nil, c, fmt.Errorf("%w: redislock: max wait %v is not positive", inventory.ErrInvalidArgument, c.maxWait)
 	}
-	return &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait,
-		queue: lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs})}, c, nil
+	l := &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait}
+	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "redislock", AcquireTimeout: c.acquireTimeout,
+		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs}}, l.take)
+	return q, c, err
 }

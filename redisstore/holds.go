@@ -46,8 +46,8 @@ var holdsLua string
 var ordersLua string
 
 var (
-	holdsScript  = redis.NewScript(holdsLua)
-	ordersScript = redis.NewScript(ordersLua)
+	holdsScript  = rediskeys.NewScript(holdsLua)
+	ordersScript = rediskeys.NewScript(ordersLua)
 )
 
 var _ lockmgr.HoldStore = (*Store)(nil)
@@ -80,12 +80,12 @@ func (s *Store) orderKeys(id string) []string {
 }
 
 // eval runs script; writes wait for the replicas WithReplicas asks for.
-func (s *Store) eval(ctx context.Context, script *redis.Script, write bool, keys []string, args ...any) (*redis.Cmd, error) {
+func (s *Store) eval(ctx context.Context, script *rediskeys.Script, write bool, keys []string, args ...any) (*redis.Cmd, error) {
 	replicas := 0
 	if write {
 		replicas = s.replicas
 	}
-	cmd, acked, err := rediskeys.Run(ctx, s.client, script, replicas, s.replicaTimeout, keys, args...)
+	cmd, acked, err := script.Run(ctx, s.client, replicas, s.replicaTimeout, keys, args...)
 	if err == nil && write {
 		err = s.checkReplicas(acked)
 	}
@@ -168,15 +168,6 @@ func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, e
 	return n, nil
 }
 
-// token names one call on order id, so that a copy go-redis sends again
-// is answered as the call was; "" when the client never resends.
-func (s *Store) token(id string) string {
-	if s.caller == nil {
-		return ""
-	}
-	return s.caller.Token(id)
-}
-
 // CreateOrder implements [lockmgr.HoldStore].
 func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Line, ttl, grace time.Duration) (lockmgr.Order, error) {
 	if err := validateOrderID(id); err != nil {
@@ -186,7 +177,7 @@ func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Li
 	if err != nil {
 		return lockmgr.Order{}, fmt.Errorf("redisstore: create order %q: %w", id, err)
 	}
-	o, _, err := s.order(ctx, "create", id, true, string(js), ttl.Milliseconds(), grace.Milliseconds(), s.token(id))
+	o, _, err := s.order(ctx, "create", id, true, string(js), ttl.Milliseconds(), grace.Milliseconds())
 	if err != nil {
 		return lockmgr.Order{}, fmt.Errorf("redisstore: create order %q: %w", id, err)
 	}
@@ -210,7 +201,7 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 	if err := validateOrderID(id); err != nil {
 		return lockmgr.Order{}, false, err
 	}
-	o, changed, err := s.order(ctx, "step", id, true, string(step), s.token(id), s.keyTTL.Milliseconds())
+	o, changed, err := s.order(ctx, "step", id, true, string(step), s.keyTTL.Milliseconds())
 	if err != nil {
 		return lockmgr.Order{}, false, fmt.Errorf("redisstore: order %q: %s: %w", id, step, err)
 	}

@@ -1,14 +1,14 @@
 -- The order records of one bucket (see holds.go).
 -- KEYS[1]: the order's record, a hash: l (its lines, JSON), s (state), e
 -- (expiry, Unix ms on the Redis clock), a (abandoned at, ms), c ("1" once
--- complete), d ("1" once done), t (the token of the call that created it),
--- u (the token of the last step that changed it). KEYS[2]: the bucket's
--- index of orders not done, scored by when they fall due.
+-- complete), d ("1" once done). KEYS[2]: the bucket's index of orders not
+-- done, scored by when they fall due. (A call is never sent twice: see
+-- internal/rediskeys.Script.)
 -- ARGV[1] is the operation, ARGV[2] the order id:
---   "create", id, lines, ttl ms, grace ms, token: the record, or -1 when it
---     exists (unless it is this very call's: its token).
+--   "create", id, lines, ttl ms, grace ms: the record, or -1 when it
+--     exists.
 --   "get", id: the record, or 0.
---   "step", id, step, token, keep ms: the record after the step, or 0.
+--   "step", id, step, keep ms: the record after the step, or 0.
 --   "due", "", max: {id, due, id, due, ...} of up to max orders due now.
 -- A record is returned as {1, state, expires, complete, done, lines,
 -- changed}.
@@ -28,15 +28,11 @@ end
 local exists = redis.call('EXISTS', rec) == 1
 if op == 'create' then
   if exists then
-    local tok = ARGV[6]
-    if tok ~= '' and redis.call('HGET', rec, 't') == tok then
-      return reply(1)
-    end
     return -1
   end
   local e = now + tonumber(ARGV[4])
   local a = e + tonumber(ARGV[5])
-  redis.call('HSET', rec, 'l', ARGV[3], 's', 'held', 'e', e, 'a', a, 'c', 0, 'd', 0, 't', ARGV[6])
+  redis.call('HSET', rec, 'l', ARGV[3], 's', 'held', 'e', e, 'a', a, 'c', 0, 'd', 0)
   redis.call('ZADD', idx, a, id)
   return reply(1)
 end
@@ -49,15 +45,12 @@ end
 if op ~= 'step' then
   return redis.error_reply('orders.lua: unknown operation ' .. tostring(op))
 end
-local step, tok = ARGV[3], ARGV[4]
-if tok ~= '' and redis.call('HGET', rec, 'u') == tok then
-  return reply(1) -- a copy of a step that ran
-end
+local step = ARGV[3]
 local r = redis.call('HMGET', rec, 's', 'e', 'a', 'c', 'd')
 local held, e, a = r[1] == 'held', tonumber(r[2]), tonumber(r[3])
 local complete, done = r[4] == '1', r[5] == '1'
 local function set(...)
-  redis.call('HSET', rec, 'u', tok, ...)
+  redis.call('HSET', rec, ...)
   return reply(1)
 end
 if step == 'complete' and held and not complete then
@@ -76,7 +69,7 @@ elseif (step == 'finish' and not held and not done) or (step == 'abort' and held
   redis.call('ZREM', idx, id)
   if complete then
     local out = set('d', 1)
-    redis.call('PEXPIRE', rec, ARGV[5])
+    redis.call('PEXPIRE', rec, ARGV[4])
     return out
   end
   local out = reply(1)

@@ -9,17 +9,11 @@
 // writing cur-n over cur is the same as doing it just then.
 //
 // Clients retry: go-redis, by default, sends a command again when its reply
-// was cut short, though Redis may have run it. So that a write runs at most
-// once, a keyed CompareAndSet keeps a token of the call in its idempotency
-// key, and an unkeyed one carries the Store's random id and a sequence
-// number that the script keeps in the Store's resend window for the SKU (a
-// ring of 4096 slots in one string per minute, PREFIX{tag}:r:ID:MINUTE:SKU,
-// expiring two minutes after it was made; see luascript). A copy of a write
-// that finds its own seq reports success without writing again; a copy whose
-// slot a later write took is refused with an error whose outcome is unknown.
-// Redis memory for this is at most 2 x 32 KB per live Store and SKU it wrote
-// in the last two minutes, whatever the call rate. A client with MaxRetries
-// -1 never resends, and pays for neither.
+// was cut short, though Redis may have run it. The Store's scripts are
+// never sent twice ([rediskeys.Script] in the internal package, as
+// luascript's): once a call may have reached Redis, its failure is returned
+// (its outcome unknown; an idempotency key makes a retry safe), so a write
+// runs at most once, at no cost in Redis.
 //
 // Durability is Redis's: see luascript's package doc. [WithReplicas] makes
 // a write wait for n replicas (WAIT) before it is acknowledged.
@@ -50,13 +44,12 @@ import (
 //go:embed cas.lua
 var casLua string
 
-var casScript = redis.NewScript(casLua)
+var casScript = rediskeys.NewScript(casLua)
 
 // Store keeps stock in Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	config
-	caller *rediskeys.Caller // nil when the client never sends a command again
 }
 
 type config struct {
@@ -115,11 +108,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
 			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
 	}
-	s := &Store{client: client, config: c}
-	if rediskeys.Resends(client) {
-		s.caller = rediskeys.NewCaller()
-	}
-	return s, nil
+	return &Store{client: client, config: c}, nil
 }
 
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
@@ -190,8 +179,8 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 	case err != nil:
 		return 0, false, fmt.Errorf("redisstore: %s %q: read key %q: %w", dir, sku, key, err)
 	}
-	// The value is the remaining stock, then, if the writer's client may
-	// resend, ":" and the writing call's token.
+	// The value is the remaining stock; one written by an earlier version
+	// of this package may go on with ":" and the writing call's token.
 	rem, _, _ := strings.Cut(v, ":")
 	n, err := strconv.ParseInt(rem, 10, 64)
 	if err != nil {
@@ -213,30 +202,17 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 		return false, fmt.Errorf("%w: redisstore: new stock %d outside 0..%d", inventory.ErrInvalidArgument, newStock, inventory.MaxStock)
 	}
 	keys := []string{rediskeys.Stock(s.prefix, sku)}
-	mode, arg := "none", ""
-	switch {
-	case key != "":
+	mode := "none"
+	if key != "" {
 		keys = append(keys, rediskeys.Key(s.prefix, sku, dir, key))
 		mode = "key"
-		if s.caller != nil {
-			arg = s.caller.Token(sku)
-		}
-	case s.caller != nil:
-		keys = append(keys, s.caller.Window(s.prefix, sku))
-		mode, arg = "window", s.caller.Next(sku)
 	}
-	args := []any{version, newStock, s.keyTTL.Milliseconds(), mode, arg,
-		rediskeys.WindowSize, rediskeys.WindowTTL.Milliseconds()}
-	res, acked, err := s.run(ctx, keys, args)
+	res, acked, err := s.run(ctx, keys, []any{version, newStock, s.keyTTL.Milliseconds(), mode})
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %s %q: write: %w", dir, sku, err)
 	}
-	switch res {
-	case -1:
+	if res == -1 {
 		err = fmt.Errorf("%w: %s %q with key %q", inventory.ErrDuplicate, dir, sku, key)
-	case -2:
-		return false, fmt.Errorf("redisstore: %s %q: write refused: it reached Redis after a write of this Store on its SKU %d writes later, so whether an earlier copy of it took effect is unknown",
-			dir, sku, rediskeys.WindowSize)
 	}
 	if res != 0 {
 		if rerr := s.checkReplicas(acked); rerr != nil {
@@ -260,7 +236,7 @@ func (s *Store) checkReplicas(acked int64) error {
 // same connection; it returns the script's reply and how many replicas
 // acknowledged.
 func (s *Store) run(ctx context.Context, keys []string, args []any) (int64, int64, error) {
-	cmd, acked, err := rediskeys.Run(ctx, s.client, casScript, s.replicas, s.replicaTimeout, keys, args...)
+	cmd, acked, err := casScript.Run(ctx, s.client, s.replicas, s.replicaTimeout, keys, args...)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -185,40 +185,38 @@ func WithRedsyncOptions(opts ...redsync.Option) Option {
 // New does no I/O. An invalid argument or option gives an error wrapping
 // [inventory.ErrInvalidArgument].
 func New(clients []redis.UniversalClient, store Store, opts ...Option) (*Manager, error) {
-	l, err := newLocker(clients, opts)
+	l, cfg, err := newLocker(clients, opts)
 	if err != nil {
 		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: redlock: nil store", inventory.ErrInvalidArgument)
 	}
-	return lockmgr.NewManager(l, store, lockmgr.WithName("redlock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts))
+	return lockmgr.NewManager(l, store, lockmgr.WithName("redlock"), lockmgr.WithMaxAttempts(cfg.maxAttempts))
 }
 
 // NewLocker returns the lock a Manager with these arguments uses, to use on
 // its own: a Redlock per name, extended while held, with in-process
 // queueing as the package documentation describes. It does no I/O.
 func NewLocker(clients []redis.UniversalClient, opts ...Option) (lockmgr.Locker, error) {
-	l, err := newLocker(clients, opts)
+	l, _, err := newLocker(clients, opts)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// locker takes Redlocks; it is the [lockmgr.Locker] of a Manager.
+// locker takes Redlocks for the head of a lockmgr queue
+// ([lockmgr.NewQueuedLocker]): one caller per SKU and process contends.
 type locker struct {
 	rs      *redsync.Redsync
 	quorum  int
 	cfg     config
 	mutexes []redsync.Option // to lock and extend
 	unlocks []redsync.Option // to unlock, but for the token
-	queue   *lockmgr.Queue[*lease]
 }
 
-var _ lockmgr.Locker = (*locker)(nil)
-
-func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, error) {
+func newLocker(clients []redis.UniversalClient, opts []Option) (lockmgr.Locker, config, error) {
 	cfg := config{
 		prefix:         DefaultPrefix,
 		expiry:         DefaultExpiry,
@@ -233,15 +231,15 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, error) 
 		}
 	}
 	if cfg.err != nil {
-		return nil, cfg.err
+		return nil, cfg, cfg.err
 	}
 	if len(clients) < MinNodes {
-		return nil, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)
+		return nil, cfg, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)
 	}
 	pools := make([]redsyncredis.Pool, len(clients))
 	for i, c := range clients {
 		if c == nil {
-			return nil, fmt.Errorf("%w: redlock: Redis client %d is nil", inventory.ErrInvalidArgument, i)
+			return nil, cfg, fmt.Errorf("%w: redlock: Redis client %d is nil", inventory.ErrInvalidArgument, i)
 		}
 		pools[i] = goredis.NewPool(c)
 	}
@@ -257,39 +255,16 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (*locker, error) 
 		cfg:     cfg,
 		mutexes: slices.Concat(base, cfg.redsyncOpts),
 		unlocks: slices.Concat(base, []redsync.Option{redsync.WithFailFast(true)}, cfg.redsyncOpts),
-		queue:   lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1}),
 	}
-	return l, nil
+	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "redlock", AcquireTimeout: cfg.acquireTimeout,
+		Queue: lockmgr.QueueConfig{Depth: 1}}, l.lock)
+	return q, cfg, err
 }
 
-// Acquire takes the lock on name: it waits for its turn among this
-// process's callers, then tries to take the Redlock, again after a backoff
-// while others hold it, until it holds it, ctx is done or the acquire
-// timeout passes.
-func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redlock: lock %q: %w", name, err)
-	}
-	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
-	defer cancel()
-	turn, _, _, err := l.queue.Enter(actx, name)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("redlock: lock %q: %w", name, ctx.Err())
-		}
-		return nil, fmt.Errorf("redlock: lock %q: %w: still queued behind this process's other callers after %v", name, inventory.ErrContention, l.cfg.acquireTimeout)
-	}
-	le, err := l.lock(ctx, actx, name)
-	if err != nil {
-		turn.Leave(ctx)
-		return nil, err
-	}
-	le.turn = turn
-	return le, nil
-}
-
-// lock takes the Redlock on name, as Acquire.
-func (l *locker) lock(ctx, actx context.Context, name string) (*lease, error) {
+// lock takes the Redlock on name for the head of the queue
+// ([lockmgr.TakeFunc]): it tries, and again after a backoff while others
+// hold it, until it holds it, ctx is done or actx's acquire timeout passes.
+func (l *locker) lock(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
 	mu := l.rs.NewMutex(l.cfg.prefix+name, l.mutexes...)
 	ceiling := l.cfg.minDelay
 	var timer *time.Timer
@@ -372,12 +347,11 @@ func taken(err error) bool {
 
 // lease is a held Redlock, extended by a goroutine until released.
 type lease struct {
-	mu   *redsync.Mutex        // holds and extends the lock
-	unmu *redsync.Mutex        // the same lock and token, unlocking in fail-fast mode
-	lost chan struct{}         // closed when an extension failed
-	stop chan struct{}         // closed by Release
-	done chan struct{}         // closed when the extension goroutine has returned
-	turn *lockmgr.Turn[*lease] // the caller's place in its process's queue
+	mu   *redsync.Mutex // holds and extends the lock
+	unmu *redsync.Mutex // the same lock and token, unlocking in fail-fast mode
+	lost chan struct{}  // closed when an extension failed
+	stop chan struct{}  // closed by Release
+	done chan struct{}  // closed when the extension goroutine has returned
 }
 
 func newLease(mu, unmu *redsync.Mutex, expiry time.Duration) *lease {
@@ -412,8 +386,9 @@ func (l *lease) extend(interval time.Duration) {
 // Lost is closed once an extension of the lock failed.
 func (l *lease) Lost() <-chan struct{} { return l.lost }
 
-// Release stops the extension, deletes the lock from the nodes that still
-// hold this lease's token, and lets the next caller of the process in line.
+// Release stops the extension and deletes the lock from the nodes that
+// still hold this lease's token (the queue then lets the next caller of
+// the process in).
 // It returns once a majority of nodes answered; the DELs still on their way
 // to the others are not cancelled with ctx, and end within the node
 // clients' timeouts.
@@ -421,7 +396,6 @@ func (l *lease) Release(ctx context.Context) error {
 	close(l.stop)
 	<-l.done
 	ok, err := l.unmu.UnlockContext(context.WithoutCancel(ctx))
-	l.turn.Leave(ctx)
 	if !ok {
 		if err == nil {
 			err = redsync.ErrLockAlreadyExpired

@@ -226,77 +226,16 @@ func (m *Manager) Sweep(ctx context.Context) (int, error) {
 // caller's on the Manager's database: see "Inside a caller's transaction"
 // in the package documentation. The value is for the goroutine that owns
 // tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx {
-	t := &Tx{m: m, tx: tx}
-	t.f = front.New("rowlock", (*txBackend)(t))
-	return t
-}
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
-// [Manager.InTx].
-type Tx struct {
-	m  *Manager
-	tx *sqlx.Tx
-	f  front.Front
-}
-
-// Init implements [inventory.StockManager].
-func (t *Tx) Init(ctx context.Context, sku string, qty int64) error { return t.f.Init(ctx, sku, qty) }
-
-// Get implements [inventory.StockManager]: the stock as tx sees it.
-func (t *Tx) Get(ctx context.Context, sku string) (int64, error) { return t.f.Get(ctx, sku) }
-
-// Reduce implements [inventory.StockManager].
-func (t *Tx) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return t.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (t *Tx) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return t.f.Return(ctx, sku, qty, opts...)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (t *Tx) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReduce, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (t *Tx) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.m.o.MoveLines(ctx, t.tx, lines, inventory.DirReturn, opts)
-}
-
-// Reserve implements [inventory.OrderManager].
-func (t *Tx) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return t.m.o.Reserve(ctx, t.tx, id, lines, ttl)
-}
-
-// Confirm implements [inventory.OrderManager].
-func (t *Tx) Confirm(ctx context.Context, id string) error { return t.m.o.Confirm(ctx, t.tx, id) }
-
-// Cancel implements [inventory.OrderManager].
-func (t *Tx) Cancel(ctx context.Context, id string) error { return t.m.o.Cancel(ctx, t.tx, id) }
-
-// Held implements [inventory.OrderManager]: the held units as tx sees them.
-func (t *Tx) Held(ctx context.Context, sku string) (int64, error) { return t.m.o.Held(ctx, t.tx, sku) }
-
-// Sweep implements [inventory.OrderManager], every release in tx.
-func (t *Tx) Sweep(ctx context.Context) (int, error) { return t.m.o.Sweep(ctx, t.tx) }
-
-// txBackend is a Tx seen by its front.
-type txBackend Tx
-
-func (b *txBackend) Init(ctx context.Context, sku string, qty int64) error {
-	return b.m.t.InitOn(ctx, b.tx, sku, qty)
-}
-
-func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
-	return b.m.t.GetOn(ctx, b.tx, sku)
-}
-
-func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	return b.m.o.Move(ctx, b.tx, sku, qty, dir, key)
-}
+// [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
+// so its methods are listed here: Init, Get, Reduce, Return
+// ([inventory.StockManager]) and ReduceLines, ReturnLines, Reserve,
+// Confirm, Cancel, Held, Sweep ([inventory.OrderManager]), each as the
+// Manager's but run in a savepoint of tx. Get and Held read what tx sees;
+// Sweep releases every hold in tx.
+type Tx = sqldialect.Tx
 
 // backend is the Manager seen by its front.
 type backend Manager

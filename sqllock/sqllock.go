@@ -7,7 +7,7 @@
 // # Waiting
 //
 // Within one process, callers of the same SKU queue in arrival order
-// ([lockmgr.Queue]) and only the head of the queue waits for the advisory
+// ([lockmgr.NewQueuedLocker]) and only the head of the queue waits for the advisory
 // lock, in the database, which grants it when its holder releases: no
 // polling. A caller done with the lock hands it, still held, to the next
 // caller of its process; after 16 such hand-overs in a row it releases the
@@ -60,14 +60,13 @@ type locker struct {
 	db           *sqlx.DB
 	lock, unlock string // statements taking the SKU verbatim: the server hashes it
 	timeout      time.Duration
-	queue        *lockmgr.Queue[*lease] // one waiter per name, hand-over of held leases
 }
 
 // NewLocker returns a Locker on db, whose driver is "mysql", "pgx" or
 // "postgres". db should be a pool of its own (see the package doc). It does
 // no I/O.
 func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
-	l := &locker{db: db, timeout: DefaultAcquireTimeout, queue: lockmgr.NewQueue[*lease](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16})}
+	l := &locker{db: db, timeout: DefaultAcquireTimeout}
 	for _, o := range opts {
 		if o != nil {
 			o(l)
@@ -76,8 +75,6 @@ func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
 	switch {
 	case db == nil:
 		return nil, fmt.Errorf("%w: sqllock: nil db", inventory.ErrInvalidArgument)
-	case l.timeout <= 0:
-		return nil, fmt.Errorf("%w: sqllock: acquire timeout %v is not positive", inventory.ErrInvalidArgument, l.timeout)
 	case db.DriverName() == "mysql": // GET_LOCK waits at most the acquire timeout too
 		l.lock = fmt.Sprintf("SELECT GET_LOCK(CONCAT('sqllock:', SHA1(?)), %g)", l.timeout.Seconds())
 		l.unlock = "SELECT RELEASE_LOCK(CONCAT('sqllock:', SHA1(?)))"
@@ -87,7 +84,10 @@ func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
 	default:
 		return nil, fmt.Errorf("%w: sqllock: driver %q is neither mysql nor pgx/postgres", inventory.ErrInvalidArgument, db.DriverName())
 	}
-	return l, nil
+	// One waiter per name in the queue, hand-over of held leases; a bad
+	// acquire timeout is refused there.
+	return lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "sqllock", AcquireTimeout: l.timeout,
+		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16}}, l.take)
 }
 
 // New returns a Manager that locks with a [NewLocker] on db and keeps stock in store.
@@ -99,52 +99,30 @@ func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, er
 	return lockmgr.NewManager(l, store, lockmgr.WithName("sqllock"))
 }
 
-// Acquire implements [lockmgr.Locker]: it waits for its turn in the queue,
-// then for a hand-over or for the advisory lock itself.
-func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: lock %q: %w", name, err)
-	}
-	actx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	turn, le, handed, err := l.queue.Enter(actx, name)
-	if err == nil && !handed {
-		if le, err = l.take(actx, name); err != nil {
-			turn.Leave(ctx)
+// take waits in the database for the lock on name, on a connection it pins,
+// for the head of the queue ([lockmgr.TakeFunc]). A wait that fails ends
+// its session (the drivers close a connection whose query was cancelled),
+// so a lock granted after the caller gave up is freed.
+func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
+	conn, err := l.db.Conn(actx)
+	granted := false
+	if err == nil {
+		if err = conn.QueryRowContext(actx, l.lock, name).Scan(&granted); err == nil && granted {
+			le := &lease{conn: conn, unlock: l.unlock, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
+			le.watch.Go(le.ping)
+			return le, nil
 		}
+		_ = conn.Close()
 	}
-	switch {
-	case err == nil:
-		le.turn = turn
-		return le, nil
-	case ctx.Err() == nil && actx.Err() != nil:
+	if ctx.Err() == nil && actx.Err() != nil {
 		err = fmt.Errorf("%w: not free within %v", inventory.ErrContention, l.timeout)
 	}
-	return nil, fmt.Errorf("sqllock: lock %q: %w", name, err)
-}
-
-// take waits in the database for the lock on name, on a connection it pins.
-// A wait that fails ends its session (the drivers close a connection whose
-// query was cancelled), so a lock granted after the caller gave up is freed.
-func (l *locker) take(ctx context.Context, name string) (*lease, error) {
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var ok bool
-	if err = conn.QueryRowContext(ctx, l.lock, name).Scan(&ok); err != nil || !ok {
-		_ = conn.Close()
-		return nil, cmp.Or(err, errors.New("lock not granted"))
-	}
-	le := &lease{conn: conn, unlock: l.unlock, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
-	le.watch.Go(le.ping)
-	return le, nil
+	return nil, fmt.Errorf("sqllock: lock %q: %w", name, cmp.Or(err, errors.New("lock not granted")))
 }
 
 type lease struct {
 	conn         *sql.Conn
 	unlock, name string
-	turn         *lockmgr.Turn[*lease] // this holder's place in the queue
 	lost, stop   chan struct{}
 	watch        sync.WaitGroup // runs ping
 }
@@ -170,18 +148,9 @@ func (le *lease) ping() {
 	}
 }
 
-// Release implements [lockmgr.Lease]: it hands the lock, still held, to the
-// next caller of this process unless it was lost or handed over 16 times in
-// a row; otherwise it frees it.
+// Release implements [lockmgr.Lease]: it frees the lock and the connection.
+// (A lease the queue hands to the next caller is not released.)
 func (le *lease) Release(ctx context.Context) error {
-	select {
-	case <-le.lost:
-	default:
-		if le.turn.HandOver(le) {
-			return nil
-		}
-	}
-	defer le.turn.Leave(ctx)
 	close(le.stop)
 	le.watch.Wait()
 	var ok bool

@@ -1,7 +1,7 @@
 package zklock
 
 // This file: the Locker and its Lease: a place in the in-process queue
-// (lockmgr.Queue), then a node in ZooKeeper's line (recipe.go), held until
+// (lockmgr.NewQueuedLocker), then a node in ZooKeeper's line (recipe.go), held until
 // Release.
 
 import (
@@ -16,22 +16,18 @@ import (
 	"github.com/stockkit/inventory/lockmgr"
 )
 
-// locker runs the lock recipe; it is the [lockmgr.Locker] of a Manager.
+// locker runs the lock recipe for the callers a lockmgr queue admits
+// ([lockmgr.NewQueuedLocker]): up to the queue depth of callers of one SKU
+// join ZooKeeper's line, in arrival order. A holder that leaves the lock
+// directory to the callers behind it marks the SKU (Turn.Share); the last
+// of them to leave then deletes the directory if it is empty.
 type locker struct {
 	conn    *zk.Conn
 	cfg     config
 	session *session // nil without WithSessionEvents
-
-	// queue admits up to the queue depth of callers of one SKU into
-	// ZooKeeper's line, in arrival order. A holder that leaves the lock
-	// directory to the callers behind it marks the SKU (Turn.Share); the
-	// last of them to leave then deletes the directory if it is empty.
-	queue *lockmgr.Queue[struct{}]
 }
 
-var _ lockmgr.Locker = (*locker)(nil)
-
-func newLocker(conn *zk.Conn, opts []Option) (*locker, error) {
+func newLocker(conn *zk.Conn, opts []Option) (lockmgr.Locker, config, error) {
 	cfg := config{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), acquireTimeout: DefaultAcquireTimeout, depth: DefaultQueueDepth, maxAttempts: lockmgr.DefaultMaxAttempts}
 	for _, o := range opts {
 		if o != nil {
@@ -39,20 +35,21 @@ func newLocker(conn *zk.Conn, opts []Option) (*locker, error) {
 		}
 	}
 	if cfg.err != nil {
-		return nil, cfg.err
+		return nil, cfg, cfg.err
 	}
 	if conn == nil {
-		return nil, fmt.Errorf("%w: zklock: nil *zk.Conn", inventory.ErrInvalidArgument)
+		return nil, cfg, fmt.Errorf("%w: zklock: nil *zk.Conn", inventory.ErrInvalidArgument)
 	}
 	l := &locker{conn: conn, cfg: cfg}
-	l.queue = lockmgr.NewQueue[struct{}](lockmgr.QueueConfig{
-		Depth:   cfg.depth,
-		Cleanup: func(ctx context.Context, name string) { l.removeDir(ctx, l.dir(name)) },
-	})
 	if cfg.events != nil {
 		l.session = watchSession(cfg.events)
 	}
-	return l, nil
+	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "zklock", AcquireTimeout: cfg.acquireTimeout,
+		Queue: lockmgr.QueueConfig{
+			Depth:   cfg.depth,
+			Cleanup: func(ctx context.Context, name string) { l.removeDir(ctx, l.dir(name)) },
+		}}, l.lock)
+	return q, cfg, err
 }
 
 // dir is the lock directory of name.
@@ -60,33 +57,11 @@ func (l *locker) dir(name string) string {
 	return l.cfg.root + "/" + base64.RawURLEncoding.EncodeToString([]byte(name))
 }
 
-// Acquire waits for a place in ZooKeeper's line among this process's
-// callers, joins the line of name's lock and waits until it comes first, ctx
-// is done or the acquire timeout passes; in the last two cases it withdraws.
-func (l *locker) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("zklock: lock %q: %w", name, err)
-	}
-	actx, cancel := context.WithTimeout(ctx, l.cfg.acquireTimeout)
-	defer cancel()
-	turn, _, _, err := l.queue.Enter(actx, name)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("zklock: lock %q: %w", name, ctx.Err())
-		}
-		return nil, fmt.Errorf("zklock: lock %q: %w: still queued behind this process's other callers after %v", name, inventory.ErrContention, l.cfg.acquireTimeout)
-	}
-	le, err := l.lock(ctx, actx, name, turn)
-	if err != nil {
-		turn.Leave(ctx)
-		return nil, err
-	}
-	return le, nil
-}
-
-// lock joins the line of name's lock, as Acquire. Every request is bounded
-// by actx; ctx is the caller's.
-func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn[struct{}]) (*lease, error) {
+// lock joins the line of name's lock and waits until it comes first, ctx
+// is done or the acquire timeout passes; in the last two cases it
+// withdraws ([lockmgr.TakeFunc]). Every request is bounded by actx; ctx is
+// the caller's.
+func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn[*lease]) (*lease, error) {
 	// A connection still in its handshake has no session yet: wait for it,
 	// so that the lease belongs to the session that makes the node.
 	if err := l.awaitSession(actx); err != nil {
@@ -127,7 +102,7 @@ func (l *locker) lockErr(ctx, actx context.Context, name string, err error) erro
 // lease is a held lock: this caller's node is the lowest in its directory.
 type lease struct {
 	l         *locker
-	turn      *lockmgr.Turn[struct{}] // the caller's place in the in-process queue
+	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
 	solo      bool            // node was alone in dir when it came first
 	down      <-chan struct{} // closed when the session was (maybe) lost
@@ -135,11 +110,11 @@ type lease struct {
 }
 
 // Release deletes the lease's node, which wakes the next in line, and then
-// the lock directory if nobody waits. It retries over a lost connection
-// until ctx is done or CleanupTimeout passes.
+// the lock directory if nobody waits (the queue lets the next caller of
+// the process in afterwards). It retries over a lost connection until ctx
+// is done or CleanupTimeout passes.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
-	defer le.turn.Leave(ctx)
 	var err error
 	switch {
 	case le.turn.Share(): // the next caller of this process reuses dir

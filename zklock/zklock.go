@@ -231,21 +231,21 @@ func WithMaxAttempts(n int) Option {
 // New does no I/O. An invalid argument or option gives an error wrapping
 // [inventory.ErrInvalidArgument].
 func New(conn *zk.Conn, store Store, opts ...Option) (*Manager, error) {
-	l, err := newLocker(conn, opts)
+	l, cfg, err := newLocker(conn, opts)
 	if err != nil {
 		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: zklock: nil store", inventory.ErrInvalidArgument)
 	}
-	return lockmgr.NewManager(l, store, lockmgr.WithName("zklock"), lockmgr.WithMaxAttempts(l.cfg.maxAttempts))
+	return lockmgr.NewManager(l, store, lockmgr.WithName("zklock"), lockmgr.WithMaxAttempts(cfg.maxAttempts))
 }
 
 // NewLocker returns the lock a Manager with these arguments uses, to use on
 // its own: the ZooKeeper lock recipe per name, with in-process queueing, as
 // the package documentation describes. It does no I/O.
 func NewLocker(conn *zk.Conn, opts ...Option) (lockmgr.Locker, error) {
-	l, err := newLocker(conn, opts)
+	l, _, err := newLocker(conn, opts)
 	if err != nil {
 		return nil, err
 	}

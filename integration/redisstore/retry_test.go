@@ -18,9 +18,11 @@ import (
 )
 
 // TestCompareAndSetRunsOnceWhenTheClientRetries cuts the reply of a write
-// that Redis ran. go-redis, on its default settings, then sends the script
-// again on a new connection (here the fault clears as it dials): the write
-// must not run twice, and must report success, not a duplicate of itself.
+// that Redis ran, on a client that resends (go-redis's default settings).
+// The Store's scripts are never sent twice (rediskeys.Script, NoRetry): the
+// caller gets the broken connection's error (the outcome unknown), the
+// client does not send the script again, the write ran once, and a keyed
+// retry is safe.
 func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	ctx := context.Background()
 	srv := faulttest.StartRedis(t)
@@ -39,17 +41,19 @@ func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	for _, key := range []string{"", "buyer-1"} {
 		redials.Store(0)
 		p.CutAfterBytes(3) // of ":1\r\n"
-		ok, err := s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, key)
-		require.Positive(t, redials.Load(), "the reply was cut and the client sent the script again")
-		require.NoError(t, err, "key %q", key)
-		require.True(t, ok, "key %q: the write took effect", key)
+		_, err := s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, key)
+		require.Error(t, err, "key %q: the reply was lost, the outcome is unknown to the caller", key)
+		require.Zero(t, redials.Load(), "key %q: the client did not send the script again", key)
 		stock--
-		requireStock(t, s, "shoe", stock)
+		requireStock(t, s, "shoe", stock) // the write ran once
 	}
 	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "buyer-1")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, stock, rem)
+	_, err = s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, "buyer-1")
+	require.ErrorIs(t, err, inventory.ErrDuplicate, "the keyed retry after an unknown outcome is safe")
+	requireStock(t, s, "shoe", stock)
 }
 
 // TestStalledRedis freezes a private Redis (SIGSTOP): every Store method,

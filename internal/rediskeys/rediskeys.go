@@ -95,13 +95,3 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 	b.WriteString(key)
 	return b.String()
 }
-
-// Window is the string in which the scripts keep the recent calls of one
-// client (a [Caller], named by its id) on sku during one minute (epoch: Unix
-// minutes), so that a command the client library sent again after losing
-// its reply is answered, not applied twice: PREFIX{tag}:r:ID:EPOCH:SKU. It
-// is a ring of fixed-size slots (see [WindowSize]). The id has a fixed
-// length, so the key is unambiguous.
-func Window(prefix, sku, id string, epoch int64) string {
-	return prefix + tag(sku) + ":r:" + id + ":" + strconv.FormatInt(epoch, 10) + ":" + sku
-}

@@ -36,7 +36,6 @@ func TestKeysAreDistinct(t *testing.T) {
 	keys := []string{"b", "1:b", "a:b", ":b", "b:"}
 	for _, s := range skus {
 		add(rediskeys.Stock("inv", s), "stock "+s)
-		add(rediskeys.Window("inv", s, "0123456789abcdef", 29000000), "window "+s)
 		for _, d := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
 			for _, k := range keys {
 				add(rediskeys.Key("inv", s, d, k), "key "+s+" "+string(d)+" "+k)
@@ -54,7 +53,6 @@ func TestLayout(t *testing.T) {
 		tag := fmt.Sprintf("{%016x}", h.Sum64())
 		require.Equal(t, "inv"+tag+":s:"+sku, rediskeys.Stock("inv", sku))
 		require.Equal(t, fmt.Sprintf("inv%s:k:return:%d:%s:k:1", tag, len(sku), sku), rediskeys.Key("inv", sku, inventory.DirReturn, "k:1"))
-		require.Equal(t, "inv"+tag+":r:0123456789abcdef:7:"+sku, rediskeys.Window("inv", sku, "0123456789abcdef", 7))
 	}
 }
 
