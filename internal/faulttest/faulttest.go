@@ -91,6 +91,15 @@ func (p *Process) Kill() {
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	_ = cmd.Wait()
+	// Wait for the rest of the group too (a server forked by runuser, its
+	// backends): until they are gone, a restart finds their lock file
+	// (PostgreSQL's postmaster.pid) held.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if err := syscall.Kill(-cmd.Process.Pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Start starts the server again after Kill, on the same port and data.
