@@ -264,10 +264,12 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	return rec, nil
 }
 
-// restarted reports whether any Redis master restarted since t (its
-// uptime, in whole seconds, is no longer than the time since t; so a Redis
-// that started less than a second before t counts as restarted), or did
-// not say.
+// restarted reports whether any Redis master restarted since t, or did not
+// say. Redis's uptime_in_seconds is its clock's whole seconds less those of
+// its start, so it can read 1 a moment after the start: a master counts as
+// restarted when its uptime less one second is no longer than the time
+// since t (a Redis that started up to two seconds before t counts too; a
+// false restart costs only a reconciliation of every SKU).
 func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
 	var mu sync.Mutex
 	found := false
@@ -278,7 +280,7 @@ func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
 		}
 		up, ok := infoField(info, "uptime_in_seconds")
 		n, err := strconv.ParseInt(up, 10, 64)
-		r := !ok || err != nil || time.Duration(n)*time.Second <= time.Since(t)
+		r := !ok || err != nil || time.Duration(n-1)*time.Second <= time.Since(t)
 		mu.Lock()
 		found = found || r
 		mu.Unlock()
