@@ -975,7 +975,7 @@ func (s *suite) testConfirmRacesExpiry(t *testing.T, m orderManager) {
 	t.Logf("%d Confirm-versus-expiry races (TTL %v): Confirm won %d, expiry won %d", n, ttl, wins, n-wins)
 }
 
-// testCarts runs Buyers concurrent carts over ten SKUs and checks the
+// testCarts runs Carts concurrent carts over ten SKUs and checks the
 // invariant initial - available == sold - returned + held on each.
 func (s *suite) testCarts(t *testing.T, m orderManager) {
 	ctx := ctxFor(t, s.cfg.Timeout)
@@ -1042,7 +1042,7 @@ func (s *suite) testCarts(t *testing.T, m orderManager) {
 		}
 	})
 
-	buyers := s.cfg.Buyers
+	buyers := s.cfg.Carts
 	elapsed := start(buyers, func(i int) {
 		rng := mrand.New(mrand.NewPCG(uint64(i), 11))
 		perm := rng.Perm(nSKU)[:1+rng.IntN(5)]

@@ -40,7 +40,7 @@ func TestConformance(t *testing.T) {
 				schema := sqltest.Schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
 					RequireOrders: true,
-					Timeout:       5 * time.Minute, // 2,000 carts on a loaded 2-core machine under -race: SQLite needs more than 2m
+					Timeout:       5 * time.Minute, // the carts on a loaded 2-core machine under -race: SQLite needs more than 2m
 					NewManager: func(t *testing.T) inventory.StockManager {
 						return newManager(t, db, sqltest.Harness(t, db, schema), mode.opts...)
 					},
