@@ -99,6 +99,7 @@ func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "N
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
 	type moves struct{ sold, returned int64 }
 	applied := 0
+	var byGen map[int64]*moves
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		applied = 0
 		// The prune mark, read with the SKU's row locked, as the pruner
@@ -107,15 +108,14 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		byGen := map[int64]*moves{}
+		byGen = map[int64]*moves{}
 		for _, msg := range msgs {
 			if len(msg.Values) == 0 {
 				continue // deleted while pending: applied and acknowledged before
 			}
-			gen, err1 := strconv.ParseInt(fmt.Sprint(msg.Values["n"]), 10, 64)
-			d, err2 := strconv.ParseInt(fmt.Sprint(msg.Values["d"]), 10, 64)
-			ms, err3 := entryMS(msg.ID)
-			if err1 != nil || err2 != nil || err3 != nil {
+			gen, sold, returned, err := entryMoves(msg.Values)
+			ms, err2 := entryMS(msg.ID)
+			if err != nil || err2 != nil {
 				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
 			}
 			if ms < mark {
@@ -137,11 +137,8 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 				mv = &moves{}
 				byGen[gen] = mv
 			}
-			if d > 0 {
-				mv.sold += d
-			} else {
-				mv.returned -= d
-			}
+			mv.sold += sold
+			mv.returned += returned
 			applied++
 		}
 		for gen, mv := range byGen {
@@ -154,6 +151,14 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: sync %q: apply journal: %w", sku, err)
+	}
+	if m.applied != nil {
+		var sold, returned int64
+		for _, mv := range byGen {
+			sold += mv.sold
+			returned += mv.returned
+		}
+		m.applied(sold, returned)
 	}
 	if m.beforeAck != nil {
 		if err := m.beforeAck(); err != nil {
@@ -172,6 +177,38 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		return applied, fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
 	}
 	return applied, nil
+}
+
+// entryMoves reads a journal entry's fields: its generation (n), and the
+// units its moves sold and returned. A batch's entry (batch.lua) holds the
+// net units taken (d) and the units sold (s); a lone move's (move.lua), d
+// alone: sold when positive, returned when negative.
+func entryMoves(v map[string]any) (gen, sold, returned int64, err error) {
+	num := func(f string) (int64, error) {
+		s, ok := v[f].(string)
+		if !ok {
+			return 0, fmt.Errorf("field %s missing", f)
+		}
+		return strconv.ParseInt(s, 10, 64)
+	}
+	gen, err1 := num("n")
+	d, err2 := num("d")
+	if err = errors.Join(err1, err2); err != nil {
+		return 0, 0, 0, err
+	}
+	if _, ok := v["s"]; !ok {
+		if d > 0 {
+			return gen, d, 0, nil
+		}
+		return gen, 0, -d, nil
+	}
+	if sold, err = num("s"); err != nil {
+		return 0, 0, 0, err
+	}
+	if returned = sold - d; sold < 0 || returned < 0 {
+		return 0, 0, 0, fmt.Errorf("sold %d, net %d", sold, d)
+	}
+	return gen, sold, returned, nil
 }
 
 // Lag returns how many journal entries, over every SKU, SQL has not
