@@ -26,9 +26,11 @@
 -- its allotment, written once: n the generation, d the net units taken
 -- (sold less returned) and s the units sold (Reduces), so the units
 -- returned are s - d (move.lua's entries have no s: d > 0 sold, d < 0
--- returned). Numbers are formatted with %.0f, so they stay exact.
+-- returned). Numbers written are formatted with %.0f, so they stay exact;
+-- the remaining stock a call gets back is a number (an integer reply: exact,
+-- as it is at most MaxStock), not formatted per call.
 local lw, rto, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local st, order, out = {}, {}, {}
+local st, order, out, o = {}, {}, {}, 0
 for i = 4, #ARGV, 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local x = st[s]
@@ -75,17 +77,16 @@ for i = 4, #ARGV, 3 do
     if first then
       code, v, w = 4, first, 0
     elseif fits then
-      x.a = a - q
-      v = string.format('%.0f', a - q + p)
+      a = a - q
+      x.a, v = a, a + p
       if q > 0 then
         x.s = x.s + q
-        x.last = #out + 3 -- this call's third value
+        x.last = o + 3 -- this call's third value
       end
     end
   end
-  out[#out + 1] = code
-  out[#out + 1] = v
-  out[#out + 1] = w
+  out[o + 1], out[o + 2], out[o + 3] = code, v, w
+  o = o + 3
 end
 local now
 for _, s in ipairs(order) do

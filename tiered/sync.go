@@ -251,21 +251,16 @@ func (m *Manager) Drain(ctx context.Context) error {
 	}
 }
 
-// Run syncs until ctx is done, then returns ctx's error: again at once
-// after a sync that applied entries, else after the sync interval
-// ([WithSyncInterval]). A failed sync's error goes to [WithSyncErrors]'s
-// function; Run carries on.
+// Run syncs until ctx is done, then returns ctx's error, waiting the sync
+// interval ([WithSyncInterval]) between syncs: each sync reads every SKU's
+// journal to its end, so the moves of the interval go to SQL together, a
+// few transactions per SKU, and an idle or lightly used SKU costs a few
+// reads per interval, not a loop of them. A failed sync's error goes to
+// [WithSyncErrors]'s function; Run carries on.
 func (m *Manager) Run(ctx context.Context) error {
 	for {
-		n, err := m.Sync(ctx)
-		if err != nil && ctx.Err() == nil && m.cfg.onSyncErr != nil {
+		if _, err := m.Sync(ctx); err != nil && ctx.Err() == nil && m.cfg.onSyncErr != nil {
 			m.cfg.onSyncErr(err)
-		}
-		if n > 0 && err == nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -284,8 +284,9 @@ func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 // transaction applies at most, 1..10000. The default is [DefaultSyncBatch].
 func WithSyncBatch(n int) Option { return func(c *config) { c.syncBatch = int64(n) } }
 
-// WithSyncInterval sets how long [Manager.Run] waits between syncs that
-// found nothing; positive. The default is [DefaultSyncInterval].
+// WithSyncInterval sets how long [Manager.Run] waits between syncs (each
+// reads the journals to their end), so about how far SQL's synced sales
+// trail Redis; positive. The default is [DefaultSyncInterval].
 func WithSyncInterval(d time.Duration) Option { return func(c *config) { c.syncInterval = d } }
 
 // WithClaimIdle sets how long a journal entry read by another syncer may
