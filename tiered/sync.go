@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -95,9 +97,17 @@ func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
 
 // applyEntries applies msgs of sku in one transaction, then acknowledges
-// and deletes them in one MULTI.
+// and deletes them in one MULTI. The transaction locks the SKU's row first
+// (the prune mark), as every writer of the SKU's ledger does, then reads
+// which of the entries the ledger holds and records the others with one
+// statement each: it holds the row, which grants wait for, a few round
+// trips whatever the number of entries.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
 	type moves struct{ sold, returned int64 }
+	type entry struct {
+		id                      string
+		ms, gen, sold, returned int64
+	}
 	applied := 0
 	var byGen map[int64]*moves
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
@@ -108,7 +118,7 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		byGen = map[int64]*moves{}
+		var fresh []entry
 		for _, msg := range msgs {
 			if len(msg.Values) == 0 {
 				continue // deleted while pending: applied and acknowledged before
@@ -122,25 +132,47 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 				m.ledger.belowMark.Add(1)
 				continue // applied before, its ledger row pruned
 			}
-			res, err := tx.ExecContext(ctx, m.q.ledger, sku, msg.ID, ms)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				if err != nil {
-					return err
-				}
-				continue // in the ledger: applied before
-			}
-			mv := byGen[gen]
+			fresh = append(fresh, entry{msg.ID, ms, gen, sold, returned})
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		args := []any{sku}
+		for _, e := range fresh {
+			args = append(args, e.id)
+		}
+		var seen []string
+		if err := tx.SelectContext(ctx, &seen, m.db.Rebind(m.q.seen+groups(len(fresh), 1)), args...); err != nil {
+			return err
+		}
+		fresh = slices.DeleteFunc(fresh, func(e entry) bool { return slices.Contains(seen, e.id) }) // in the ledger: applied before
+		if len(fresh) == 0 {
+			return nil
+		}
+		args = args[:0]
+		for _, e := range fresh {
+			args = append(args, sku, e.id, e.ms)
+		}
+		res, err := tx.ExecContext(ctx, m.db.Rebind(m.q.record+groups(len(fresh), 3)+m.q.recordEnd), args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(fresh)) {
+			// Another writer recorded some meanwhile, which the row lock
+			// rules out: which ones is unknown, so apply none.
+			return fmt.Errorf("ledger recorded %d of %d new entries (%v)", n, len(fresh), err)
+		}
+		byGen = map[int64]*moves{}
+		for _, e := range fresh {
+			mv := byGen[e.gen]
 			if mv == nil {
 				mv = &moves{}
-				byGen[gen] = mv
+				byGen[e.gen] = mv
 			}
-			mv.sold += sold
-			mv.returned += returned
-			applied++
+			mv.sold += e.sold
+			mv.returned += e.returned
 		}
+		applied = len(fresh)
 		for gen, mv := range byGen {
 			// An entry of an older generation (before an Init) changes nothing.
 			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, sku, gen); err != nil {
@@ -177,6 +209,17 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		return applied, fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
 	}
 	return applied, nil
+}
+
+// groups returns n placeholder groups of k placeholders (written ?), the
+// first in parentheses after IN, the second after VALUES: "(?, ?), (?, ?)"
+// for n = 2 and k = 2, "(?, ?)" for n = 2 and k = 1.
+func groups(n, k int) string {
+	if k == 1 {
+		return "(" + strings.Repeat("?, ", n-1) + "?)"
+	}
+	g := "(" + strings.Repeat("?, ", k-1) + "?)"
+	return strings.Repeat(g+", ", n-1) + g
 }
 
 // entryMoves reads a journal entry's fields: its generation (n), and the
