@@ -22,11 +22,15 @@
 --   3 Redis has no state for the SKU: 0, 0
 --   4 the key's record says an earlier call took effect: the record, 0
 --   5 the state key is not a hash: 0, 0
--- Each move appends its own journal entry, as move.lua's; the allotment of
--- each SKU is written once, at the end. Numbers are formatted with %.0f, so
--- they stay exact.
+-- The moves of each SKU are journaled as one entry, appended at the end with
+-- its allotment, written once: n the generation, d the net units taken
+-- (sold less returned) and s the units sold (Reduces), so the units
+-- returned are s - d (move.lua's entries have no s: d > 0 sold, d < 0
+-- returned). Numbers written are formatted with %.0f, so they stay exact;
+-- the remaining stock a call gets back is a number (an integer reply: exact,
+-- as it is at most MaxStock), not formatted per call.
 local lw, rto, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local st, order, out = {}, {}, {}
+local st, order, out, o = {}, {}, {}, 0
 for i = 4, #ARGV, 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local x = st[s]
@@ -38,7 +42,7 @@ for i = 4, #ARGV, 3 do
       x = 3
     else
       local a = tonumber(h[1])
-      x = {a = a, a0 = a, p = tonumber(h[2]), n = h[3], g = h[4], r = h[5], last = 0}
+      x = {a = a, a0 = a, p = tonumber(h[2]), n = h[3], g = h[4], r = h[5], last = 0, s = 0}
     end
     st[s] = x
     order[#order + 1] = s
@@ -73,23 +77,23 @@ for i = 4, #ARGV, 3 do
     if first then
       code, v, w = 4, first, 0
     elseif fits then
-      x.a = a - q
-      redis.call('XADD', KEYS[s + 1], '*', 'n', x.n, 'd', ARGV[i + 1])
-      v = string.format('%.0f', a - q + p)
+      a = a - q
+      x.a, v = a, a + p
       if q > 0 then
-        x.last = #out + 3 -- this call's third value
+        x.s = x.s + q
+        x.last = o + 3 -- this call's third value
       end
     end
   end
-  out[#out + 1] = code
-  out[#out + 1] = v
-  out[#out + 1] = w
+  out[o + 1], out[o + 2], out[o + 3] = code, v, w
+  o = o + 3
 end
 local now
 for _, s in ipairs(order) do
   local x = st[s]
-  if type(x) == 'table' and x.a ~= x.a0 then
+  if type(x) == 'table' and (x.a ~= x.a0 or x.s > 0) then
     redis.call('HSET', KEYS[s], 'a', string.format('%.0f', x.a))
+    redis.call('XADD', KEYS[s + 1], '*', 'n', x.n, 'd', string.format('%.0f', x.a0 - x.a), 's', string.format('%.0f', x.s))
     if x.last > 0 and x.a < lw and x.p > 0 then
       if not now then
         local t = redis.call('TIME')

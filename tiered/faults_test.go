@@ -27,20 +27,26 @@ var privateSQL = []struct {
 	{"postgres", faulttest.StartPostgres},
 }
 
+// syncedBy is what the syncers of syncers applied: entries (each holds
+// the moves of a lone call, or of one SKU in a merged batch), the units
+// sold and returned they held, and how many syncs failed.
+type syncedBy struct{ entries, sold, returned, failed int64 }
+
 // syncers runs n syncers (Managers of their own, as separate processes
-// would be) until the returned stop is called; stop returns how many
-// entries they applied and how many syncs failed.
-func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() (applied, failed int64)) {
+// would be) until the returned stop is called; stop returns what they
+// applied.
+func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() syncedBy) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var applied, failed atomic.Int64
+	var entries, sold, returned, failed atomic.Int64
 	for range n {
 		s := e.manager(t, append([]Option{WithSyncBatch(16)}, opts...)...)
+		s.applied = func(s, r int64) { sold.Add(s); returned.Add(r) }
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				k, err := s.Sync(ctx)
-				applied.Add(int64(k))
+				entries.Add(int64(k))
 				if err != nil && ctx.Err() == nil {
 					failed.Add(1)
 				}
@@ -53,10 +59,10 @@ func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() (applied,
 			}
 		})
 	}
-	return func() (int64, int64) {
+	return func() syncedBy {
 		cancel()
 		wg.Wait()
-		return applied.Load(), failed.Load()
+		return syncedBy{entries.Load(), sold.Load(), returned.Load(), failed.Load()}
 	}
 }
 
@@ -130,21 +136,22 @@ func TestSQLDownWhileRedisSells(t *testing.T) {
 			wg.Wait()
 			require.NoError(t, ctx.Err())
 			caughtUp(ctx, t, m) // the syncer catches up on its own
-			applied, syncFails := stopSync()
+			by := stopSync()
 			final, err := m.Reconcile(ctx, sku)
 			require.NoError(t, err)
 			assert.True(t, final[0].Clean(), "%+v", final[0])
 			s := m.totals(ctx, t, sku)
-			t.Logf("%s: %d sold while SQL was down, %d calls failed then (%d after); syncer applied %d, %d syncs failed; lag at restart %d; refill failures %d",
-				eng.name, okDown.Load(), failedDown.Load(), failedUp.Load(), applied, syncFails, lagDown, m.RefillFailures())
+			t.Logf("%s: %d sold while SQL was down, %d calls failed then (%d after); syncer applied %d entries (%d units sold), %d syncs failed; lag at restart %d entries; refill failures %d",
+				eng.name, okDown.Load(), failedDown.Load(), failedUp.Load(), by.entries, by.sold, by.failed, lagDown, m.RefillFailures())
 			logFigures(t, eng.name+" down while Redis sells", sku, s, initial, ok.Load(), nil, final)
 			assert.Positive(t, okDown.Load(), "Redis sold while SQL was down")
-			assert.Positive(t, syncFails, "the syncer failed while SQL was down")
+			assert.Positive(t, by.failed, "the syncer failed while SQL was down")
 			// Redis never went down, but on a loaded machine its calls may
 			// time out often enough to open the circuit: the fallback's
 			// sales (direct) count then.
 			assert.Equal(t, ok.Load(), s.sold+s.direct, "SQL has every sale acknowledged, once; the failed calls changed nothing")
-			assert.Equal(t, s.sold, applied, "each entry applied once")
+			assert.Equal(t, s.sold, by.sold, "each entry applied once: SQL's synced sales are the units of the entries the syncer let into the ledger")
+			assert.Zero(t, by.returned)
 			assert.EqualValues(t, initial, ok.Load(), "sold out")
 		})
 	}
@@ -188,9 +195,11 @@ func TestTwoSyncers(t *testing.T) {
 			}
 			wg.Wait()
 			caughtUp(ctx, t, m)
-			applied, syncFails := stopSync()
-			t.Logf("%s: %d reduces and %d returns; the two syncers applied %d entries, %d syncs failed", eng.name, taken.Load(), returned.Load(), applied, syncFails)
-			assert.Equal(t, taken.Load()+returned.Load(), applied, "each entry applied exactly once")
+			by := stopSync()
+			t.Logf("%s: %d reduces and %d returns; the two syncers applied %d entries (%d units sold, %d returned), %d syncs failed",
+				eng.name, taken.Load(), returned.Load(), by.entries, by.sold, by.returned, by.failed)
+			assert.Equal(t, taken.Load(), by.sold, "each entry applied exactly once: the syncers let in the units of every Reduce, once")
+			assert.Equal(t, returned.Load(), by.returned, "and of every Return, once")
 			var sold, back int64
 			for _, sku := range skus {
 				s := m.totals(ctx, t, sku)
@@ -335,13 +344,13 @@ func TestSale10k(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, ctx.Err())
 	caughtUp(ctx, t, m)
-	applied, syncFails := stopSync()
+	by := stopSync()
 	recs, recFails, _ := m.Recoveries()
 	final, err := m.Reconcile(ctx, sku)
 	require.NoError(t, err)
 	s := m.totals(ctx, t, sku)
-	t.Logf("10,000 buyers: %d acknowledged (%d by ErrDuplicate on a keyed retry), %d refused, %d failed calls retried (%d unkeyed of unknown outcome); fallback calls %d during the Redis kill, %d during the stop; %d sold while MariaDB was down; %d recoveries (%d failed); the syncers applied %d entries (the recoveries' Reconciles the rest), %d syncs failed",
-		acked.Load(), dups.Load(), refused.Load(), errs.Load(), unknownUnkeyed.Load(), fallbacksKill, fallbacksStop, soldSQLDown, len(recs), recFails, applied, syncFails)
+	t.Logf("10,000 buyers: %d acknowledged (%d by ErrDuplicate on a keyed retry), %d refused, %d failed calls retried (%d unkeyed of unknown outcome); fallback calls %d during the Redis kill, %d during the stop; %d sold while MariaDB was down; %d recoveries (%d failed); the syncers applied %d entries (%d units sold; the recoveries' Reconciles the rest), %d syncs failed",
+		acked.Load(), dups.Load(), refused.Load(), errs.Load(), unknownUnkeyed.Load(), fallbacksKill, fallbacksStop, soldSQLDown, len(recs), recFails, by.entries, by.sold, by.failed)
 	logFigures(t, "10,000-buyer sale through a Redis kill, a Redis stop and a MariaDB kill", sku, s, initial, acked.Load(), recs, final)
 	assert.EqualValues(t, buyers, acked.Load()+refused.Load(), "every buyer got an answer")
 	// A killed Redis refuses connections at once, and go-redis's dial

@@ -224,8 +224,8 @@ func reduce(ctx context.Context, m *Manager, sku string, qty int64, key string) 
 // Return: a call that no longer fits in the middle of the batch gets
 // ErrInsufficientStock with the stock left then, a key used twice in the
 // batch gets ErrDuplicate with its first call's remaining, the calls after
-// them still move; each move is journalled, and SQL has them all after
-// Drain.
+// them still move; the batch's moves are journaled as one entry with
+// their units, and SQL has them all after Drain.
 func TestMergedAnswers(t *testing.T) {
 	var g gate
 	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
@@ -269,9 +269,18 @@ func TestMergedAnswers(t *testing.T) {
 	require.NoError(t, err, "the refused call left no record")
 	assert.EqualValues(t, 0, left)
 
-	n, err := m.rdb.XLen(ctx, m.journalKey(sku)).Result()
+	entries, err := m.rdb.XRange(ctx, m.journalKey(sku), "-", "+").Result()
 	require.NoError(t, err)
-	assert.EqualValues(t, 7, n, "one journal entry per move: 5 in the batch, 2 after")
+	var fields []map[string]any
+	for _, e := range entries {
+		delete(e.Values, "n")
+		fields = append(fields, e.Values)
+	}
+	assert.Equal(t, []map[string]any{
+		{"d": "1"},                       // the lone call
+		{"d": "9", "s": "11"},            // the batch's 4 moves: 3+5+3 sold, 2 returned
+		{"d": "-1"}, {"d": "1"}}, fields, // the calls after it
+		"one journal entry per lone call and one per SKU per batch, with its units")
 	require.NoError(t, m.Drain(ctx))
 	s := m.totals(ctx, t, sku)
 	assert.EqualValues(t, 1+3+5+3+1, s.sold)

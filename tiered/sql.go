@@ -22,9 +22,11 @@ type statements struct {
 	// grant takes units from the pool; grantRow records the grant;
 	// grantsAfter lists a generation's grants after an id.
 	grant, grantRow, grantsAfter string
-	// ledger records a journal entry once (1 row affected when new); apply
-	// adds synced moves to the SKU's row of the entry's generation.
-	ledger, apply string
+	// seen lists which of a SKU's journal entries are in the ledger, and
+	// record adds entries to it: each is followed by one placeholder group
+	// per entry (written with ?, see ledgerSQL), record then by recordEnd.
+	// apply adds synced moves to the SKU's row of the entries' generation.
+	seen, record, recordEnd, apply string
 	// seenEntry finds a journal entry (sku, entry id) in the ledger, or
 	// below the SKU's prune mark; lose adds to the units Redis lost.
 	seenEntry, lose string
@@ -83,7 +85,8 @@ var mysqlSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
-	ledger: `INSERT IGNORE INTO {{p}}synced (sku, entry_id, ms) VALUES (?, ?, ?)`,
+	seen:   `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
+	record: `INSERT IGNORE INTO {{p}}synced (sku, entry_id, ms) VALUES `,
 	seenEntry: `SELECT 1 FROM (SELECT ? AS sku, ? AS id) x JOIN {{p}}stock s ON s.sku = x.sku
 		WHERE s.pruned_ms > CAST(SUBSTRING_INDEX(x.id, '-', 1) AS UNSIGNED)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = x.sku AND l.entry_id = x.id)`,
@@ -145,7 +148,9 @@ var postgresSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
 
-	ledger: `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
+	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
+	recordEnd: ` ON CONFLICT DO NOTHING`,
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = $1
 		AND (s.pruned_ms > split_part($2, '-', 1)::bigint
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = $1 AND l.entry_id = $2))`,
@@ -212,7 +217,9 @@ var sqliteSQL = statements{
 	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
 	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
-	ledger: `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
+	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
+	recordEnd: ` ON CONFLICT DO NOTHING`,
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = ?1
 		AND (s.pruned_ms > CAST(substr(?2, 1, instr(?2, '-') - 1) AS INTEGER)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = ?1 AND l.entry_id = ?2))`,
@@ -249,7 +256,7 @@ func engineSQL(driver, prefix string) (statements, error) {
 	}
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.ledger, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
+		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
 		*q = r.Replace(*q)
 	}
 	s.create = replaceAll(r, s.create)

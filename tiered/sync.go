@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -95,10 +97,19 @@ func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
 
 // applyEntries applies msgs of sku in one transaction, then acknowledges
-// and deletes them in one MULTI.
+// and deletes them in one MULTI. The transaction locks the SKU's row first
+// (the prune mark), as every writer of the SKU's ledger does, then reads
+// which of the entries the ledger holds and records the others with one
+// statement each: it holds the row, which grants wait for, a few round
+// trips whatever the number of entries.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
 	type moves struct{ sold, returned int64 }
+	type entry struct {
+		id                      string
+		ms, gen, sold, returned int64
+	}
 	applied := 0
+	var byGen map[int64]*moves
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		applied = 0
 		// The prune mark, read with the SKU's row locked, as the pruner
@@ -107,43 +118,61 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		byGen := map[int64]*moves{}
+		var fresh []entry
 		for _, msg := range msgs {
 			if len(msg.Values) == 0 {
 				continue // deleted while pending: applied and acknowledged before
 			}
-			gen, err1 := strconv.ParseInt(fmt.Sprint(msg.Values["n"]), 10, 64)
-			d, err2 := strconv.ParseInt(fmt.Sprint(msg.Values["d"]), 10, 64)
-			ms, err3 := entryMS(msg.ID)
-			if err1 != nil || err2 != nil || err3 != nil {
+			gen, sold, returned, err := entryMoves(msg.Values)
+			ms, err2 := entryMS(msg.ID)
+			if err != nil || err2 != nil {
 				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
 			}
 			if ms < mark {
 				m.ledger.belowMark.Add(1)
 				continue // applied before, its ledger row pruned
 			}
-			res, err := tx.ExecContext(ctx, m.q.ledger, sku, msg.ID, ms)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				if err != nil {
-					return err
-				}
-				continue // in the ledger: applied before
-			}
-			mv := byGen[gen]
+			fresh = append(fresh, entry{msg.ID, ms, gen, sold, returned})
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		args := []any{sku}
+		for _, e := range fresh {
+			args = append(args, e.id)
+		}
+		var seen []string
+		if err := tx.SelectContext(ctx, &seen, m.db.Rebind(m.q.seen+groups(len(fresh), 1)), args...); err != nil {
+			return err
+		}
+		fresh = slices.DeleteFunc(fresh, func(e entry) bool { return slices.Contains(seen, e.id) }) // in the ledger: applied before
+		if len(fresh) == 0 {
+			return nil
+		}
+		args = args[:0]
+		for _, e := range fresh {
+			args = append(args, sku, e.id, e.ms)
+		}
+		res, err := tx.ExecContext(ctx, m.db.Rebind(m.q.record+groups(len(fresh), 3)+m.q.recordEnd), args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(fresh)) {
+			// Another writer recorded some meanwhile, which the row lock
+			// rules out: which ones is unknown, so apply none.
+			return fmt.Errorf("ledger recorded %d of %d new entries (%v)", n, len(fresh), err)
+		}
+		byGen = map[int64]*moves{}
+		for _, e := range fresh {
+			mv := byGen[e.gen]
 			if mv == nil {
 				mv = &moves{}
-				byGen[gen] = mv
+				byGen[e.gen] = mv
 			}
-			if d > 0 {
-				mv.sold += d
-			} else {
-				mv.returned -= d
-			}
-			applied++
+			mv.sold += e.sold
+			mv.returned += e.returned
 		}
+		applied = len(fresh)
 		for gen, mv := range byGen {
 			// An entry of an older generation (before an Init) changes nothing.
 			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, sku, gen); err != nil {
@@ -154,6 +183,14 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: sync %q: apply journal: %w", sku, err)
+	}
+	if m.applied != nil {
+		var sold, returned int64
+		for _, mv := range byGen {
+			sold += mv.sold
+			returned += mv.returned
+		}
+		m.applied(sold, returned)
 	}
 	if m.beforeAck != nil {
 		if err := m.beforeAck(); err != nil {
@@ -172,6 +209,49 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		return applied, fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
 	}
 	return applied, nil
+}
+
+// groups returns n placeholder groups of k placeholders (written ?), the
+// first in parentheses after IN, the second after VALUES: "(?, ?), (?, ?)"
+// for n = 2 and k = 2, "(?, ?)" for n = 2 and k = 1.
+func groups(n, k int) string {
+	if k == 1 {
+		return "(" + strings.Repeat("?, ", n-1) + "?)"
+	}
+	g := "(" + strings.Repeat("?, ", k-1) + "?)"
+	return strings.Repeat(g+", ", n-1) + g
+}
+
+// entryMoves reads a journal entry's fields: its generation (n), and the
+// units its moves sold and returned. A batch's entry (batch.lua) holds the
+// net units taken (d) and the units sold (s); a lone move's (move.lua), d
+// alone: sold when positive, returned when negative.
+func entryMoves(v map[string]any) (gen, sold, returned int64, err error) {
+	num := func(f string) (int64, error) {
+		s, ok := v[f].(string)
+		if !ok {
+			return 0, fmt.Errorf("field %s missing", f)
+		}
+		return strconv.ParseInt(s, 10, 64)
+	}
+	gen, err1 := num("n")
+	d, err2 := num("d")
+	if err = errors.Join(err1, err2); err != nil {
+		return 0, 0, 0, err
+	}
+	if _, ok := v["s"]; !ok {
+		if d > 0 {
+			return gen, d, 0, nil
+		}
+		return gen, 0, -d, nil
+	}
+	if sold, err = num("s"); err != nil {
+		return 0, 0, 0, err
+	}
+	if returned = sold - d; sold < 0 || returned < 0 {
+		return 0, 0, 0, fmt.Errorf("sold %d, net %d", sold, d)
+	}
+	return gen, sold, returned, nil
 }
 
 // Lag returns how many journal entries, over every SKU, SQL has not
@@ -214,21 +294,16 @@ func (m *Manager) Drain(ctx context.Context) error {
 	}
 }
 
-// Run syncs until ctx is done, then returns ctx's error: again at once
-// after a sync that applied entries, else after the sync interval
-// ([WithSyncInterval]). A failed sync's error goes to [WithSyncErrors]'s
-// function; Run carries on.
+// Run syncs until ctx is done, then returns ctx's error, waiting the sync
+// interval ([WithSyncInterval]) between syncs: each sync reads every SKU's
+// journal to its end, so the moves of the interval go to SQL together, a
+// few transactions per SKU, and an idle or lightly used SKU costs a few
+// reads per interval, not a loop of them. A failed sync's error goes to
+// [WithSyncErrors]'s function; Run carries on.
 func (m *Manager) Run(ctx context.Context) error {
 	for {
-		n, err := m.Sync(ctx)
-		if err != nil && ctx.Err() == nil && m.cfg.onSyncErr != nil {
+		if _, err := m.Sync(ctx); err != nil && ctx.Err() == nil && m.cfg.onSyncErr != nil {
 			m.cfg.onSyncErr(err)
-		}
-		if n > 0 && err == nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -18,8 +18,10 @@
 // a Reduce that finds the allotment short while the pool may have units
 // grants what it needs first and calls again.
 //
-// Every move in Redis appends, in the same script, an entry to the SKU's
-// journal, a Redis Stream under the SKU's hash tag. [Manager.Sync] (or
+// Every move in Redis is journaled, in the same script, in the SKU's
+// journal, a Redis Stream under the SKU's hash tag: a call alone appends
+// its own entry, a merged batch one entry per SKU with the units its moves
+// sold and returned. [Manager.Sync] (or
 // [Manager.Run] in a goroutine) reads the journal through a consumer group
 // and applies each entry to SQL exactly once: the entry's id goes into a
 // ledger table in the transaction that adds its units to the SKU's synced
@@ -130,8 +132,9 @@
 // luascript merges them ([WithMaxBatch]): a lone call goes to Redis at
 // once, and the calls that arrive while a call is in flight go together
 // when it returns, as one script call that applies each in order, journals
-// each move on its own and answers each call on its own. [WithReplicas]
-// makes every move, alone or merged, wait for replicas (WAIT).
+// the moves of each SKU as one entry and answers each call on its own.
+// [WithReplicas] makes every move, alone or merged, wait for replicas
+// (WAIT).
 //
 // This package is a first slice. Still to come: orders.
 package tiered
@@ -218,6 +221,9 @@ type Manager struct {
 	// and before its entries are acknowledged; an error skips the
 	// acknowledgement, as a syncer dying there would.
 	beforeAck func() error
+	// applied, if set (tests), is told the units sold and returned of the
+	// entries each committed sync transaction let into the ledger.
+	applied func(sold, returned int64)
 }
 
 type config struct {
@@ -278,8 +284,9 @@ func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 // transaction applies at most, 1..10000. The default is [DefaultSyncBatch].
 func WithSyncBatch(n int) Option { return func(c *config) { c.syncBatch = int64(n) } }
 
-// WithSyncInterval sets how long [Manager.Run] waits between syncs that
-// found nothing; positive. The default is [DefaultSyncInterval].
+// WithSyncInterval sets how long [Manager.Run] waits between syncs (each
+// reads the journals to their end), so about how far SQL's synced sales
+// trail Redis; positive. The default is [DefaultSyncInterval].
 func WithSyncInterval(d time.Duration) Option { return func(c *config) { c.syncInterval = d } }
 
 // WithClaimIdle sets how long a journal entry read by another syncer may
@@ -298,8 +305,8 @@ func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncEr
 // Merging (as luascript's) only ever waits for a call already in flight: a
 // lone call goes to Redis at once, and the calls that queue behind a call
 // in flight on their Cluster slot go together when it returns, one round
-// trip and one script run for all of them, each move with its own journal
-// entry. Each call keeps its own outcome: its remaining stock, or
+// trip, one script run and one journal entry per SKU for all of them.
+// Each call keeps its own outcome: its remaining stock, or
 // ErrInsufficientStock when the calls before it in the batch left too
 // little, ErrDuplicate when an earlier call (in the batch or before) used
 // its key; a call that finds the allotment short grants, or finds no Redis
