@@ -150,7 +150,11 @@ func TestSQLDownWhileRedisSells(t *testing.T) {
 			// time out often enough to open the circuit: the fallback's
 			// sales (direct) count then.
 			assert.Equal(t, ok.Load(), s.sold+s.direct, "SQL has every sale acknowledged, once; the failed calls changed nothing")
-			assert.Equal(t, s.sold, by.sold, "each entry applied once: SQL's synced sales are the units of the entries the syncer let into the ledger")
+			// The line above is the exactly-once check. The syncer's own
+			// count can fall short of it, never exceed it: a commit whose
+			// reply the kill cut may have landed (the next sync finds its
+			// entries in the ledger and applies them no more).
+			assert.LessOrEqual(t, by.sold, s.sold, "the syncer let no more units into SQL than SQL has")
 			assert.Zero(t, by.returned)
 			assert.EqualValues(t, initial, ok.Load(), "sold out")
 		})
