@@ -184,22 +184,6 @@ func TestCustomSchema(t *testing.T) {
 	})
 }
 
-func TestNew(t *testing.T) {
-	db := sqlx.NewDb(nil, "mysql") // no I/O: every refusal comes first
-	for name, opts := range map[string][]optimistic.Option{
-		"injected table":  {optimistic.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
-		"injected column": {optimistic.WithSchema(sqlstore.Schema{Stock: "stock = 0 --"})},
-		"zero attempts":   {optimistic.WithMaxAttempts(0)},
-		"zero TTL":        {optimistic.WithKeyTTL(0)},
-		"bad backoff":     {optimistic.WithBackoff(time.Second, time.Millisecond)},
-	} {
-		_, err := optimistic.New(db, opts...)
-		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
-	}
-	_, err := optimistic.New(sqlx.NewDb(nil, "oracle"))
-	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-}
-
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {

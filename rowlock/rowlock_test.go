@@ -137,22 +137,6 @@ func TestCustomSchema(t *testing.T) {
 	})
 }
 
-func TestNew(t *testing.T) {
-	db := sqlx.NewDb(nil, "pgx") // no I/O: every refusal comes first
-	for name, opts := range map[string][]rowlock.Option{
-		"injected table":   {rowlock.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
-		"injected ledger":  {rowlock.WithSchema(sqlstore.Schema{Ledger: `l" (x) --`})},
-		"zero TTL":         {rowlock.WithKeyTTL(0)},
-		"zero lock wait":   {rowlock.WithLockTimeout(0)},
-		"negative timeout": {rowlock.WithLockTimeout(-time.Second)},
-	} {
-		_, err := rowlock.New(db, opts...)
-		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
-	}
-	_, err := rowlock.New(nil)
-	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-}
-
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
