@@ -187,27 +187,9 @@ func TestCustomSchema(t *testing.T) {
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
 		schema := sqltest.Schema(t, db)
-		for _, m := range []*optimistic.Manager{
-			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)),
-			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()),
-		} {
-			sku := testenv.Prefix()
-			require.NoError(t, m.Init(ctx, sku, 10))
-			_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.NoError(t, err)
-			rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-			require.EqualValues(t, 9, rem)
-			time.Sleep(300 * time.Millisecond)
-			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.NoError(t, err, "the key expired")
-			require.EqualValues(t, 8, rem)
-			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-			require.EqualValues(t, 8, rem, "the renewed key holds the new result")
-		}
+		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)))
+		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()))
 	})
 }
 

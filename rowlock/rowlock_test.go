@@ -140,21 +140,6 @@ func TestCustomSchema(t *testing.T) {
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
-		m := newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond))
-		sku := testenv.Prefix()
-		require.NoError(t, m.Init(ctx, sku, 10))
-		_, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.NoError(t, err)
-		rem, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.ErrorIs(t, err, inventory.ErrDuplicate)
-		require.EqualValues(t, 11, rem)
-		time.Sleep(300 * time.Millisecond)
-		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.NoError(t, err, "the key expired")
-		require.EqualValues(t, 12, rem)
-		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.ErrorIs(t, err, inventory.ErrDuplicate)
-		require.EqualValues(t, 12, rem, "the renewed key holds the new result")
+		sqltest.KeyExpiry(t, newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond)))
 	})
 }
