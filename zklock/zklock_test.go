@@ -95,20 +95,7 @@ func (l *link) unblock() {
 }
 
 // root returns a lock root of its own for t, checked to be empty at the end.
-func root(t *testing.T, conn *zk.Conn) string {
-	r := "/inventory-test/" + testenv.Prefix()
-	t.Cleanup(func() {
-		children, _, err := conn.Children(r)
-		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrConnectionClosed) {
-			return
-		}
-		if assert.NoError(t, err) {
-			assert.Empty(t, children, "lock directories left behind under %s", r)
-		}
-		_ = conn.Delete(r, -1)
-	})
-	return r
-}
+var root = testenv.ZKRoot
 
 func TestConformance(t *testing.T) {
 	for _, st := range storetest.Stores {
