@@ -12,12 +12,11 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/lockmgr/lockmgrtest"
-	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 )
 
 func TestMain(m *testing.M) {
@@ -33,25 +32,15 @@ type store struct {
 // engines.
 var stores = []store{
 	{"memory", func(*testing.T) lockmgr.Store { return lockmgrtest.NewMemoryStore(0) }},
-	{"redis", newRedisStore},
+	{"redis", func(t *testing.T) lockmgr.Store { return storetest.Redis(t, testenv.Redis(t)) }},
 }
 
 func init() {
 	for _, e := range sqltest.Engines {
 		stores = append(stores, store{e.Name, func(t *testing.T) lockmgr.Store {
-			db := e.Open(t)
-			s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
-			require.NoError(t, err)
-			return s
+			return storetest.SQL(t, e.Open(t))
 		}})
 	}
-}
-
-func newRedisStore(t *testing.T) lockmgr.Store {
-	c := testenv.Redis(t)
-	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-	require.NoError(t, err)
-	return s
 }
 
 // TestConformance runs the suite with an in-process lock over the memory

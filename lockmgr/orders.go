@@ -565,15 +565,21 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 
 // Confirm implements [inventory.OrderManager].
 func (m *Manager) Confirm(ctx context.Context, id string) error {
-	op := fmt.Sprintf("confirm %q", id)
+	return m.onHold(ctx, "confirm", id, func(hs HoldStore) error { return m.confirm(ctx, hs, kindHold+id) })
+}
+
+// onHold is the start of Confirm and Cancel, op, of hold id: it checks id
+// and begins, then runs fn, its error wrapped as the call's.
+func (m *Manager) onHold(ctx context.Context, op, id string, fn func(hs HoldStore) error) error {
 	if err := inventory.ValidateHoldID(id); err != nil {
-		return m.fail("confirm", err)
+		return m.fail(op, err)
 	}
+	op = fmt.Sprintf("%s %q", op, id)
 	hs, err := m.begin(ctx)
 	if err != nil {
 		return m.fail(op, err)
 	}
-	return m.fail(op, m.confirm(ctx, hs, kindHold+id))
+	return m.fail(op, fn(hs))
 }
 
 // confirm sells the lines of order id, if the record says so.
@@ -624,24 +630,18 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 
 // Cancel implements [inventory.OrderManager].
 func (m *Manager) Cancel(ctx context.Context, id string) error {
-	op := fmt.Sprintf("cancel %q", id)
-	if err := inventory.ValidateHoldID(id); err != nil {
-		return m.fail("cancel", err)
-	}
-	hs, err := m.begin(ctx)
-	if err != nil {
-		return m.fail(op, err)
-	}
-	o, _, err := hs.UpdateOrder(ctx, kindHold+id, StepCancel)
-	switch {
-	case err != nil:
-		return m.fail(op, err)
-	case !o.Complete:
-		return m.fail(op, fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound))
-	case o.State == OrderConfirmed:
-		return m.fail(op, fmt.Errorf("%w: a refund is a Return", inventory.ErrHoldConfirmed))
-	}
-	return m.fail(op, m.finish(ctx, hs, o))
+	return m.onHold(ctx, "cancel", id, func(hs HoldStore) error {
+		o, _, err := hs.UpdateOrder(ctx, kindHold+id, StepCancel)
+		switch {
+		case err != nil:
+			return err
+		case !o.Complete:
+			return fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound)
+		case o.State == OrderConfirmed:
+			return fmt.Errorf("%w: a refund is a Return", inventory.ErrHoldConfirmed)
+		}
+		return m.finish(ctx, hs, o)
+	})
 }
 
 // Held implements [inventory.OrderManager]: it reads the SKU's held total.

@@ -196,15 +196,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 			o(&c)
 		}
 	}
-	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
-		return nil, fmt.Errorf("luascript: %w", err)
-	}
-	if c.keyTTL < time.Millisecond {
-		return nil, fmt.Errorf("%w: luascript: key TTL %v is under 1ms", inventory.ErrInvalidArgument, c.keyTTL)
-	}
-	if c.replicasSet && (c.replicas < 1 || c.replicaTimeout < time.Millisecond) {
-		return nil, fmt.Errorf("%w: luascript: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
-			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
+	if err := rediskeys.ValidateOptions("luascript", c.prefix, c.keyTTL, c.replicasSet, c.replicas, c.replicaTimeout); err != nil {
+		return nil, err
 	}
 	if c.maxBatch < 1 || c.maxBatch > MaxBatch {
 		return nil, fmt.Errorf("%w: luascript: WithMaxBatch(%d): want 1..%d", inventory.ErrInvalidArgument, c.maxBatch, MaxBatch)

@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/optiontest"
 	"github.com/stockkit/inventory/luascript"
 )
 
@@ -17,31 +16,16 @@ import (
 func TestOptionsRule(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	for _, tc := range []struct {
-		name string
-		opt  luascript.Option
-		ok   bool
-	}{
-		{"nil", nil, true},
-		{"prefix", luascript.WithPrefix("p"), true},
-		{"empty prefix", luascript.WithPrefix(""), false},
-		{"key TTL", luascript.WithKeyTTL(time.Second), true},
-		{"zero key TTL", luascript.WithKeyTTL(0), false},
-		{"negative key TTL", luascript.WithKeyTTL(-time.Second), false},
-		{"replicas", luascript.WithReplicas(1, time.Second), true},
-		{"zero replicas", luascript.WithReplicas(0, time.Second), false},
-		{"negative replicas", luascript.WithReplicas(-1, time.Second), false},
-		{"zero replica timeout", luascript.WithReplicas(1, 0), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := luascript.New(c, tc.opt)
-			if tc.ok {
-				require.NoError(t, err)
-				require.NotNil(t, m)
-				return
-			}
-			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-			require.Nil(t, m)
-		})
-	}
+	optiontest.Run(t, map[string]luascript.Option{
+		"prefix":   luascript.WithPrefix("p"),
+		"key TTL":  luascript.WithKeyTTL(time.Second),
+		"replicas": luascript.WithReplicas(1, time.Second),
+	}, map[string]luascript.Option{
+		"empty prefix":         luascript.WithPrefix(""),
+		"zero key TTL":         luascript.WithKeyTTL(0),
+		"negative key TTL":     luascript.WithKeyTTL(-time.Second),
+		"zero replicas":        luascript.WithReplicas(0, time.Second),
+		"negative replicas":    luascript.WithReplicas(-1, time.Second),
+		"zero replica timeout": luascript.WithReplicas(1, 0),
+	}, func(o luascript.Option) (any, error) { return luascript.New(c, o) })
 }

@@ -45,6 +45,26 @@ func skus(name string, n int, sameSlot bool) []string {
 	return out
 }
 
+// eachLayout runs f on the standalone Redis and on the Cluster, each time
+// with n SKUs named after name in one Cluster slot and in n slots
+// (subtests oneSlot=true, oneSlot=false), each initialised to qty, on a
+// Manager of its own made with opts.
+func eachLayout(t *testing.T, name string, n int, qty int64, f func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string), opts ...luascript.Option) {
+	servers(t, func(t *testing.T, c redis.UniversalClient) {
+		for _, same := range []bool{true, false} {
+			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
+				ctx := context.Background()
+				m := newManager(t, c, opts...)
+				s := skus(name, n, same)
+				for _, sku := range s {
+					require.NoError(t, m.Init(ctx, sku, qty))
+				}
+				f(t, ctx, m, s)
+			})
+		}
+	})
+}
+
 type checker struct {
 	t   *testing.T
 	m   *luascript.Manager
@@ -71,114 +91,84 @@ func lines(skus []string, qty ...int64) []inventory.Line {
 }
 
 func TestLinesAllOrNothing(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c)
-				ck := checker{t, m, ctx}
-				s := skus("lines", 3, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 5))
-				}
-				err := m.ReduceLines(ctx, lines(s, 2, 6, 1))
-				var ie *inventory.InsufficientError
-				require.ErrorAs(t, err, &ie)
-				require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-				require.Equal(t, []inventory.Shortfall{{Line: inventory.Line{SKU: s[1], Qty: 6}, Available: 5}}, ie.Short)
-				for _, sku := range s {
-					ck.stock(sku, 5, 0)
-				}
-				require.NoError(t, m.ReduceLines(ctx, lines(s, 2, 5, 1), inventory.WithKey("cart-1")))
-				ck.stock(s[0], 3, 0)
-				ck.stock(s[1], 0, 0)
-				ck.stock(s[2], 4, 0)
-				err = m.ReduceLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("cart-1"))
-				require.ErrorIs(t, err, inventory.ErrDuplicate)
-				require.NoError(t, m.ReturnLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("cart-1")),
-					"keys are per direction")
-				ck.stock(s[1], 1, 0)
-				err = m.ReturnLines(ctx, lines(s, 1, inventory.MaxStock, 1))
-				require.ErrorIs(t, err, inventory.ErrInvalidArgument, "past MaxStock")
-				ck.stock(s[0], 4, 0)
-				err = m.ReduceLines(ctx, append(lines(s, 1, 1, 1), inventory.Line{SKU: "never-" + s[0], Qty: 1}))
-				require.ErrorIs(t, err, inventory.ErrNotFound)
-				ck.stock(s[0], 4, 0)
-			})
+	eachLayout(t, "lines", 3, 5, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		ck := checker{t, m, ctx}
+		err := m.ReduceLines(ctx, lines(s, 2, 6, 1))
+		var ie *inventory.InsufficientError
+		require.ErrorAs(t, err, &ie)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+		require.Equal(t, []inventory.Shortfall{{Line: inventory.Line{SKU: s[1], Qty: 6}, Available: 5}}, ie.Short)
+		for _, sku := range s {
+			ck.stock(sku, 5, 0)
 		}
+		require.NoError(t, m.ReduceLines(ctx, lines(s, 2, 5, 1), inventory.WithKey("cart-1")))
+		ck.stock(s[0], 3, 0)
+		ck.stock(s[1], 0, 0)
+		ck.stock(s[2], 4, 0)
+		err = m.ReduceLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("cart-1"))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.NoError(t, m.ReturnLines(ctx, lines(s, 1, 1, 1), inventory.WithKey("cart-1")),
+			"keys are per direction")
+		ck.stock(s[1], 1, 0)
+		err = m.ReturnLines(ctx, lines(s, 1, inventory.MaxStock, 1))
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "past MaxStock")
+		ck.stock(s[0], 4, 0)
+		err = m.ReduceLines(ctx, append(lines(s, 1, 1, 1), inventory.Line{SKU: "never-" + s[0], Qty: 1}))
+		require.ErrorIs(t, err, inventory.ErrNotFound)
+		ck.stock(s[0], 4, 0)
 	})
 }
 
 func TestHoldLifecycle(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c)
-				ck := checker{t, m, ctx}
-				s := skus("hold", 2, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 10))
-				}
-				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 3, 4), time.Minute))
-				ck.stock(s[0], 7, 3)
-				ck.stock(s[1], 6, 4)
-				require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate)
-				var ie *inventory.InsufficientError
-				require.ErrorAs(t, m.Reserve(ctx, "o2", lines(s, 1, 7), time.Minute), &ie)
-				ck.stock(s[0], 7, 3)
-				require.NoError(t, m.Confirm(ctx, "o1"))
-				ck.stock(s[0], 7, 0)
-				ck.stock(s[1], 6, 0)
-				require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrDuplicate)
-				require.ErrorIs(t, m.Cancel(ctx, "o1"), inventory.ErrHoldConfirmed)
-				ck.stock(s[0], 7, 0)
+	eachLayout(t, "hold", 2, 10, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		ck := checker{t, m, ctx}
+		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 3, 4), time.Minute))
+		ck.stock(s[0], 7, 3)
+		ck.stock(s[1], 6, 4)
+		require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate)
+		var ie *inventory.InsufficientError
+		require.ErrorAs(t, m.Reserve(ctx, "o2", lines(s, 1, 7), time.Minute), &ie)
+		ck.stock(s[0], 7, 3)
+		require.NoError(t, m.Confirm(ctx, "o1"))
+		ck.stock(s[0], 7, 0)
+		ck.stock(s[1], 6, 0)
+		require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrDuplicate)
+		require.ErrorIs(t, m.Cancel(ctx, "o1"), inventory.ErrHoldConfirmed)
+		ck.stock(s[0], 7, 0)
 
-				require.NoError(t, m.Reserve(ctx, "o2", lines(s, 2, 2), time.Minute), "a refused Reserve leaves its id")
-				require.NoError(t, m.Cancel(ctx, "o2"))
-				ck.stock(s[0], 7, 0)
-				ck.stock(s[1], 6, 0)
-				require.NoError(t, m.Cancel(ctx, "o2"), "Cancel is idempotent")
-				require.ErrorIs(t, m.Confirm(ctx, "o2"), inventory.ErrHoldReleased)
-				require.ErrorIs(t, m.Reserve(ctx, "o2", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate)
-				require.ErrorIs(t, m.Confirm(ctx, "nobody"), inventory.ErrNotFound)
-				require.ErrorIs(t, m.Cancel(ctx, "nobody"), inventory.ErrNotFound)
-				_, err := m.Held(ctx, "never")
-				require.ErrorIs(t, err, inventory.ErrNotFound)
-			})
-		}
+		require.NoError(t, m.Reserve(ctx, "o2", lines(s, 2, 2), time.Minute), "a refused Reserve leaves its id")
+		require.NoError(t, m.Cancel(ctx, "o2"))
+		ck.stock(s[0], 7, 0)
+		ck.stock(s[1], 6, 0)
+		require.NoError(t, m.Cancel(ctx, "o2"), "Cancel is idempotent")
+		require.ErrorIs(t, m.Confirm(ctx, "o2"), inventory.ErrHoldReleased)
+		require.ErrorIs(t, m.Reserve(ctx, "o2", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate)
+		require.ErrorIs(t, m.Confirm(ctx, "nobody"), inventory.ErrNotFound)
+		require.ErrorIs(t, m.Cancel(ctx, "nobody"), inventory.ErrNotFound)
+		_, err := m.Held(ctx, "never")
+		require.ErrorIs(t, err, inventory.ErrNotFound)
 	})
 }
 
 // TestExpiryWithTraffic: a hold past its TTL counts as held until a call
 // that moves its SKU (a plain Reduce here) releases it in its own step.
 func TestExpiryWithTraffic(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c)
-				ck := checker{t, m, ctx}
-				s := skus("expire", 2, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 10))
-				}
-				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 10, 10), 50*time.Millisecond))
-				_, err := m.Reduce(ctx, s[0], 1)
-				require.ErrorIs(t, err, inventory.ErrInsufficientStock, "held units are not available")
-				time.Sleep(120 * time.Millisecond)
-				ck.stock(s[0], 0, 10) // expired, not yet released
-				left, err := m.Reduce(ctx, s[0], 1)
-				require.NoError(t, err, "the Reduce released the expired hold first")
-				require.EqualValues(t, 9, left)
-				ck.stock(s[0], 9, 0)
-				require.NoError(t, m.ReduceLines(ctx, lines(s[1:], 10)))
-				ck.stock(s[1], 0, 0)
-				require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased)
-				ck.stock(s[0], 9, 0)
-				ck.stock(s[1], 0, 0)
-			})
-		}
+	eachLayout(t, "expire", 2, 10, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		ck := checker{t, m, ctx}
+		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 10, 10), 50*time.Millisecond))
+		_, err := m.Reduce(ctx, s[0], 1)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock, "held units are not available")
+		time.Sleep(120 * time.Millisecond)
+		ck.stock(s[0], 0, 10) // expired, not yet released
+		left, err := m.Reduce(ctx, s[0], 1)
+		require.NoError(t, err, "the Reduce released the expired hold first")
+		require.EqualValues(t, 9, left)
+		ck.stock(s[0], 9, 0)
+		require.NoError(t, m.ReduceLines(ctx, lines(s[1:], 10)))
+		ck.stock(s[1], 0, 0)
+		require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased)
+		ck.stock(s[0], 9, 0)
+		ck.stock(s[1], 0, 0)
 	})
 }
 
@@ -230,124 +220,104 @@ func TestExpiryIsRedisTime(t *testing.T) {
 // TestConfirmRacesExpiry: of a Confirm and the hold's expiry exactly one
 // wins: either the units are sold or they are all back, per race.
 func TestConfirmRacesExpiry(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c)
-				s := skus("race", 2, same)
-				const races = 200
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 2*races))
+	const races = 200
+	eachLayout(t, "race", 2, 2*races, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		var sold, released atomic.Int64
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i := range races {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				id := fmt.Sprint("r", i)
+				ttl := time.Duration(2+i%9) * time.Millisecond
+				if err := m.Reserve(ctx, id, lines(s, 1, 2), ttl); err != nil {
+					t.Error(err)
+					return
 				}
-				var sold, released atomic.Int64
-				var wg sync.WaitGroup
-				sem := make(chan struct{}, 16)
-				for i := range races {
-					wg.Add(1)
-					sem <- struct{}{}
-					go func() {
-						defer wg.Done()
-						defer func() { <-sem }()
-						id := fmt.Sprint("r", i)
-						ttl := time.Duration(2+i%9) * time.Millisecond
-						if err := m.Reserve(ctx, id, lines(s, 1, 2), ttl); err != nil {
-							t.Error(err)
-							return
-						}
-						time.Sleep(time.Duration(i%11) * time.Millisecond)
-						wg.Add(1)
-						go func() { // races the Confirm
-							defer wg.Done()
-							if _, err := m.Sweep(ctx); err != nil {
-								t.Error(err)
-							}
-						}()
-						switch err := m.Confirm(ctx, id); {
-						case err == nil:
-							sold.Add(1)
-						case errors.Is(err, inventory.ErrHoldReleased):
-							released.Add(1)
-						default:
-							t.Error(err)
-						}
-					}()
+				time.Sleep(time.Duration(i%11) * time.Millisecond)
+				wg.Add(1)
+				go func() { // races the Confirm
+					defer wg.Done()
+					if _, err := m.Sweep(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+				switch err := m.Confirm(ctx, id); {
+				case err == nil:
+					sold.Add(1)
+				case errors.Is(err, inventory.ErrHoldReleased):
+					released.Add(1)
+				default:
+					t.Error(err)
 				}
-				wg.Wait()
-				require.EqualValues(t, races, sold.Load()+released.Load())
-				t.Logf("%d confirmed, %d expired first", sold.Load(), released.Load())
-				// Release whatever is left, then: initial - available == sold.
-				require.Eventually(t, func() bool {
-					_, err := m.Sweep(ctx)
-					require.NoError(t, err)
-					h0, _ := m.Held(ctx, s[0])
-					h1, _ := m.Held(ctx, s[1])
-					return h0 == 0 && h1 == 0
-				}, 10*time.Second, 20*time.Millisecond)
-				ck := checker{t, m, ctx}
-				ck.stock(s[0], 2*races-sold.Load(), 0)
-				ck.stock(s[1], 2*races-2*sold.Load(), 0)
-			})
+			}()
 		}
+		wg.Wait()
+		require.EqualValues(t, races, sold.Load()+released.Load())
+		t.Logf("%d confirmed, %d expired first", sold.Load(), released.Load())
+		// Release whatever is left, then: initial - available == sold.
+		require.Eventually(t, func() bool {
+			_, err := m.Sweep(ctx)
+			require.NoError(t, err)
+			h0, _ := m.Held(ctx, s[0])
+			h1, _ := m.Held(ctx, s[1])
+			return h0 == 0 && h1 == 0
+		}, 10*time.Second, 20*time.Millisecond)
+		ck := checker{t, m, ctx}
+		ck.stock(s[0], 2*races-sold.Load(), 0)
+		ck.stock(s[1], 2*races-2*sold.Load(), 0)
 	})
 }
 
 // TestSweep releases expired holds nobody touches, from several sweepers
 // at once: each hold once.
 func TestSweep(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c)
-				ck := checker{t, m, ctx}
-				s := skus("sweep", 3, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 1000))
+	eachLayout(t, "sweep", 3, 1000, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		ck := checker{t, m, ctx}
+		require.NoError(t, m.Reserve(ctx, "live", lines(s, 1, 1, 1), time.Minute))
+		n, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing due yet")
+		const holds, ttl = 250, 2 * time.Second // more than one SweepBatch
+		start := time.Now()
+		var wg sync.WaitGroup
+		for g := range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < holds; i += 10 {
+					if err := m.Reserve(ctx, fmt.Sprint("o", i), lines(s, 1, 2, 3), ttl); err != nil {
+						t.Error(err)
+					}
 				}
-				require.NoError(t, m.Reserve(ctx, "live", lines(s, 1, 1, 1), time.Minute))
-				n, err := m.Sweep(ctx)
-				require.NoError(t, err)
-				require.Zero(t, n, "nothing due yet")
-				const holds, ttl = 250, 2 * time.Second // more than one SweepBatch
-				start := time.Now()
-				var wg sync.WaitGroup
-				for g := range 10 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := g; i < holds; i += 10 {
-							if err := m.Reserve(ctx, fmt.Sprint("o", i), lines(s, 1, 2, 3), ttl); err != nil {
-								t.Error(err)
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				// No Reserve released an earlier one, so Sweep finds them all.
-				require.Less(t, time.Since(start), ttl, "the holds were made before any expired")
-				time.Sleep(ttl + 50*time.Millisecond) // after the last one's TTL
-				ck.stock(s[0], 1000-holds-1, holds+1) // expired, not yet released
-				var total atomic.Int64
-				for range 4 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						n, err := m.Sweep(ctx)
-						if err != nil {
-							t.Error(err)
-						}
-						total.Add(int64(n))
-					}()
-				}
-				wg.Wait()
-				require.EqualValues(t, holds, total.Load(), "each hold released once")
-				ck.stock(s[0], 999, 1)
-				ck.stock(s[2], 999, 1)
-				require.NoError(t, m.Confirm(ctx, "live"))
-				ck.stock(s[1], 999, 0)
-			})
+			}()
 		}
+		wg.Wait()
+		// No Reserve released an earlier one, so Sweep finds them all.
+		require.Less(t, time.Since(start), ttl, "the holds were made before any expired")
+		time.Sleep(ttl + 50*time.Millisecond) // after the last one's TTL
+		ck.stock(s[0], 1000-holds-1, holds+1) // expired, not yet released
+		var total atomic.Int64
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := m.Sweep(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				total.Add(int64(n))
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, holds, total.Load(), "each hold released once")
+		ck.stock(s[0], 999, 1)
+		ck.stock(s[2], 999, 1)
+		require.NoError(t, m.Confirm(ctx, "live"))
+		ck.stock(s[1], 999, 0)
 	})
 }
 
@@ -423,26 +393,16 @@ func TestHoldsLeaveNothing(t *testing.T) {
 // TestExpiredIDFreeAfterKeyTTL: a hold that expired and that nothing
 // released frees its id once the key TTL has passed since its TTL.
 func TestExpiredIDFreeAfterKeyTTL(t *testing.T) {
-	servers(t, func(t *testing.T, c redis.UniversalClient) {
-		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				const keyTTL = 300 * time.Millisecond
-				m := newManager(t, c, luascript.WithKeyTTL(keyTTL))
-				s := skus("free", 2, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, 10))
-				}
-				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 1, 1), 10*time.Millisecond))
-				time.Sleep(50 * time.Millisecond)
-				require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate,
-					"ended less than the key TTL ago")
-				time.Sleep(keyTTL)
-				require.NoError(t, m.Reserve(ctx, "o1", lines(s, 2, 2), time.Minute))
-				checker{t, m, ctx}.stock(s[0], 8, 2)
-			})
-		}
-	})
+	const keyTTL = 300 * time.Millisecond
+	eachLayout(t, "free", 2, 10, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
+		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 1, 1), 10*time.Millisecond))
+		time.Sleep(50 * time.Millisecond)
+		require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate,
+			"ended less than the key TTL ago")
+		time.Sleep(keyTTL)
+		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 2, 2), time.Minute))
+		checker{t, m, ctx}.stock(s[0], 8, 2)
+	}, luascript.WithKeyTTL(keyTTL))
 }
 
 // keys lists the keys matching pattern on every master.

@@ -228,7 +228,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 			c.rem, c.err = e.Remaining, m.t.Duplicate(sku, c.dir, c.key)
 			continue
 		}
-		if err := check(sku, c.dir, cur, c.qty); err != nil {
+		if err := m.t.Check(sku, c.dir, cur, c.qty); err != nil {
 			c.rem, c.err = cur, err
 			continue
 		}

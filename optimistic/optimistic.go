@@ -116,7 +116,7 @@ import (
 // Manager implements [inventory.StockManager] with optimistic concurrency
 // over SQL. It is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f   front.Front // validates, checks ctx, wraps errors; calls *backend
+	f   front.Front // validates, checks ctx, wraps errors; calls m.move
 	t   *sqldialect.Tables
 	o   *sqldialect.Orders
 	cfg config
@@ -213,7 +213,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	// only more work there, so the lines calls lock as rowlock's do.
 	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
-	m.f = front.New("optimistic", (*backend)(m))
+	m.f = t.Front(m.move)
 	return m, nil
 }
 
@@ -293,24 +293,7 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Sweep releases every hold in tx.
 type Tx = sqldialect.Tx
 
-// backend is the Manager seen by its front.
-type backend Manager
-
-// Init implements [front.Backend].
-func (b *backend) Init(ctx context.Context, sku string, qty int64) error {
-	return b.t.Init(ctx, sku, qty)
-}
-
-// Get implements [front.Backend].
-func (b *backend) Get(ctx context.Context, sku string) (int64, error) {
-	return b.t.Get(ctx, sku)
-}
-
-// Move implements [front.Backend].
-func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	return (*Manager)(b).move(ctx, sku, qty, dir, key)
-}
-
+// move is Reduce or Return behind the front.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
@@ -335,17 +318,8 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 		return rem, found, err
 	}
 	if key != "" {
-		// One read first, so that a duplicate or a refusal opens no
-		// transaction: after a sell-out that is almost every call.
-		cur, expired, rem, found, err := m.t.Peek(ctx, m.t.DB, sku, dir, key)
-		switch {
-		case err != nil:
-			return 0, err
-		case found:
-			return rem, m.t.Duplicate(sku, dir, key)
-		}
-		if err := check(sku, dir, cur+expired, qty); err != nil {
-			return cur, err
+		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
+			return rem, err
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -377,7 +351,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 			return m.o.Move(ctx, nil, sku, qty, dir, key)
 		}
 		cur := r.Stock
-		if err := check(sku, dir, cur, qty); err != nil {
+		if err := m.t.Check(sku, dir, cur, qty); err != nil {
 			return cur, err
 		}
 		if attempt >= m.cfg.attempts {
@@ -410,18 +384,6 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 		m.t.Tidy(ctx, 1)
 	}
 	return rem, ok, nil
-}
-
-// check reports why moving qty units of sku in direction dir from a stock
-// of cur is refused, or nil.
-func check(sku string, dir inventory.Direction, cur, qty int64) error {
-	if dir == inventory.DirReturn {
-		return inventory.CheckReturn(cur, qty)
-	}
-	if cur < qty {
-		return fmt.Errorf("optimistic: %w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
-	}
-	return nil
 }
 
 // backoff returns the next decorrelated-jitter pause after prev.

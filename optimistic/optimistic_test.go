@@ -184,46 +184,12 @@ func TestCustomSchema(t *testing.T) {
 	})
 }
 
-func TestNew(t *testing.T) {
-	db := sqlx.NewDb(nil, "mysql") // no I/O: every refusal comes first
-	for name, opts := range map[string][]optimistic.Option{
-		"injected table":  {optimistic.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
-		"injected column": {optimistic.WithSchema(sqlstore.Schema{Stock: "stock = 0 --"})},
-		"zero attempts":   {optimistic.WithMaxAttempts(0)},
-		"zero TTL":        {optimistic.WithKeyTTL(0)},
-		"bad backoff":     {optimistic.WithBackoff(time.Second, time.Millisecond)},
-	} {
-		_, err := optimistic.New(db, opts...)
-		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
-	}
-	_, err := optimistic.New(sqlx.NewDb(nil, "oracle"))
-	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-}
-
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
 		schema := sqltest.Schema(t, db)
-		for _, m := range []*optimistic.Manager{
-			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)),
-			newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()),
-		} {
-			sku := testenv.Prefix()
-			require.NoError(t, m.Init(ctx, sku, 10))
-			_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.NoError(t, err)
-			rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-			require.EqualValues(t, 9, rem)
-			time.Sleep(300 * time.Millisecond)
-			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.NoError(t, err, "the key expired")
-			require.EqualValues(t, 8, rem)
-			rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-			require.EqualValues(t, 8, rem, "the renewed key holds the new result")
-		}
+		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)))
+		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()))
 	})
 }
 

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"testing"
 
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/redislock"
@@ -12,7 +13,7 @@ import (
 // reference, under a fresh prefix whose keys are deleted at the end.
 func FuzzRedis(f *testing.F) {
 	c := testenv.Redis(f)
-	m, err := redislock.New(c, newRedisStore(f, c), redislock.WithPrefix(lockPrefix(f, c)))
+	m, err := redislock.New(c, storetest.Redis(f, c), redislock.WithPrefix(lockPrefix(f, c)))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -24,7 +25,7 @@ func FuzzRedis(f *testing.F) {
 func FuzzSQLite(f *testing.F) {
 	c := testenv.Redis(f)
 	db := testenv.SQLite(f)
-	s := newSQLStore(f, db)
+	s := storetest.SQL(f, db)
 	m, err := redislock.New(c, s, redislock.WithPrefix(lockPrefix(f, c)))
 	if err != nil {
 		f.Fatal(err)

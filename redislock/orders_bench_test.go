@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
 )
@@ -30,11 +31,11 @@ func BenchmarkOrders(b *testing.B) {
 	bs := []backend{
 		{"redis", func(b *testing.B) (redis.UniversalClient, redislock.Store) {
 			c := testenv.Redis(b)
-			return c, newRedisStore(b, c)
+			return c, storetest.Redis(b, c)
 		}},
 		{"cluster", func(b *testing.B) (redis.UniversalClient, redislock.Store) {
 			c := testenv.RedisCluster(b)
-			return c, newRedisStore(b, c)
+			return c, storetest.Redis(b, c)
 		}},
 	}
 	for _, e := range sqltest.Engines {
@@ -42,7 +43,7 @@ func BenchmarkOrders(b *testing.B) {
 			continue // it needs the overlay, and the lock strategies do not run on it
 		}
 		bs = append(bs, backend{e.Name, func(b *testing.B) (redis.UniversalClient, redislock.Store) {
-			return testenv.Redis(b), newSQLStore(b, e.Open(b))
+			return testenv.Redis(b), storetest.SQL(b, e.Open(b))
 		}})
 	}
 	for _, be := range bs {

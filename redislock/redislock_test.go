@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -15,11 +14,11 @@ import (
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 )
 
 func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
@@ -34,32 +33,20 @@ type backend struct {
 var backends = []backend{
 	{"redis", func(t *testing.T) (redis.UniversalClient, redislock.Store) {
 		c := testenv.Redis(t)
-		return c, newRedisStore(t, c)
+		return c, storetest.Redis(t, c)
 	}},
 	{"cluster", func(t *testing.T) (redis.UniversalClient, redislock.Store) {
 		c := testenv.RedisCluster(t)
-		return c, newRedisStore(t, c)
+		return c, storetest.Redis(t, c)
 	}},
 }
 
 func init() {
 	for _, e := range sqltest.Engines {
 		backends = append(backends, backend{e.Name, func(t *testing.T) (redis.UniversalClient, redislock.Store) {
-			return testenv.Redis(t), newSQLStore(t, e.Open(t))
+			return testenv.Redis(t), storetest.SQL(t, e.Open(t))
 		}})
 	}
-}
-
-func newRedisStore(t testing.TB, c redis.UniversalClient) *redisstore.Store {
-	s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-	require.NoError(t, err)
-	return s
-}
-
-func newSQLStore(t testing.TB, db *sqlx.DB) *sqlstore.Store {
-	s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
-	require.NoError(t, err)
-	return s
 }
 
 // lockPrefix returns a lock prefix unique to t, its keys deleted at the end.

@@ -98,15 +98,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			o(&c)
 		}
 	}
-	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
-	}
-	if c.keyTTL < time.Millisecond {
-		return nil, fmt.Errorf("%w: redisstore: key TTL %v is under 1ms", inventory.ErrInvalidArgument, c.keyTTL)
-	}
-	if c.replicasSet && (c.replicas < 1 || c.replicaTimeout < time.Millisecond) {
-		return nil, fmt.Errorf("%w: redisstore: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
-			inventory.ErrInvalidArgument, c.replicas, c.replicaTimeout)
+	if err := rediskeys.ValidateOptions("redisstore", c.prefix, c.keyTTL, c.replicasSet, c.replicas, c.replicaTimeout); err != nil {
+		return nil, err
 	}
 	return &Store{client: client, config: c}, nil
 }

@@ -4,27 +4,21 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
-	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
-	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
-	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
-	"github.com/stockkit/inventory/sqlstore"
 )
 
 func TestMain(m *testing.M) {
@@ -60,27 +54,6 @@ func deadNode(t testing.TB) redis.UniversalClient {
 	return c
 }
 
-// stores are the stores the Manager runs over in the tests.
-var stores = []struct {
-	name string
-	open func(t *testing.T) redlock.Store
-}{
-	{"redis", func(t *testing.T) redlock.Store {
-		c := testenv.Redis(t)
-		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-		require.NoError(t, err)
-		return s
-	}},
-	{"mysql", func(t *testing.T) redlock.Store { return sqlStore(t, testenv.MySQL(t)) }},
-}
-
-// sqlStore returns a Store over fresh tables in db, dropped at the end of t.
-func sqlStore(t *testing.T, db *sqlx.DB) redlock.Store {
-	s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
-	require.NoError(t, err)
-	return s
-}
-
 // lockPrefix returns a lock-key prefix unique to t, whose keys are deleted
 // from every node of clients when t ends.
 func lockPrefix(t testing.TB, clients []redis.UniversalClient) string {
@@ -97,9 +70,9 @@ func prefix(t testing.TB, clients []redis.UniversalClient) redlock.Option {
 }
 
 func TestConformance(t *testing.T) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			store := st.open(t)
+	for _, st := range storetest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
+			store := st.Open(t)
 			clients := nodes(t)
 			inventorytest.Run(t, inventorytest.Config{
 				NewManager: func(t *testing.T) inventory.StockManager {
@@ -116,7 +89,7 @@ func TestConformance(t *testing.T) {
 // TestOneNodeDown runs the suite with the third node's address dead: the
 // quorum of two is still there.
 func TestOneNodeDown(t *testing.T) {
-	store := stores[0].open(t)
+	store := storetest.Stores[0].Open(t)
 	clients := append(nodes(t)[:2], deadNode(t))
 	inventorytest.Run(t, inventorytest.Config{NewManager: func(t *testing.T) inventory.StockManager {
 		m, err := redlock.New(clients, store, prefix(t, clients[:2]))
@@ -126,7 +99,7 @@ func TestOneNodeDown(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
-	store := stores[0].open(t)
+	store := storetest.Stores[0].Open(t)
 	clients := nodes(t)
 	for name, c := range map[string]struct {
 		clients []redis.UniversalClient
@@ -162,37 +135,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// TestExclusion has goroutines of two lockers, as of two processes with
-// their own connections, take turns on one lock: never two at once.
-func TestExclusion(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	p := prefix(t, nodes(t))
-	lockers := []lockmgr.Locker{locker(t, nodes(t), p), locker(t, nodes(t), p)}
-	const workers, turns = 16, 10
-	var inside, overlaps, held atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range turns {
-				lease, err := lockers[w%2].Acquire(ctx, "hot {sku}/1")
-				if !assert.NoError(t, err) {
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				held.Add(1)
-				time.Sleep(100 * time.Microsecond)
-				inside.Add(-1)
-				assert.NoError(t, lease.Release(ctx))
-			}
-		})
-	}
-	wg.Wait()
-	require.Zero(t, overlaps.Load(), "two holders at once")
-	require.EqualValues(t, workers*turns, held.Load())
 }
 
 func TestAcquireTimeout(t *testing.T) {

@@ -92,7 +92,7 @@ const DefaultLockTimeout = 5 * time.Second
 // Manager implements [inventory.StockManager] with a row lock per call. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f front.Front // validates, checks ctx, wraps errors; calls *backend
+	f front.Front // validates, checks ctx, wraps errors; calls m.move
 	t *sqldialect.Tables
 	o *sqldialect.Orders
 }
@@ -157,7 +157,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	}
 	m := &Manager{t: t, o: &sqldialect.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
 		LockWait: c.wait, SweepLimit: c.sweep}}
-	m.f = front.New("rowlock", (*backend)(m))
+	m.f = t.Front(m.move)
 	return m, nil
 }
 
@@ -237,51 +237,14 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Sweep releases every hold in tx.
 type Tx = sqldialect.Tx
 
-// backend is the Manager seen by its front.
-type backend Manager
-
-// Init implements [front.Backend].
-func (b *backend) Init(ctx context.Context, sku string, qty int64) error {
-	return b.t.Init(ctx, sku, qty)
-}
-
-// Get implements [front.Backend].
-func (b *backend) Get(ctx context.Context, sku string) (int64, error) {
-	return b.t.Get(ctx, sku)
-}
-
-// Move implements [front.Backend].
-func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	return (*Manager)(b).move(ctx, sku, qty, dir, key)
-}
-
+// move is Reduce or Return behind the front.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
-		// One read first, so that a duplicate or a refusal takes no lock.
-		cur, expired, rem, found, err := m.t.Peek(ctx, m.t.DB, sku, dir, key)
-		switch {
-		case err != nil:
-			return 0, err
-		case found:
-			return rem, m.t.Duplicate(sku, dir, key)
-		}
-		if err := check(sku, dir, cur+expired, qty); err != nil {
-			return cur, err
+		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
+			return rem, err
 		}
 	}
 	// A keyed call that lost to one with the same key while it waited for
 	// the lock reports the duplicate it is, with the first remaining.
 	return m.o.Move(ctx, nil, sku, qty, dir, key)
-}
-
-// check reports why moving qty units of sku in direction dir from a stock
-// of cur is refused, or nil.
-func check(sku string, dir inventory.Direction, cur, qty int64) error {
-	if dir == inventory.DirReturn {
-		return inventory.CheckReturn(cur, qty)
-	}
-	if cur < qty {
-		return fmt.Errorf("rowlock: %w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
-	}
-	return nil
 }

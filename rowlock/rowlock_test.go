@@ -137,40 +137,9 @@ func TestCustomSchema(t *testing.T) {
 	})
 }
 
-func TestNew(t *testing.T) {
-	db := sqlx.NewDb(nil, "pgx") // no I/O: every refusal comes first
-	for name, opts := range map[string][]rowlock.Option{
-		"injected table":   {rowlock.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"})},
-		"injected ledger":  {rowlock.WithSchema(sqlstore.Schema{Ledger: `l" (x) --`})},
-		"zero TTL":         {rowlock.WithKeyTTL(0)},
-		"zero lock wait":   {rowlock.WithLockTimeout(0)},
-		"negative timeout": {rowlock.WithLockTimeout(-time.Second)},
-	} {
-		_, err := rowlock.New(db, opts...)
-		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
-	}
-	_, err := rowlock.New(nil)
-	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-}
-
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
-		m := newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond))
-		sku := testenv.Prefix()
-		require.NoError(t, m.Init(ctx, sku, 10))
-		_, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.NoError(t, err)
-		rem, err := m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.ErrorIs(t, err, inventory.ErrDuplicate)
-		require.EqualValues(t, 11, rem)
-		time.Sleep(300 * time.Millisecond)
-		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.NoError(t, err, "the key expired")
-		require.EqualValues(t, 12, rem)
-		rem, err = m.Return(ctx, sku, 1, inventory.WithKey("k"))
-		require.ErrorIs(t, err, inventory.ErrDuplicate)
-		require.EqualValues(t, 12, rem, "the renewed key holds the new result")
+		sqltest.KeyExpiry(t, newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond)))
 	})
 }

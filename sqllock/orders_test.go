@@ -7,9 +7,9 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
-	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/sqllock"
 )
 
@@ -24,9 +24,7 @@ func TestOrders(t *testing.T) {
 	c := testenv.RedisCluster(t)
 	inventorytest.Run(t, inventorytest.Config{
 		NewManager: func(t *testing.T) inventory.StockManager {
-			s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-			require.NoError(t, err)
-			m, err := sqllock.New(locks, s)
+			m, err := sqllock.New(locks, storetest.Redis(t, c))
 			require.NoError(t, err)
 			return m
 		},

@@ -7,24 +7,20 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
-	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
-	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 	"github.com/stockkit/inventory/zklock"
 )
 
@@ -98,47 +94,13 @@ func (l *link) unblock() {
 	l.blocked = false
 }
 
-// stores are the stores the Manager runs over in the tests.
-var stores = []struct {
-	name string
-	open func(t *testing.T) zklock.Store
-}{
-	{"redis", func(t *testing.T) zklock.Store {
-		c := testenv.Redis(t)
-		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
-		require.NoError(t, err)
-		return s
-	}},
-	{"mysql", func(t *testing.T) zklock.Store { return sqlStore(t, testenv.MySQL(t)) }},
-}
-
-// sqlStore returns a Store over fresh tables in db, dropped at the end of t.
-func sqlStore(t *testing.T, db *sqlx.DB) zklock.Store {
-	s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)))
-	require.NoError(t, err)
-	return s
-}
-
 // root returns a lock root of its own for t, checked to be empty at the end.
-func root(t *testing.T, conn *zk.Conn) string {
-	r := "/inventory-test/" + testenv.Prefix()
-	t.Cleanup(func() {
-		children, _, err := conn.Children(r)
-		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrConnectionClosed) {
-			return
-		}
-		if assert.NoError(t, err) {
-			assert.Empty(t, children, "lock directories left behind under %s", r)
-		}
-		_ = conn.Delete(r, -1)
-	})
-	return r
-}
+var root = testenv.ZKRoot
 
 func TestConformance(t *testing.T) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			store := st.open(t)
+	for _, st := range storetest.Stores {
+		t.Run(st.Name, func(t *testing.T) {
+			store := st.Open(t)
 			l := connect(t)
 			r := root(t, l.conn)
 			// One Manager, and so one session watcher, per session.
@@ -154,7 +116,7 @@ func TestConformance(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	conn := testenv.ZooKeeper(t)
-	store := stores[0].open(t)
+	store := storetest.Stores[0].Open(t)
 	for name, c := range map[string]struct {
 		conn  *zk.Conn
 		store zklock.Store
@@ -206,39 +168,6 @@ func nodes(t *testing.T, conn *zk.Conn, r, name string) []string {
 	}
 	require.NoError(t, err)
 	return children
-}
-
-// TestExclusion has goroutines of two sessions take turns on one lock:
-// never two at once.
-func TestExclusion(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	a, b := connect(t), connect(t)
-	r := root(t, a.conn)
-	lockers := []lockmgr.Locker{locker(t, a.conn, zklock.WithRoot(r)), locker(t, b.conn, zklock.WithRoot(r))}
-	const workers, turns = 16, 10
-	var inside, overlaps, held atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range turns {
-				lease, err := lockers[w%2].Acquire(ctx, "hot/sku")
-				if !assert.NoError(t, err) {
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				held.Add(1)
-				time.Sleep(100 * time.Microsecond)
-				inside.Add(-1)
-				assert.NoError(t, lease.Release(ctx))
-			}
-		})
-	}
-	wg.Wait()
-	require.Zero(t, overlaps.Load(), "two holders at once")
-	require.EqualValues(t, workers*turns, held.Load())
-	require.Empty(t, nodes(t, a.conn, r, "hot/sku"))
 }
 
 // TestInOrder: waiters are served in the order they joined ZooKeeper's
@@ -419,7 +348,7 @@ func TestLostWithoutEvents(t *testing.T) {
 // is done. The call waits for the session and takes its unit.
 func TestFirstCallOnFreshConnection(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	store := stores[0].open(t)
+	store := storetest.Stores[0].Open(t)
 	const sku = "fresh"
 	require.NoError(t, store.Init(ctx, sku, 10))
 	check := testenv.ZooKeeper(t)
@@ -445,7 +374,7 @@ func TestNoSession(t *testing.T) {
 	conn, events, err := zk.Connect([]string{ln.Addr().String()}, 4*time.Second, zk.WithLogger(quiet{}))
 	require.NoError(t, err)
 	defer conn.Close()
-	m, err := zklock.New(conn, stores[0].open(t), zklock.WithSessionEvents(events))
+	m, err := zklock.New(conn, storetest.Stores[0].Open(t), zklock.WithSessionEvents(events))
 	require.NoError(t, err)
 	_, err = faulttest.CheckLate(t, "Reduce without a session", 300*time.Millisecond, func(ctx context.Context) error {
 		_, err := m.Reduce(ctx, "no-session", 1)

@@ -61,6 +61,30 @@ func writeCSV(w io.Writer, results []result) error {
 	return cw.Error()
 }
 
+// notes are the table's notes on r: that it did not run, or failed, and
+// its first error.
+func (r result) notes() []string {
+	if r.Skipped != "" {
+		return []string{fmt.Sprintf("%s/%s did not run: %s", r.Strategy, r.Store, r.Skipped)}
+	}
+	var notes []string
+	if r.Failure != "" {
+		notes = append(notes, fmt.Sprintf("%s/%s FAILED: %s", r.Strategy, r.Store, r.Failure))
+	}
+	if r.FirstError != "" {
+		notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
+	}
+	return notes
+}
+
+// storeCell is r's store as the tables show it, starred when embedded.
+func (r result) storeCell() string {
+	if r.Embedded {
+		return r.Store + "*"
+	}
+	return r.Store
+}
+
 func writeTable(w io.Writer, cfg *config, env *backends, results []result) error {
 	fmt.Fprintf(w, "flash sale: %d buyers (%d click twice) for %d units, %d per buyer, %d calls in flight\n",
 		cfg.buyers, cfg.repeaters(), cfg.stock, cfg.qty, cfg.concurrency)
@@ -71,26 +95,16 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		"sold out\tcontention\tduplicate\terror\tretries\telapsed\treq/s\tp50\tp90\tp99\tmax\t")
 	var notes []string
 	for _, r := range results {
-		switch {
-		case r.Skipped != "":
-			notes = append(notes, fmt.Sprintf("%s/%s did not run: %s", r.Strategy, r.Store, r.Skipped))
+		notes = append(notes, r.notes()...)
+		if r.Skipped != "" {
 			continue
-		case r.Failure != "":
-			notes = append(notes, fmt.Sprintf("%s/%s FAILED: %s", r.Strategy, r.Store, r.Failure))
-		}
-		if r.FirstError != "" {
-			notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
 		}
 		if !r.Ran {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
 			continue
 		}
-		store := r.Store
-		if r.Embedded {
-			store += "*"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.Strategy, store, r.Sold, r.Oversold, r.Lost, r.Left,
+			r.Strategy, r.storeCell(), r.Sold, r.Oversold, r.Lost, r.Left,
 			r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries,
 			r.ElapsedMS/1000, r.Throughput, msString(r.P50MS), msString(r.P90MS), msString(r.P99MS), msString(r.MaxMS))
 	}
@@ -242,27 +256,17 @@ func writeCartsTable(w io.Writer, cfg *config, env *backends, results []result) 
 		"sold out\tlate\tcontention\terror\tretries\telapsed\treleased in\treq/s\tp50\tp99\tmax\t")
 	var notes []string
 	for _, r := range results {
-		switch {
-		case r.Skipped != "":
-			notes = append(notes, fmt.Sprintf("%s/%s did not run: %s", r.Strategy, r.Store, r.Skipped))
+		notes = append(notes, r.notes()...)
+		if r.Skipped != "" {
 			continue
-		case r.Failure != "":
-			notes = append(notes, fmt.Sprintf("%s/%s FAILED: %s", r.Strategy, r.Store, r.Failure))
-		}
-		if r.FirstError != "" {
-			notes = append(notes, fmt.Sprintf("%s/%s: first error: %s", r.Strategy, r.Store, r.FirstError))
 		}
 		c := r.Carts
 		if !r.Ran || c == nil {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
 			continue
 		}
-		store := r.Store
-		if r.Embedded {
-			store += "*"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.2fs\t%.0f\t%s\t%s\t%s\t\n",
-			r.Strategy, store, r.Sold, c.Held, c.Expired, r.Left, r.Oversold, r.Lost, c.Check,
+			r.Strategy, r.storeCell(), r.Sold, c.Held, c.Expired, r.Left, r.Oversold, r.Lost, c.Check,
 			r.Insufficient, c.Late, r.Contention, r.Errors, r.Retries,
 			r.ElapsedMS/1000, c.ReleaseMS/1000, r.Throughput, msString(r.P50MS), msString(r.P99MS), msString(r.MaxMS))
 	}

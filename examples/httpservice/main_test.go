@@ -738,19 +738,9 @@ func TestOrdersNotImplemented(t *testing.T) {
 	assert.Equal(t, "not_implemented", r.Status)
 }
 
-// plainStock is a StockManager without the order calls.
-type plainStock struct{ m *inventorytest.Memory }
-
-func (p plainStock) Init(ctx context.Context, sku string, qty int64) error {
-	return p.m.Init(ctx, sku, qty)
-}
-func (p plainStock) Get(ctx context.Context, sku string) (int64, error) { return p.m.Get(ctx, sku) }
-func (p plainStock) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return p.m.Reduce(ctx, sku, qty, opts...)
-}
-func (p plainStock) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return p.m.Return(ctx, sku, qty, opts...)
-}
+// plainStock is a StockManager without the order calls: only the
+// interface's methods are promoted.
+type plainStock struct{ inventory.StockManager }
 
 // The service's reaper releases an expired hold though nobody touches its
 // SKU again (GET /stock moves nothing), and /metrics counts the order calls.

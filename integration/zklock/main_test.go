@@ -3,11 +3,9 @@
 package zklock_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/stretchr/testify/assert"
 
 	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
@@ -32,17 +30,4 @@ func removeAll(conn *zk.Conn, p string) {
 var ctxFor = itest.CtxFor
 
 // root returns a lock root of its own for t, checked to be empty at the end.
-func root(t *testing.T, conn *zk.Conn) string {
-	r := "/inventory-test/" + testenv.Prefix()
-	t.Cleanup(func() {
-		children, _, err := conn.Children(r)
-		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrConnectionClosed) {
-			return
-		}
-		if assert.NoError(t, err) {
-			assert.Empty(t, children, "lock directories left behind under %s", r)
-		}
-		_ = conn.Delete(r, -1)
-	})
-	return r
-}
+var root = testenv.ZKRoot

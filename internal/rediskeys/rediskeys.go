@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stockkit/inventory"
 )
@@ -25,6 +26,24 @@ const DefaultPrefix = "inv"
 func ValidatePrefix(p string) error {
 	if err := inventory.ValidateSKU(p); err != nil || len(p) > 64 || strings.ContainsAny(p, "{}") {
 		return fmt.Errorf("%w: key prefix %q must be 1..64 bytes of UTF-8 without braces or control characters", inventory.ErrInvalidArgument, p)
+	}
+	return nil
+}
+
+// ValidateOptions checks, for pkg's New, the options luascript and
+// redisstore share: the key prefix, a key TTL of at least 1ms and, when
+// WithReplicas was given (replicasSet), n >= 1 replicas and a timeout of at
+// least 1ms. Errors wrap [inventory.ErrInvalidArgument].
+func ValidateOptions(pkg, prefix string, keyTTL time.Duration, replicasSet bool, replicas int, replicaTimeout time.Duration) error {
+	if err := ValidatePrefix(prefix); err != nil {
+		return fmt.Errorf("%s: %w", pkg, err)
+	}
+	if keyTTL < time.Millisecond {
+		return fmt.Errorf("%w: %s: key TTL %v is under 1ms", inventory.ErrInvalidArgument, pkg, keyTTL)
+	}
+	if replicasSet && (replicas < 1 || replicaTimeout < time.Millisecond) {
+		return fmt.Errorf("%w: %s: WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms",
+			inventory.ErrInvalidArgument, pkg, replicas, replicaTimeout)
 	}
 	return nil
 }

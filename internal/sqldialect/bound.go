@@ -90,3 +90,23 @@ func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
 func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	return b.o.Move(ctx, b.tx, sku, qty, dir, key)
 }
+
+// Mover is a strategy's Reduce or Return of qty units of sku, keyed when
+// key is not empty, after its front validated the call.
+type Mover func(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error)
+
+// Front returns the front of t's strategy over t's own pool: Init and Get
+// run on t.DB, Reduce and Return through move.
+func (t *Tables) Front(move Mover) front.Front {
+	return front.New(t.Pkg(), poolBackend{t, move})
+}
+
+// poolBackend is the [front.Backend] of [Tables.Front].
+type poolBackend struct {
+	*Tables
+	move Mover
+}
+
+func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	return b.move(ctx, sku, qty, dir, key)
+}

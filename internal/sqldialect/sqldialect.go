@@ -498,6 +498,38 @@ func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, di
 	return stock, expired, rem.Int64, rem.Valid, nil
 }
 
+// Precheck is the read a keyed move makes before it writes, so that a
+// duplicate or a refusal (after a sell-out, nearly every call) takes no
+// lock and opens no transaction. A nil error means go on to the write;
+// otherwise return the stock and the error it gives: the duplicate (with
+// the first call's remaining), the refusal (with the stock) or the read's
+// error.
+func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	cur, expired, rem, found, err := t.Peek(ctx, t.DB, sku, dir, key)
+	switch {
+	case err != nil:
+		return 0, err
+	case found:
+		return rem, t.Duplicate(sku, dir, key)
+	}
+	if err := t.Check(sku, dir, cur+expired, qty); err != nil {
+		return cur, err
+	}
+	return 0, nil
+}
+
+// Check reports why moving qty units of sku in direction dir from a stock
+// of cur is refused, or nil.
+func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) error {
+	if dir == inventory.DirReturn {
+		return inventory.CheckReturn(cur, qty)
+	}
+	if cur < qty {
+		return fmt.Errorf("%s: %w: %q has %d, asked %d", t.cfg.Pkg, inventory.ErrInsufficientStock, sku, cur, qty)
+	}
+	return nil
+}
+
 // Record writes (sku, dir, key) -> remaining into the ledger through e,
 // normally the transaction that moved the stock. An expired entry is
 // replaced; dup=true means an unexpired one exists and nothing was written.

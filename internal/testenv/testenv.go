@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 )
 
 // Environment variables and their defaults.
@@ -178,6 +180,23 @@ func SQLite(t testing.TB) *sqlx.DB {
 	db := openSQL(t, "sqlite", dsn, "SQLite")
 	db.SetMaxOpenConns(8)
 	return db
+}
+
+// ZKRoot returns a lock root of its own for t, checked to be empty at the
+// end (no lock directory left behind) and then removed.
+func ZKRoot(t *testing.T, conn *zk.Conn) string {
+	r := "/inventory-test/" + Prefix()
+	t.Cleanup(func() {
+		children, _, err := conn.Children(r)
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrConnectionClosed) {
+			return
+		}
+		if assert.NoError(t, err) {
+			assert.Empty(t, children, "lock directories left behind under %s", r)
+		}
+		_ = conn.Delete(r, -1)
+	})
+	return r
 }
 
 // ZooKeeper returns a connected ZooKeeper session, closed at the end of t.

@@ -75,13 +75,8 @@ func RunHoldStore(t *testing.T, cfg HoldStoreConfig) {
 	}
 	cfg.Writers = cmp(cfg.Writers, 50)
 	cfg.Races = cmp(cfg.Races, 50)
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Minute
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, context.Context, lockmgr.HoldStore, string)
-	}{
+	cfg.Timeout = cmp(cfg.Timeout, 2*time.Minute)
+	runSubtests(t, cfg.Timeout, cfg.NewStore, []subtest[lockmgr.HoldStore]{
 		{"HoldUnhold", testHoldUnhold},
 		{"HoldStaleVersion", testHoldStale},
 		{"UnholdMovesVersion", testUnholdMovesVersion},
@@ -91,25 +86,13 @@ func RunHoldStore(t *testing.T, cfg HoldStoreConfig) {
 		{"OrderExpiry", testOrderExpiry},
 		{"Abandoned", testAbandoned},
 		{"ExpiredOrders", testExpiredOrders},
-		{"KeyTTL", func(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p string) {
-			testKeyTTL(t, ctx, s, p, cfg.KeyTTL)
-		}},
+		{"KeyTTL", with(cfg.KeyTTL, testKeyTTL)},
 		{"ByteExactIDs", testHoldIDs},
 		{"CancelledContext", testHoldCancelled},
-		{"ConcurrentHold", func(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p string) {
-			testConcurrentHold(t, ctx, s, p, cfg.Writers)
-		}},
-		{"ConcurrentUnhold", func(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p string) {
-			testConcurrentUnhold(t, ctx, s, p, cfg.Writers)
-		}},
-		{"ConfirmRacesExpiry", func(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p string) {
-			testConfirmRaces(t, ctx, s, p, cfg.Races)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(t, timeoutCtx(t, cfg.Timeout), cfg.NewStore(t), prefix(t))
-		})
-	}
+		{"ConcurrentHold", with(cfg.Writers, testConcurrentHold)},
+		{"ConcurrentUnhold", with(cfg.Writers, testConcurrentUnhold)},
+		{"ConfirmRacesExpiry", with(cfg.Races, testConfirmRaces)},
+	})
 }
 
 // far is an expiry no subtest reaches.

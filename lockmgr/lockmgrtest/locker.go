@@ -49,19 +49,8 @@ func (c *LockerConfig) defaults() {
 	c.Lockers = cmp(c.Lockers, 3)
 	c.Workers = cmp(c.Workers, 8)
 	c.Rounds = cmp(c.Rounds, 5)
-	if c.Wait <= 0 {
-		c.Wait = 300 * time.Millisecond
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 2 * time.Minute
-	}
-}
-
-func cmp(n, def int) int {
-	if n <= 0 {
-		return def
-	}
-	return n
+	c.Wait = cmp(c.Wait, 300*time.Millisecond)
+	c.Timeout = cmp(c.Timeout, 2*time.Minute)
 }
 
 // RunLocker runs the Locker conformance suite as subtests of t:

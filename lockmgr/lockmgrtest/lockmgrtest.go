@@ -56,3 +56,33 @@ func timeoutCtx(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// cmp is n, or def when n is not positive.
+func cmp[T int | time.Duration](n, def T) T {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
+// subtest is one subtest of a store suite: it gets a ctx bounded by the
+// suite's timeout, a fresh store and a prefix of its own for its names.
+type subtest[S any] struct {
+	name string
+	fn   func(t *testing.T, ctx context.Context, s S, prefix string)
+}
+
+// runSubtests runs each of tests as a subtest of t on a store from newStore.
+func runSubtests[S any](t *testing.T, timeout time.Duration, newStore func(*testing.T) S, tests []subtest[S]) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, timeoutCtx(t, timeout), newStore(t), prefix(t))
+		})
+	}
+}
+
+// with is the subtest fn with its last argument v, a setting of the
+// suite's config.
+func with[S, V any](v V, fn func(*testing.T, context.Context, S, string, V)) func(*testing.T, context.Context, S, string) {
+	return func(t *testing.T, ctx context.Context, s S, p string) { fn(t, ctx, s, p, v) }
+}

@@ -55,13 +55,8 @@ func RunStore(t *testing.T, cfg StoreConfig) {
 		t.Fatal("lockmgrtest: StoreConfig.NewStore is nil")
 	}
 	cfg.Writers = cmp(cfg.Writers, 50)
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Minute
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, context.Context, lockmgr.Store, string)
-	}{
+	cfg.Timeout = cmp(cfg.Timeout, 2*time.Minute)
+	runSubtests(t, cfg.Timeout, cfg.NewStore, []subtest[lockmgr.Store]{
 		{"InitGet", testInitGet},
 		{"NotFound", testNotFound},
 		{"VersionMoves", testVersionMoves},
@@ -71,17 +66,9 @@ func RunStore(t *testing.T, cfg StoreConfig) {
 		{"ByteExactSKUs", testSKUs},
 		{"MaxStock", testMaxStock},
 		{"CancelledContext", testStoreCancelled},
-		{"ConcurrentCAS", func(t *testing.T, ctx context.Context, s lockmgr.Store, p string) {
-			testConcurrentCAS(t, ctx, s, p, cfg.Writers)
-		}},
-		{"ConcurrentSameKey", func(t *testing.T, ctx context.Context, s lockmgr.Store, p string) {
-			testConcurrentSameKey(t, ctx, s, p, cfg.Writers)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(t, timeoutCtx(t, cfg.Timeout), cfg.NewStore(t), prefix(t))
-		})
-	}
+		{"ConcurrentCAS", with(cfg.Writers, testConcurrentCAS)},
+		{"ConcurrentSameKey", with(cfg.Writers, testConcurrentSameKey)},
+	})
 }
 
 func mustInit(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, qty int64) {

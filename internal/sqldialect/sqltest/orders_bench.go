@@ -10,11 +10,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/sqlstore"
 )
+
+// BenchEngines runs BenchOrders on every engine, at 1 and 16 goroutines,
+// 5 rounds of a second, on the manager newManager makes over tables of the
+// benchmark's own.
+func BenchEngines[M Manager](b *testing.B, newManager func(b testing.TB, db *sqlx.DB, schema sqlstore.Schema) M) {
+	for _, e := range Engines {
+		b.Run(e.Name, func(b *testing.B) {
+			db := e.Open(b)
+			m := newManager(b, db, Schema(b, db))
+			for _, g := range []int{1, 16} {
+				b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) { BenchOrders(b, m, g, 5, time.Second) })
+			}
+		})
+	}
+}
 
 // OrderSides are the calls BenchOrders measures against a single-SKU
 // Reduce of one unit: a Reserve of one unit then its Confirm (one op), and

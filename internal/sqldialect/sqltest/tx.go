@@ -135,3 +135,23 @@ func InTx(t *testing.T, db *sqlx.DB, m Manager, inTx func(*sqlx.Tx) Manager) {
 		require.ErrorIs(t, m.Confirm(ctx, short), inventory.ErrHoldReleased)
 	})
 }
+
+// KeyExpiry tests that an expired key counts as absent and can be used
+// again: m keeps keys for 200ms.
+func KeyExpiry(t *testing.T, m inventory.StockManager) {
+	ctx := context.Background()
+	sku := testenv.Prefix()
+	require.NoError(t, m.Init(ctx, sku, 10))
+	_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.NoError(t, err)
+	rem, err := m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.EqualValues(t, 9, rem)
+	time.Sleep(300 * time.Millisecond)
+	rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.NoError(t, err, "the key expired")
+	require.EqualValues(t, 8, rem)
+	rem, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"))
+	require.ErrorIs(t, err, inventory.ErrDuplicate)
+	require.EqualValues(t, 8, rem, "the renewed key holds the new result")
+}
