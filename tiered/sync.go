@@ -272,9 +272,24 @@ func (m *Manager) Lag(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// Drain syncs until SQL has every journal entry Redis holds, and returns
-// nil then, or ctx's error. Moves made while it runs may be included.
+// Drain waits for the grants this process has in flight (a background
+// refill records its grant in SQL before Redis applies it), then syncs
+// until SQL has every journal entry Redis holds, and returns nil then, or
+// ctx's error. Moves made while it runs may be included.
 func (m *Manager) Drain(ctx context.Context) error {
+	m.mu.Lock()
+	flights := make([]chan struct{}, 0, len(m.flights))
+	for _, done := range m.flights {
+		flights = append(flights, done)
+	}
+	m.mu.Unlock()
+	for _, done := range flights {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("tiered: drain: waiting for a grant: %w", ctx.Err())
+		}
+	}
 	for {
 		if _, err := m.Sync(ctx); err != nil {
 			return err
