@@ -259,6 +259,15 @@ func WithTablePrefix(p string) Option { return func(c *config) { c.tablePrefix =
 
 // WithChunk sets the units SQL grants Redis at a time (more when one
 // Reduce needs more), 1..MaxStock. The default is [DefaultChunk].
+//
+// Size the chunk, and the low-water mark ([WithLowWater]), for a SKU's
+// peak rate: the units below the low-water mark must last while a
+// background grant (one SQL transaction, then one script call) lands, or
+// calls find the allotment empty and wait for it. In `make bench` on a
+// 2-core machine, chunk 20,000 with low water 10,000 had no such wait at
+// 108,000-207,000 calls/s on one SKU over MariaDB. A larger chunk keeps
+// more units in Redis's allotment, which the fallback cannot sell while
+// Redis is unreachable.
 func WithChunk(n int64) Option { return func(c *config) { c.chunk = n } }
 
 // WithLowWater sets the allotment below which a Reduce asks for the next
