@@ -44,7 +44,15 @@ func decorators(b *testing.B) []struct {
 	// A tenth of the traces sampled, as services commonly run.
 	sampledTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
+	// Where the span's cost goes: the same span ended into a processor
+	// that exports it at once in the caller's goroutine (no hand-over to
+	// the batching goroutine), and into none at all (the span made,
+	// attributed and ended: the floor of any wrapper that makes one).
+	syncTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
+	bareTP := sdktrace.NewTracerProvider()
 	b.Cleanup(func() {
+		_ = syncTP.Shutdown(context.Background())
+		_ = bareTP.Shutdown(context.Background())
 		_ = sampledTP.Shutdown(context.Background())
 		_ = sdkTP.Shutdown(context.Background())
 		_ = sdkMP.Shutdown(context.Background())
@@ -78,6 +86,12 @@ func decorators(b *testing.B) []struct {
 		}},
 		{"sdk-span-alone", func(m inventory.StockManager) (inventory.StockManager, error) {
 			return spanAlone{m, sdkTP.Tracer(otelstock.ScopeName)}, nil
+		}},
+		{"sdk-span-syncer", func(m inventory.StockManager) (inventory.StockManager, error) {
+			return spanAlone{m, syncTP.Tracer(otelstock.ScopeName)}, nil
+		}},
+		{"sdk-span-noprocessor", func(m inventory.StockManager) (inventory.StockManager, error) {
+			return spanAlone{m, bareTP.Tracer(otelstock.ScopeName)}, nil
 		}},
 		{"ratelimit", limit},
 		{"slog", logged},
