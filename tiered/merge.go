@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -140,42 +141,147 @@ func (m *Manager) run(batch calls) {
 	}
 	ctx, cancel := merge.Context(batch)
 	defer cancel()
-	keys := make([]string, 0, 3*len(batch))
-	args := make([]any, 3, 3+3*len(batch))
-	args[0], args[1], args[2] = m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds()
-	var skus []string // skus[i] has its state hash at keys[state[i]-1]
-	var state []int
-	for _, q := range batch {
-		c := &q.Req
-		i := slices.Index(skus, c.sku)
-		if i < 0 {
-			i = len(skus)
-			skus = append(skus, c.sku)
-			keys = append(keys, m.stateKey(c.sku), m.journalKey(c.sku))
-			state = append(state, len(keys)-1)
-		}
-		rec := 0
-		if c.key != "" {
-			keys = append(keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
-			rec = len(keys)
-		}
-		args = append(args, state[i], c.take(), rec)
-	}
-	cmd, acked, err := batchScript.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, keys, args...)
+	b := m.encode(batch)
+	defer batchBufs.Put(b)
+	cmd, acked, err := batchScript.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, b.keys, b.args...)
 	m.result(ctx, err)
-	var r []int64
 	if err != nil {
 		err = withCtx(ctx, err)
-	} else if r, err = ints(cmd.Val()); err == nil && len(r) != 3*len(batch) {
-		err = fmt.Errorf("batch script returned %d values for %d calls", len(r), len(batch))
+	} else {
+		err = b.decode(batch, cmd.Val(), acked)
 	}
-	for i, c := range batch {
-		if err != nil {
+	if err != nil {
+		for _, c := range batch {
 			c.Ans = reply{err: fmt.Errorf("merged with %d other calls: %w", len(batch)-1, err)}
-			continue
 		}
-		c.Ans = reply{code: r[3*i], v: r[3*i+1], w: r[3*i+2], acked: acked}
 	}
+}
+
+// batchBuf is the arguments of one batch.lua call and what its reply needs
+// to be read, kept for the next batch (batchBufs).
+type batchBuf struct {
+	keys  []string
+	args  []any
+	skus  []string // the batch's SKUs, in order of their first call
+	sku   []int    // per call of the batch, its SKU's index in skus
+	order []int    // the calls (their index in the batch) grouped by SKU: batch.lua's positions
+	ex    []int    // per position, the index in the reply of its exception, or -1
+	ends  []int    // per SKU, the end of its calls in order
+}
+
+var batchBufs = sync.Pool{New: func() any { return new(batchBuf) }}
+
+// encode returns the batch.lua arguments of batch: its calls grouped by SKU,
+// in arrival order within each, consecutive unkeyed calls that take the
+// same units as one run (see batch.lua).
+func (m *Manager) encode(batch calls) *batchBuf {
+	b := batchBufs.Get().(*batchBuf)
+	b.skus, b.sku = b.skus[:0], b.sku[:0]
+	for _, q := range batch {
+		i := slices.Index(b.skus, q.Req.sku)
+		if i < 0 {
+			i = len(b.skus)
+			b.skus = append(b.skus, q.Req.sku)
+		}
+		b.sku = append(b.sku, i)
+	}
+	b.order, b.ends = b.order[:0], b.ends[:0]
+	if len(b.skus) == 1 {
+		for i := range batch {
+			b.order = append(b.order, i)
+		}
+		b.ends = append(b.ends, len(batch))
+	} else {
+		for s := range b.skus {
+			for i, t := range b.sku {
+				if t == s {
+					b.order = append(b.order, i)
+				}
+			}
+			b.ends = append(b.ends, len(b.order))
+		}
+	}
+	b.keys = b.keys[:0]
+	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
+	from := 0
+	for s, sku := range b.skus {
+		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
+		items := len(b.args)
+		b.args = append(b.args, 0)
+		run, runQ := int64(0), int64(0) // the run of unkeyed calls being counted
+		for _, i := range b.order[from:b.ends[s]] {
+			c := &batch[i].Req
+			q := c.take()
+			switch {
+			case c.key != "":
+				if run > 0 {
+					b.args = append(b.args, run, runQ)
+					run = 0
+				}
+				b.keys = append(b.keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
+				b.args = append(b.args, 0, q)
+			case run > 0 && q == runQ:
+				run++
+			default:
+				if run > 0 {
+					b.args = append(b.args, run, runQ)
+				}
+				run, runQ = 1, q
+			}
+		}
+		if run > 0 {
+			b.args = append(b.args, run, runQ)
+		}
+		b.args[items] = (len(b.args) - items - 1) / 2
+		from = b.ends[s]
+	}
+	return b
+}
+
+// decode gives each call of batch its reply from r, batch.lua's reply to
+// b's arguments.
+func (b *batchBuf) decode(batch calls, v any, acked int64) error {
+	r, err := ints(v)
+	if err != nil {
+		return err
+	}
+	n := len(b.skus)
+	if len(r) < n || (len(r)-n)%4 != 0 {
+		return fmt.Errorf("batch script returned %d values for %d SKUs", len(r), n)
+	}
+	b.ex = slices.Grow(b.ex[:0], len(batch))[:len(batch)]
+	for i := range b.ex {
+		b.ex[i] = -1
+	}
+	for e := n; e < len(r); e += 4 {
+		pos := r[e] - 1
+		if pos < 0 || pos >= int64(len(batch)) || b.ex[pos] >= 0 {
+			return fmt.Errorf("batch script returned %v for %d calls", r, len(batch))
+		}
+		b.ex[pos] = e
+	}
+	from := 0
+	for s := range b.skus {
+		left := r[s] // the SKU's remaining stock, as its calls move
+		for pos := from; pos < b.ends[s]; pos++ {
+			c := batch[b.order[pos]]
+			e := b.ex[pos]
+			if e >= 0 && r[e+1] != codeMoved {
+				c.Ans = reply{code: r[e+1], v: r[e+2], w: r[e+3], acked: acked}
+				continue
+			}
+			left -= c.Req.take()
+			c.Ans = reply{code: codeMoved, v: left, w: -1, acked: acked}
+			if e >= 0 {
+				if r[e+2] != left {
+					return fmt.Errorf("batch script returned %v: call %d left %d, not %d", r, pos+1, r[e+2], left)
+				}
+				c.Ans.w = r[e+3]
+			}
+		}
+		from = b.ends[s]
+	}
+	return nil
 }
 
 // checkReplicas returns an error when WithReplicas asked for more replicas

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,9 +75,17 @@ func script(cmd redis.Cmder) (move bool, batch int) {
 	switch src := fmt.Sprint(a[1]); src {
 	case moveSHA, moveLua:
 		return true, 0
-	case batchSHA, batchLua:
-		argv := len(a) - 3 - a[2].(int)
-		return false, (argv - 3) / 3
+	case batchSHA, batchLua: // per SKU its item count, then items (c, q): c calls, or one keyed (c 0)
+		argv := a[3+a[2].(int)+3:]
+		n := func(i int) int { v, _ := strconv.Atoi(fmt.Sprint(argv[i])); return v }
+		for len(argv) > 0 {
+			m := n(0)
+			for i := 1; i < 1+2*m; i += 2 {
+				batch += max(n(i), 1)
+			}
+			argv = argv[1+2*m:]
+		}
+		return false, batch
 	}
 	return false, 0
 }
@@ -286,6 +295,86 @@ func TestMergedAnswers(t *testing.T) {
 	assert.EqualValues(t, 1+3+5+3+1, s.sold)
 	assert.EqualValues(t, 2+1, s.returned)
 	checkDrained(t, s, 10)
+}
+
+// TestMergedRuns merges, in one batch, the calls of two SKUs of one slot,
+// interleaved: batch.lua gets each SKU's calls in order, consecutive
+// unkeyed calls of the same units as one run. A run that fits only in
+// part moves its first calls and refuses the others; a Return run past
+// MaxStock is refused; each call gets its own remaining, and each SKU one
+// journal entry.
+func TestMergedRuns(t *testing.T) {
+	var g gate
+	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const a = "runs"
+	b := ""
+	for i := 0; b == ""; i++ { // another SKU of a's slot
+		if s := fmt.Sprint("runs", i); rediskeys.Slot(s) == rediskeys.Slot(a) {
+			b = s
+		}
+	}
+	require.NoError(t, m.Init(ctx, a, 5))
+	require.NoError(t, m.Init(ctx, b, 3))
+	_, err := m.Warm(ctx, a, b) // the allotments hold all the stock
+	require.NoError(t, err)
+	ret := func(sku string, qty int64, key string) func() (int64, error) {
+		return func() (int64, error) {
+			var opts []inventory.Option
+			if key != "" {
+				opts = append(opts, inventory.WithKey(key))
+			}
+			return m.Return(ctx, sku, qty, opts...)
+		}
+	}
+	out := batched(t, m, &g, a, reduce(ctx, m, a, 1, ""), // 4
+		reduce(ctx, m, a, 1, ""),       // 3
+		reduce(ctx, m, b, 1, ""),       // b 2
+		reduce(ctx, m, a, 1, ""),       // 2
+		reduce(ctx, m, a, 1, ""),       // 1
+		reduce(ctx, m, a, 1, ""),       // 0
+		reduce(ctx, m, a, 1, ""),       // refused: 0 left
+		reduce(ctx, m, b, 2, ""),       // b 0
+		reduce(ctx, m, a, 1, ""),       // refused: 0 left
+		ret(a, 1, ""),                  // 1
+		ret(a, inventory.MaxStock, ""), // refused: past MaxStock
+		reduce(ctx, m, a, 1, "k"),      // 0
+		ret(b, 2, ""),                  // b 2
+		ret(b, 2, ""),                  // b 4
+		reduce(ctx, m, b, 4, "k"),      // b 0
+		reduce(ctx, m, b, 4, "k"),      // b duplicate: 0
+	)
+	want := []outcome{{4, nil}, {3, nil}, {2, nil}, {2, nil}, {1, nil}, {0, nil},
+		{0, inventory.ErrInsufficientStock}, {0, nil}, {0, inventory.ErrInsufficientStock},
+		{1, nil}, {0, inventory.ErrInvalidArgument}, {0, nil}, {2, nil}, {4, nil}, {0, nil}, {0, inventory.ErrDuplicate}}
+	for i, o := range out {
+		assert.Equal(t, want[i].left, o.left, "call %d: %v", i, o.err)
+		if want[i].err == nil {
+			assert.NoError(t, o.err, "call %d", i)
+		} else {
+			assert.ErrorIs(t, o.err, want[i].err, "call %d", i)
+		}
+	}
+	_, batches := g.counts()
+	assert.Equal(t, []int{15}, batches, "the 15 queued calls went as one batch")
+	for sku, want := range map[string][]map[string]any{
+		a: {{"d": "1"}, {"d": "4", "s": "5"}}, // the lone call; the batch: 4+1 sold, 1 returned
+		b: {{"d": "3", "s": "7"}},             // 1+2+4 sold, 2+2 returned
+	} {
+		entries, err := m.rdb.XRange(ctx, m.journalKey(sku), "-", "+").Result()
+		require.NoError(t, err)
+		var fields []map[string]any
+		for _, e := range entries {
+			delete(e.Values, "n")
+			fields = append(fields, e.Values)
+		}
+		assert.Equal(t, want, fields, "%s: one journal entry per SKU per batch", sku)
+	}
+	require.NoError(t, m.Drain(ctx))
+	checkDrained(t, m.totals(ctx, t, a), 5)
+	checkDrained(t, m.totals(ctx, t, b), 3)
 }
 
 // TestMergedShort merges calls on an allotment that cannot cover them all
