@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	mrand "math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,17 +32,29 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 )
 
-// maxWait bounds a wait for a release message: a safety net should a
-// message be lost. Release messages, not this, wake waiters.
+// maxWait bounds a wait for a hand-over: a safety net should a message be
+// lost, or a lock lapse while others queue for it. Hand-overs, not this,
+// wake waiters.
 const maxWait = 250 * time.Millisecond
+
+// linger is how long a Locker keeps its subscription after its last waiter
+// (or the holder of a lock it waited for) is done, so that a busy lock does
+// not cost a connection per wait.
+const linger = 200 * time.Millisecond
 
 // LockKey returns the Redis key of the lock on sku: PREFIX{tag}:l:SKU, with
 // the hash tag of the SKU's stock key, so that a lock and the stock it
-// guards share a Redis Cluster slot. Release messages are published on the
-// channel of the same name.
+// guards share a Redis Cluster slot.
 func LockKey(prefix, sku string) string {
 	stock := rediskeys.Stock(prefix, sku) // PREFIX{tag}:s:SKU
 	return strings.TrimSuffix(stock, ":s:"+sku) + ":l:" + sku
+}
+
+// queueKey returns the key of the queue of the processes waiting for the
+// lock on sku: PREFIX{tag}:q:SKU, in the lock's slot.
+func queueKey(prefix, sku string) string {
+	stock := rediskeys.Stock(prefix, sku)
+	return strings.TrimSuffix(stock, ":s:"+sku) + ":q:" + sku
 }
 
 // locker takes SET-NX locks for the head of a lockmgr queue; the queue
@@ -49,12 +62,41 @@ func LockKey(prefix, sku string) string {
 // only one goroutine per process contends for the Redis lock, and a holder
 // that releases while others wait hands them the lock it holds, saving the
 // round trips of a release and a new acquire ([lockmgr.NewQueuedLocker]).
+//
+// Across processes, a caller that finds the lock held joins the lock's
+// queue in Redis, under a member naming its token and its Locker's
+// channel, and release.lua hands the lock to the head of the queue: one
+// wake-up per release, not one per waiter.
 type locker struct {
 	client         redis.UniversalClient
 	prefix         string
 	ttl            time.Duration
 	acquireTimeout time.Duration
 	maxWait        time.Duration // the constant maxWait, unless a test says otherwise
+	id             string        // names the Locker's channels
+
+	mu      sync.Mutex
+	subs    map[string]*subscription // by node address ("" unless a Cluster)
+	waiters map[string]*waiter       // by token
+}
+
+// waiter is a caller queued in Redis, from its first queued try until it
+// leaves or releases the lock it took.
+type waiter struct {
+	sub    *subscription
+	handed chan struct{} // closed when a hand-over arrives
+	done   bool          // handed is closed
+}
+
+// subscription is a Locker's channel on one Redis node, with the goroutine
+// that reads its hand-overs. It lives while waiters use it, and linger
+// after.
+type subscription struct {
+	channel string
+	ps      *redis.PubSub
+	ready   chan struct{} // closed once SUBSCRIBE is confirmed
+	users   int           // guarded by locker.mu
+	idle    *time.Timer   // closes it once unused for linger
 }
 
 // maxHandoffs bounds how many times in a row a held lock passes straight
@@ -75,60 +117,241 @@ func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*l
 	return le, nil
 }
 
-// obtain takes the Redis lock on name, waiting for its holder to release it.
-// actx is ctx bounded by the acquire timeout.
+// obtain takes the Redis lock on name, waiting for its holder to hand it
+// over. actx is ctx bounded by the acquire timeout.
 func (l *locker) obtain(ctx, actx context.Context, name string) (*lease, error) {
 	le := &lease{
-		l: l, key: LockKey(l.prefix, name), token: rand.Text(), lost: make(chan struct{}),
+		l: l, key: LockKey(l.prefix, name), queue: queueKey(l.prefix, name), token: rand.Text(),
+		lost: make(chan struct{}),
 	}
-	var wake <-chan any
-	for {
+	client, node, err := l.node(actx, le.key)
+	if err != nil {
+		return nil, l.waitErr(ctx, actx, name, err)
+	}
+	if !l.listening(node) {
+		// Try first, and listen only if the lock is held.
 		start := time.Now()
 		pttl, err := acquireScript.Run(actx, l.client, []string{le.key}, le.token, l.ttl.Milliseconds()).Int64()
 		if err != nil {
-			// The script may have run before the reply was lost: free the
-			// lock, waiting for that only while ctx lives.
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(actx), time.Second)
-				defer cancel()
-				_ = le.free(fctx)
-			}()
-			select {
-			case <-done:
-			case <-actx.Done():
-			}
-			return nil, l.waitErr(ctx, actx, name, err)
+			return nil, l.failed(ctx, actx, name, le, err)
 		}
 		if pttl < 0 {
 			le.expires = start.Add(l.ttl)
 			return le, nil
 		}
-		if wake == nil {
-			// Subscribe, then try again: the confirmation wakes us, so a
-			// release between the last try and the subscription is not
-			// missed.
-			sub := l.client.Subscribe(actx, le.key)
-			defer sub.Close()
-			wake = sub.ChannelWithSubscriptions()
+	}
+	// Listen on this Locker's channel, then join the queue unless the lock
+	// is free.
+	w, err := l.enter(actx, le, client, node)
+	if err != nil {
+		return nil, l.waitErr(ctx, actx, name, err)
+	}
+	member := le.token + " " + strconv.FormatInt(l.ttl.Milliseconds(), 10) + " " + w.sub.channel
+	life := 4 * l.maxWait.Milliseconds()
+	for {
+		// A hand-over can only follow a try that found the lock held, so
+		// the lock lives at least a TTL past the start of the last try.
+		start := time.Now()
+		pttl, err := acquireScript.Run(actx, l.client, []string{le.key, le.queue}, le.token, l.ttl.Milliseconds(), member, life).Int64()
+		if err != nil {
+			l.leave(le, member)
+			return nil, l.failed(ctx, actx, name, le, err)
+		}
+		if pttl < 0 {
+			le.expires = start.Add(l.ttl)
+			return le, nil
 		}
 		timer := time.NewTimer(l.wait(pttl))
 		select {
-		case <-wake:
-			for len(wake) > 0 { // one try answers every message so far
-				<-wake
-			}
+		case <-w.handed:
+			timer.Stop()
+			le.expires = start.Add(l.ttl)
+			return le, nil
 		case <-timer.C:
 		case <-actx.Done():
 			timer.Stop()
+			l.leave(le, member)
 			return nil, l.waitErr(ctx, actx, name, nil)
 		}
-		timer.Stop()
 	}
 }
 
-// wait is how long to wait for a release message, given the holder's
+// failed frees the lock after a try that failed with err (the script may
+// have run before its reply was lost), waiting for that only while actx
+// lives, and says why.
+func (l *locker) failed(ctx, actx context.Context, name string, le *lease, err error) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(actx), time.Second)
+		defer cancel()
+		_ = le.free(fctx)
+	}()
+	select {
+	case <-done:
+	case <-actx.Done():
+	}
+	return l.waitErr(ctx, actx, name, err)
+}
+
+// node returns the client on which to listen for hand-overs of the lock
+// key, and the address of its node ("" unless a Cluster). A PUBLISH counts
+// the subscribers of its own node only, so on a Cluster a Locker listens
+// on the node that runs the lock's scripts.
+func (l *locker) node(ctx context.Context, key string) (redis.UniversalClient, string, error) {
+	c, ok := l.client.(interface {
+		MasterForKey(context.Context, string) (*redis.Client, error)
+	})
+	if !ok {
+		return l.client, "", nil
+	}
+	m, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, m.Options().Addr, nil
+}
+
+// listening reports whether this Locker listens on node already: then
+// a caller joins the queue with its first try.
+func (l *locker) listening(node string) bool {
+	l.mu.Lock()
+	s := l.subs[node]
+	l.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// enter registers le's token as a waiter and returns it once this Locker's
+// channel on node (of client) is subscribed, so that a hand-over published
+// after the caller joins the queue reaches it.
+func (l *locker) enter(actx context.Context, le *lease, client redis.UniversalClient, node string) (*waiter, error) {
+	l.mu.Lock()
+	s := l.subs[node]
+	if s == nil {
+		s = &subscription{channel: l.prefix + ":w:" + l.id + ":" + node, ready: make(chan struct{})}
+		s.ps = client.Subscribe(context.WithoutCancel(actx)) // no I/O yet
+		go l.dispatch(s)
+		if l.subs == nil {
+			l.subs, l.waiters = map[string]*subscription{}, map[string]*waiter{}
+		}
+		l.subs[node] = s
+	}
+	s.users++
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	w := &waiter{sub: s, handed: make(chan struct{})}
+	l.waiters[le.token] = w
+	le.w = w
+	l.mu.Unlock()
+	select {
+	case <-s.ready:
+		return w, nil
+	case <-actx.Done():
+		l.done(le)
+		return nil, actx.Err()
+	}
+}
+
+// dispatch reads the hand-overs of s until it is closed: it wakes the
+// waiter a hand-over names, or, when that waiter has left, frees the lock
+// it was handed, which hands it on.
+func (l *locker) dispatch(s *subscription) {
+	// Should this fail, the PubSub subscribes again as it reconnects.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = s.ps.Subscribe(ctx, s.channel)
+	cancel()
+	confirmed := false
+	for msg := range s.ps.ChannelWithSubscriptions() {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if !confirmed && m.Kind == "subscribe" {
+				confirmed = true
+				close(s.ready)
+			}
+		case *redis.Message:
+			token, keys, _ := strings.Cut(m.Payload, " ")
+			key, queue, ok := strings.Cut(keys, "\n")
+			if !ok {
+				continue
+			}
+			l.mu.Lock()
+			w := l.waiters[token]
+			if w != nil && !w.done {
+				w.done = true
+				close(w.handed)
+			}
+			l.mu.Unlock()
+			if w == nil {
+				orphan := &lease{l: l, key: key, queue: queue, token: token}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = orphan.free(ctx)
+				cancel()
+			}
+		}
+	}
+}
+
+// leave takes a waiter that gives up out of the queue, in the background
+// (at most a second): a hand-over that arrived already is freed, which
+// hands it on, as the dispatcher frees one that arrives later.
+func (l *locker) leave(le *lease, member string) {
+	handed := l.done(le)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if handed {
+			_ = le.free(ctx)
+			return
+		}
+		_ = l.client.ZRem(ctx, le.queue, member).Err()
+	}()
+}
+
+// done forgets le's waiter, if it has one, and lets its subscription go
+// once unused for linger. It reports whether a hand-over had arrived.
+func (l *locker) done(le *lease) (handed bool) {
+	w := le.w
+	if w == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiters[le.token] != w {
+		return false
+	}
+	delete(l.waiters, le.token)
+	s := w.sub
+	if s.users--; s.users == 0 {
+		var idle *time.Timer
+		idle = time.AfterFunc(linger, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if s.idle != idle { // used since
+				return
+			}
+			for node, v := range l.subs {
+				if v == s {
+					delete(l.subs, node)
+				}
+			}
+			_ = s.ps.Close()
+		})
+		s.idle = idle
+	}
+	return w.done
+}
+
+// wait is how long to wait for a hand-over, given the holder's
 // remaining TTL (0: none): until the lock would expire, at most l.maxWait,
 // jittered so that waiters in several processes spread out.
 func (l *locker) wait(pttl int64) time.Duration {
@@ -154,9 +377,10 @@ func (l *locker) waitErr(ctx, actx context.Context, name string, err error) erro
 
 // lease is a held lock; it is the [lockmgr.Lease] of a Manager.
 type lease struct {
-	l          *locker
-	key, token string
-	lost       chan struct{} // closed when the lock may be gone
+	l                 *locker
+	key, queue, token string
+	w                 *waiter       // if it queued for the lock
+	lost              chan struct{} // closed when the lock may be gone
 
 	mu      sync.Mutex  // held while renewing
 	timer   *time.Timer // runs renew
@@ -199,12 +423,14 @@ func (le *lease) Release(ctx context.Context) error {
 	le.stopped = true
 	le.timer.Stop()
 	le.mu.Unlock()
+	defer le.l.done(le)
 	return le.free(ctx)
 }
 
-// free deletes the lock if it is still this lease's, waking its waiters.
+// free hands the lock over to the next waiter in the queue, or deletes it,
+// if it is still this lease's.
 func (le *lease) free(ctx context.Context) error {
-	ok, err := releaseScript.Run(ctx, le.l.client, []string{le.key}, le.token).Bool()
+	ok, err := releaseScript.Run(ctx, le.l.client, []string{le.key, le.queue}, le.token).Bool()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redislock: release %s: %w", le.key, err)

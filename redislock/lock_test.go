@@ -43,8 +43,8 @@ func acquireAsync(ctx context.Context, l lockmgr.Locker, name string) <-chan loc
 }
 
 // TestReleaseWakesWaiter has a second process wait for a held lock with a
-// TTL and a safety-net wait of a minute: only the release message can wake
-// it within the test's deadline.
+// TTL and a safety-net wait of a minute: only the hand-over can wake it
+// within the test's deadline.
 func TestReleaseWakesWaiter(t *testing.T) {
 	servers := map[string]func(testing.TB) redis.UniversalClient{
 		"redis":   func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) },
@@ -61,10 +61,10 @@ func TestReleaseWakesWaiter(t *testing.T) {
 			held, err := p1.Acquire(ctx, sku)
 			require.NoError(t, err)
 			got := acquireAsync(ctx, p2, sku)
-			// Wait until p2 listens for the release.
+			// Wait until p2 queues for the lock.
 			require.Eventually(t, func() bool {
-				n, err := c.PubSubNumSub(ctx, redislock.LockKey(prefix, sku)).Result()
-				return err == nil && n[redislock.LockKey(prefix, sku)] > 0
+				n, err := c.ZCard(ctx, redislock.QueueKey(prefix, sku)).Result()
+				return err == nil && n > 0
 			}, 10*time.Second, 5*time.Millisecond)
 			select {
 			case <-got:

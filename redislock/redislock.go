@@ -22,13 +22,34 @@
 // the round trips of a release and an acquire; after 16 such hand-overs in
 // a row it releases the lock so that other processes get their turn.
 //
-// Across processes, a waiter subscribes to the lock's release channel and
-// tries again when a holder releases (the release script publishes), when
-// its subscription is confirmed, or, as a safety net for a holder that
-// died, when the holder's TTL would run out (at most every 250ms or so).
-// Waiting is bounded by the caller's ctx and by the acquire timeout
+// Across processes, waiters queue in Redis, in arrival order, and each
+// release hands the lock over to one of them: a caller that finds the lock
+// held joins the lock's queue (a sorted set PREFIX{tag}:q:SKU beside the
+// lock key) under its token and its Locker's channel, and the release
+// script sets the lock to the head's token and publishes that on the
+// head's channel; the woken waiter holds the lock without another try. One
+// release thus wakes one process, not every waiting one. Each Locker
+// listens on one channel per Redis node (one subscription, kept 200ms past
+// its last waiter), and a Locker with a subscription joins the queue with
+// its first try.
+//
+// Failures are bounded so. A waiter whose process is gone (nobody hears
+// its channel) is skipped at release. A waiter that gives up (ctx, acquire
+// timeout) leaves the queue; if the lock was handed to it meanwhile, its
+// Locker frees it, which hands it on. A waiter whose process is alive but
+// stalled (SIGSTOP, a long GC pause) holds what it is handed until the TTL
+// runs out, as a stalled holder does. As a safety net for a lost message or
+// a lock that lapsed (its holder died), a waiter also tries again when the
+// holder's TTL would run out, at most every 250ms or so; a lapsed lock goes
+// to whichever waiter tries first. The queue key expires 1s after its last
+// waiter's last try, and is deleted when a release empties it. Waiting is
+// bounded by the caller's ctx and by the acquire timeout
 // ([WithAcquireTimeout]), after which the call fails with
 // [inventory.ErrContention].
+//
+// Processes running a version of this package from before the queue wait
+// for the release message it no longer sends: mixed with newer ones, they
+// take the lock only by the safety net.
 //
 // # Deadlines
 //
@@ -39,12 +60,16 @@
 // lock left behind by a call that gave up (its release could not reach
 // Redis) lapses after its TTL ([WithTTL]).
 //
-// The client is any [redis.UniversalClient]. Each lock key carries the hash
-// tag of its SKU's stock key (see [LockKey]), and plain PUBLISH reaches
-// subscribers on any node, so a Redis Cluster works too.
+// The client is any [redis.UniversalClient]. Each lock and queue key
+// carries the hash tag of its SKU's stock key (see [LockKey]), so a Redis
+// Cluster works too; on a Cluster, a Locker listens for hand-overs on the
+// master of the lock's slot, since a PUBLISH counts only the subscribers
+// of its node (after a slot moves, a waiter may be skipped and take the
+// lock by the safety net instead).
 package redislock
 
 import (
+	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -153,7 +178,7 @@ func newLocker(client redis.UniversalClient, opts []Option) (lockmgr.Locker, con
 	case c.maxWait <= 0:
 		return nil, c, fmt.Errorf("%w: redislock: max wait %v is not positive", inventory.ErrInvalidArgument, c.maxWait)
 	}
-	l := &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait}
+	l := &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait, id: rand.Text()}
 	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "redislock", AcquireTimeout: c.acquireTimeout,
 		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs}}, l.take)
 	return q, c, err

@@ -108,7 +108,7 @@ func (p procs) Return(ctx context.Context, sku string, qty int64, opts ...invent
 
 // TestConformanceManyProcesses runs the suite over four Managers sharing
 // locks and stock, with the safety-net wait set to a minute: waiters in one
-// "process" are woken by the release messages of another.
+// "process" are woken by the hand-overs of another.
 func TestConformanceManyProcesses(t *testing.T) {
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {

@@ -1,9 +1,25 @@
--- Frees the lock KEYS[1] if token ARGV[1] holds it, and wakes the waiters
--- with a message on the channel named like the key.
+-- Frees the lock KEYS[1] if token ARGV[1] holds it: hands it over to the
+-- first waiter of the queue KEYS[2] that is listening (see acquire.lua),
+-- or deletes it when none is.
+-- Handing over sets the lock to the waiter's token for the waiter's TTL
+-- and publishes "TOKEN KEYS[1]\nKEYS[2]" on the waiter's channel. A waiter
+-- whose channel nobody hears (its process is gone) is skipped.
 -- Returns 1 when freed, 0 when the lock is gone or someone else's.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], '')
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+for _ = 1, 100 do
+  local head = redis.call('ZPOPMIN', KEYS[2])
+  if #head == 0 then
+    break
+  end
+  local token, ttl, channel = string.match(head[1], '^(%S+) (%d+) (.+)$')
+  if token then
+    redis.call('SET', KEYS[1], token, 'PX', ttl)
+    if redis.call('PUBLISH', channel, token .. ' ' .. KEYS[1] .. '\n' .. KEYS[2]) > 0 then
+      return 1
+    end
+  end
+end
+redis.call('DEL', KEYS[1])
+return 1

@@ -1,0 +1,191 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/redislock"
+)
+
+// scriptHook counts the calls of one script (by its file in this package)
+// and fails the commands named in fail.
+type scriptHook struct {
+	sha   string
+	src   string
+	calls *atomic.Int64
+	fail  string
+}
+
+func newScriptHook(t *testing.T, file string, calls *atomic.Int64) scriptHook {
+	src, err := os.ReadFile(file)
+	require.NoError(t, err)
+	return scriptHook{sha: redis.NewScript(string(src)).Hash(), src: string(src), calls: calls}
+}
+
+func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		if h.fail != "" && cmd.Name() == h.fail {
+			err := errors.New("scriptHook: " + h.fail + " fails")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h scriptHook) count(cmd redis.Cmder) {
+	if args := cmd.Args(); len(args) > 1 && strings.HasPrefix(cmd.Name(), "eval") {
+		if s, _ := args[1].(string); s == h.sha || s == h.src {
+			h.calls.Add(1)
+		}
+	}
+}
+
+// hookedClient is a client of its own on c's server, with h.
+func hookedClient(t *testing.T, c *redis.Client, h redis.Hook) *redis.Client {
+	hc := redis.NewClient(c.Options())
+	t.Cleanup(func() { hc.Close() })
+	hc.AddHook(h)
+	return hc
+}
+
+// requireGone checks that nothing of the lock on sku is left in Redis.
+func requireGone(t *testing.T, c *redis.Client, prefix, sku string) {
+	t.Helper()
+	n, err := c.Exists(context.Background(), redislock.LockKey(prefix, sku), redislock.QueueKey(prefix, sku)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "lock and queue keys are gone once the lock is free")
+}
+
+// TestOneWakeUpPerTurn has many processes (one Locker each) take turns on
+// one lock. Each release hands the lock to one waiter, so each turn runs
+// the acquire script a couple of times (a try, then a try that queues),
+// not once per waiter. (Waking every waiter on each release ran it about
+// once per waiter per turn: some 16 times here.) The safety-net wait is a
+// minute, so only hand-overs wake waiters.
+func TestOneWakeUpPerTurn(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, time.Minute)
+	var acquires atomic.Int64
+	counted := hookedClient(t, c, newScriptHook(t, "acquire.lua", &acquires))
+	const procs, turns, sku = 16, 20, "{hot} shoe"
+	var held atomic.Int32
+	var wg sync.WaitGroup
+	for range procs {
+		l := newLocker(t, counted, prefix, redislock.WithMaxWait(time.Minute))
+		wg.Go(func() {
+			for range turns {
+				le, err := l.Acquire(ctx, sku)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if held.Add(1) != 1 {
+					t.Error("two holders at once")
+				}
+				time.Sleep(time.Millisecond)
+				held.Add(-1)
+				if err := le.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	perTurn := float64(acquires.Load()) / (procs * turns)
+	t.Logf("%d acquire scripts for %d turns of %d processes: %.2f per turn", acquires.Load(), procs*turns, procs, perTurn)
+	require.LessOrEqual(t, perTurn, 3.0, "acquire scripts per turn")
+	requireGone(t, c, prefix, sku)
+}
+
+// TestDeadWaiterSkipped: a queued waiter whose process is gone (nobody
+// hears its channel) is skipped at release, and the next waiter has the
+// lock at once, though the dead one asked for a minute's TTL.
+func TestDeadWaiterSkipped(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	const sku = "shoe"
+	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute)}
+	held, err := newLocker(t, c, prefix, opts...).Acquire(ctx, sku)
+	require.NoError(t, err)
+	q := redislock.QueueKey(prefix, sku)
+	require.NoError(t, c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "DEAD 60000 " + prefix + ":w:nobody"}).Err())
+	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
+	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+	le := <-got
+	require.NotNil(t, le, "the live waiter took the lock")
+	require.NoError(t, le.Release(ctx))
+	requireGone(t, c, prefix, sku)
+}
+
+// TestLeavingWaiterDoesNotStall: a waiter gives up (its ctx ends) while
+// queued ahead of another, and its attempt to leave the queue fails; the
+// lock handed to it is freed by its Locker, which hands it on, so the next
+// waiter has it at once (its safety-net wait and the TTLs are a minute).
+func TestLeavingWaiterDoesNotStall(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	const sku = "shoe"
+	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute)}
+	holder := newLocker(t, c, prefix, opts...)
+	held, err := holder.Acquire(ctx, sku)
+	require.NoError(t, err)
+	other, err := holder.Acquire(ctx, "boot")
+	require.NoError(t, err)
+
+	var releases atomic.Int64
+	h := newScriptHook(t, "release.lua", &releases)
+	h.fail = "zrem"
+	leaver := newLocker(t, hookedClient(t, c, h), prefix, opts...)
+	// The leaver's Locker keeps waiting for another lock meanwhile, so
+	// that it still listens when the lock is handed to its gone waiter.
+	boot := acquireAsync(ctx, leaver, "boot")
+	q := redislock.QueueKey(prefix, sku)
+	require.Eventually(t, func() bool { return c.ZCard(ctx, redislock.QueueKey(prefix, "boot")).Val() == 1 }, 10*time.Second, 5*time.Millisecond)
+	short, cancel := context.WithCancel(ctx)
+	gone := acquireAsync(short, leaver, sku)
+	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 1 }, 10*time.Second, 5*time.Millisecond)
+	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
+	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 2 }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	require.Nil(t, <-gone, "the leaver gave up")
+
+	require.NoError(t, held.Release(ctx))
+	le := <-got
+	require.NotNil(t, le, "the next waiter took the lock")
+	require.Positive(t, releases.Load(), "the leaver's Locker freed the lock handed to its gone waiter")
+	require.NoError(t, le.Release(ctx))
+	requireGone(t, c, prefix, sku)
+
+	require.NoError(t, other.Release(ctx))
+	b := <-boot
+	require.NotNil(t, b)
+	require.NoError(t, b.Release(ctx))
+	requireGone(t, c, prefix, "boot")
+}
