@@ -72,53 +72,72 @@ func hookedClient(t *testing.T, c *redis.Client, h redis.Hook) *redis.Client {
 }
 
 // requireGone checks that nothing of the lock on sku is left in Redis.
-func requireGone(t *testing.T, c *redis.Client, prefix, sku string) {
+func requireGone(t *testing.T, c redis.UniversalClient, prefix, sku string) {
 	t.Helper()
-	n, err := c.Exists(context.Background(), redislock.LockKey(prefix, sku), redislock.QueueKey(prefix, sku)).Result()
-	require.NoError(t, err)
-	require.Zero(t, n, "lock and queue keys are gone once the lock is free")
+	for _, k := range []string{redislock.LockKey(prefix, sku), redislock.QueueKey(prefix, sku)} {
+		n, err := c.Exists(context.Background(), k).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s is gone once the lock is free", k)
+	}
 }
 
 // TestOneWakeUpPerTurn has many processes (one Locker each) take turns on
 // one lock. Each release hands the lock to one waiter, so each turn runs
-// the acquire script a couple of times (a try, then a try that queues),
-// not once per waiter. (Waking every waiter on each release ran it about
-// once per waiter per turn: some 16 times here.) The safety-net wait is a
-// minute, so only hand-overs wake waiters.
+// the acquire script about once (a Locker that listens already queues
+// with its first try), not once per waiter. (Waking every waiter on each
+// release ran it about once per waiter per turn: some 15 times here.) The
+// safety-net wait and the TTL are a minute, so only hand-overs wake
+// waiters within the test's deadline: on a Cluster, a Locker that listened
+// on another node than the lock's would be skipped at release (the script
+// sees no subscriber there) and wait that minute.
 func TestOneWakeUpPerTurn(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, time.Minute)
-	var acquires atomic.Int64
-	counted := hookedClient(t, c, newScriptHook(t, "acquire.lua", &acquires))
-	const procs, turns, sku = 16, 20, "{hot} shoe"
-	var held atomic.Int32
-	var wg sync.WaitGroup
-	for range procs {
-		l := newLocker(t, counted, prefix, redislock.WithMaxWait(time.Minute))
-		wg.Go(func() {
-			for range turns {
-				le, err := l.Acquire(ctx, sku)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if held.Add(1) != 1 {
-					t.Error("two holders at once")
-				}
-				time.Sleep(time.Millisecond)
-				held.Add(-1)
-				if err := le.Release(ctx); err != nil {
-					t.Error(err)
-				}
+	for name, open := range map[string]func(t *testing.T, h redis.Hook) (redis.UniversalClient, string){
+		"redis": func(t *testing.T, h redis.Hook) (redis.UniversalClient, string) {
+			c := testenv.Redis(t)
+			return hookedClient(t, c, h), lockPrefix(t, c)
+		},
+		"cluster": func(t *testing.T, h redis.Hook) (redis.UniversalClient, string) {
+			c := testenv.RedisCluster(t)
+			hc := redis.NewClusterClient(c.Options())
+			t.Cleanup(func() { hc.Close() })
+			hc.AddHook(h)
+			return hc, lockPrefix(t, c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxFor(t, 30*time.Second)
+			var acquires atomic.Int64
+			c, prefix := open(t, newScriptHook(t, "acquire.lua", &acquires))
+			const procs, turns, sku = 16, 20, "{hot} shoe"
+			var held atomic.Int32
+			var wg sync.WaitGroup
+			for range procs {
+				l := newLocker(t, c, prefix, redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute))
+				wg.Go(func() {
+					for range turns {
+						le, err := l.Acquire(ctx, sku)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if held.Add(1) != 1 {
+							t.Error("two holders at once")
+						}
+						time.Sleep(time.Millisecond)
+						held.Add(-1)
+						if err := le.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					}
+				})
 			}
+			wg.Wait()
+			perTurn := float64(acquires.Load()) / (procs * turns)
+			t.Logf("%d acquire scripts for %d turns of %d processes: %.2f per turn", acquires.Load(), procs*turns, procs, perTurn)
+			require.LessOrEqual(t, perTurn, 3.0, "acquire scripts per turn")
+			requireGone(t, c, prefix, sku)
 		})
 	}
-	wg.Wait()
-	perTurn := float64(acquires.Load()) / (procs * turns)
-	t.Logf("%d acquire scripts for %d turns of %d processes: %.2f per turn", acquires.Load(), procs*turns, procs, perTurn)
-	require.LessOrEqual(t, perTurn, 3.0, "acquire scripts per turn")
-	requireGone(t, c, prefix, sku)
 }
 
 // TestDeadWaiterSkipped: a queued waiter whose process is gone (nobody
@@ -188,4 +207,46 @@ func TestLeavingWaiterDoesNotStall(t *testing.T) {
 	require.NotNil(t, b)
 	require.NoError(t, b.Release(ctx))
 	requireGone(t, c, prefix, "boot")
+}
+
+// TestNoHandOverToAnotherNode: on a Cluster, a queued waiter whose channel
+// is listened to on another node than the lock's is skipped, and sent no
+// message: a PUBLISH reaches every node's subscribers, so a hand-over
+// message the releasing node cannot count would make a second holder.
+func TestNoHandOverToAnotherNode(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	const sku = "shoe"
+	key, q := redislock.LockKey(prefix, sku), redislock.QueueKey(prefix, sku)
+	master, err := c.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	var mu sync.Mutex // ForEachMaster runs at once on every master
+	var other *redis.Client
+	require.NoError(t, c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Options().Addr != master.Options().Addr {
+			other = m
+		}
+		return nil
+	}))
+	require.NotNil(t, other, "the Cluster has a second master")
+	channel := prefix + ":w:elsewhere"
+	ps := other.Subscribe(ctx, channel)
+	defer ps.Close()
+	_, err = ps.Receive(ctx) // the confirmation
+	require.NoError(t, err)
+
+	held, err := newLocker(t, c, prefix).Acquire(ctx, sku)
+	require.NoError(t, err)
+	require.NoError(t, c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "ELSEWHERE 60000 " + channel}).Err())
+	require.NoError(t, held.Release(ctx))
+	// Messages from one node reach another in order: a hand-over sent by
+	// the release would arrive before this one.
+	require.NoError(t, master.Publish(ctx, channel, "after").Err())
+	msg, err := ps.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "after", msg.Payload, "no hand-over reached a waiter the releasing node could not count")
+	requireGone(t, c, prefix, sku)
 }

@@ -34,9 +34,9 @@
 // its first try.
 //
 // Failures are bounded so. A waiter whose process is gone (nobody hears
-// its channel) is skipped at release. A waiter that gives up (ctx, acquire
-// timeout) leaves the queue; if the lock was handed to it meanwhile, its
-// Locker frees it, which hands it on. A waiter whose process is alive but
+// its channel on the lock's node) is skipped at release, and sent nothing.
+// A waiter that gives up (ctx, acquire timeout) leaves the queue; if the
+// lock was handed to it meanwhile, its Locker frees it, which hands it on. A waiter whose process is alive but
 // stalled (SIGSTOP, a long GC pause) holds what it is handed until the TTL
 // runs out, as a stalled holder does. As a safety net for a lost message or
 // a lock that lapsed (its holder died), a waiter also tries again when the
