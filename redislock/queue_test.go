@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
 )
@@ -249,4 +250,37 @@ func TestNoHandOverToAnotherNode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "after", msg.Payload, "no hand-over reached a waiter the releasing node could not count")
 	requireGone(t, c, prefix, sku)
+}
+
+// TestHandedOverLockIsRenewed: a lock handed over to a waiter is renewed
+// as one it took itself: with a 60ms TTL it is held for five TTLs, nobody
+// else gets it meanwhile, and Lost stays open.
+func TestHandedOverLockIsRenewed(t *testing.T) {
+	c := testenv.Redis(t)
+	prefix := lockPrefix(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	const sku = "shoe"
+	opts := []redislock.Option{redislock.WithTTL(60 * time.Millisecond), redislock.WithMaxWait(time.Minute)}
+	held, err := newLocker(t, c, prefix, opts...).Acquire(ctx, sku)
+	require.NoError(t, err)
+	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
+	q := redislock.QueueKey(prefix, sku)
+	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+	le := <-got
+	require.NotNil(t, le, "handed over")
+	other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(300*time.Millisecond))
+	_, err = other.Acquire(ctx, sku)
+	require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
+	select {
+	case <-le.Lost():
+		t.Fatal("lost a renewed lock")
+	default:
+	}
+	require.NoError(t, le.Release(ctx))
+	// The other waiter leaves the queue in the background: the release
+	// may hand the lock to it first, and its Locker then frees it.
+	require.Eventually(t, func() bool {
+		return c.Exists(ctx, redislock.LockKey(prefix, sku), q).Val() == 0
+	}, 10*time.Second, time.Millisecond, "lock and queue keys are gone once the lock is free")
 }
