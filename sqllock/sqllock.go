@@ -1,42 +1,20 @@
-// Package sqllock is the lock strategy for teams that have only a database:
-// a SQL advisory lock per SKU around a [lockmgr.Store] such as sqlstore's.
-// MariaDB/MySQL take GET_LOCK on "sqllock:" + SHA1(SKU); PostgreSQL takes
-// pg_advisory_lock on hashtextextended("sqllock:" + SKU, 0), a 64-bit hash
-// (PostgreSQL 11 or later; a collision only serialises two SKUs).
-//
-// # Waiting
-//
-// Within one process, callers of the same SKU queue in arrival order
-// ([lockmgr.NewQueuedLocker]) and only the head of the queue waits for the advisory
-// lock, in the database, which grants it when its holder releases: no
-// polling. A caller done with the lock hands it, still held, to the next
-// caller of its process; after 16 such hand-overs in a row it releases the
-// lock so that other processes get their turn. Waiting is bounded by the
-// caller's ctx and by [WithAcquireTimeout], after which the call fails with
-// [inventory.ErrContention]. A caller that gives up closes the connection
-// it waited on; should the database grant that session the lock before it
-// notices, the lock goes with the session. (MariaDB/MySQL end such a wait
-// after the acquire timeout; PostgreSQL only once it grants the lock.)
-//
-// # Connections
-//
-// An advisory lock belongs to a database session, so a held lock pins one
-// connection of the Locker's pool until it is released, and the head of
-// each SKU's queue holds one more while it waits: a process needs up to two
-// connections per SKU it sells at once. Give the Locker a pool of its own
-// (another *sqlx.DB on the same database), not the store's: there, waiters
-// would take the connections the holders' store calls need. Lost is closed
-// when a ping of the pinned connection (each second) fails; a lapse ends in
-// the store's compare-and-set retry, never an oversell.
+// Package sqllock locks each SKU with a database advisory lock, for teams
+// that have only a database: GET_LOCK on "sqllock:" + SHA1(SKU) on
+// MariaDB/MySQL, pg_advisory_lock on hashtextextended("sqllock:" + SKU, 0) on
+// PostgreSQL 11+ (a collision only serialises two SKUs), around a
+// [lockmgr.Store] such as sqlstore's. Callers of one SKU queue in their
+// process ([lockmgr.NewQueuedLocker]): the head alone waits, in the database
+// (no polling), and a lock released passes, still held, to the next caller,
+// 16 times in a row at most. A held lock pins a connection, each SKU's
+// waiting head one more: give the Locker a pool of its own, not the store's.
+// Lost is closed when a ping of the pinned connection (each second) fails.
 package sqllock
 
 import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -45,15 +23,14 @@ import (
 	"github.com/stockkit/inventory/lockmgr"
 )
 
-// DefaultAcquireTimeout is how long Acquire waits before it gives up with
-// inventory.ErrContention.
+// DefaultAcquireTimeout is how long Acquire waits by default.
 const DefaultAcquireTimeout = 10 * time.Second
 
 // Option configures a Locker. A nil Option is ignored.
 type Option func(*locker)
 
-// WithAcquireTimeout sets how long Acquire waits; d must be positive. The
-// default is [DefaultAcquireTimeout].
+// WithAcquireTimeout sets how long Acquire waits before it fails with
+// inventory.ErrContention; d must be positive. The default is [DefaultAcquireTimeout].
 func WithAcquireTimeout(d time.Duration) Option { return func(l *locker) { l.timeout = d } }
 
 type locker struct {
@@ -63,8 +40,7 @@ type locker struct {
 }
 
 // NewLocker returns a Locker on db, whose driver is "mysql", "pgx" or
-// "postgres". db should be a pool of its own (see the package doc). It does
-// no I/O.
+// "postgres", and which should be a pool of its own. It does no I/O.
 func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
 	l := &locker{db: db, timeout: DefaultAcquireTimeout}
 	for _, o := range opts {
@@ -84,10 +60,8 @@ func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
 	default:
 		return nil, fmt.Errorf("%w: sqllock: driver %q is neither mysql nor pgx/postgres", inventory.ErrInvalidArgument, db.DriverName())
 	}
-	// One waiter per name in the queue, hand-over of held leases; a bad
-	// acquire timeout is refused there.
 	return lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "sqllock", AcquireTimeout: l.timeout,
-		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16}}, l.take)
+		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16}}, l.take) // it refuses a bad timeout
 }
 
 // New returns a Manager that locks with a [NewLocker] on db and keeps stock in store.
@@ -99,62 +73,57 @@ func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, er
 	return lockmgr.NewManager(l, store, lockmgr.WithName("sqllock"))
 }
 
-// take waits in the database for the lock on name, on a connection it pins,
-// for the head of the queue ([lockmgr.TakeFunc]). A wait that fails ends
-// its session (the drivers close a connection whose query was cancelled),
-// so a lock granted after the caller gave up is freed.
+// take waits in the database for the lock on name, on a connection it pins.
+// A wait that fails closes it, as the drivers do a cancelled query's, so a
+// lock granted late goes with its session.
 func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
 	conn, err := l.db.Conn(actx)
-	granted := false
-	if err == nil {
-		if err = conn.QueryRowContext(actx, l.lock, name).Scan(&granted); err == nil && granted {
-			le := &lease{conn: conn, unlock: l.unlock, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
-			le.watch.Go(le.ping)
+	if granted := false; err == nil {
+		if err = conn.QueryRowContext(actx, l.lock, name).Scan(&granted); granted {
+			le := &lease{conn: conn, l: l, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
+			go le.ping()
 			return le, nil
 		}
 		_ = conn.Close()
 	}
-	if ctx.Err() == nil && actx.Err() != nil {
+	if ctx.Err() == nil && (actx.Err() != nil || err == nil) { // GET_LOCK gives 0 at the timeout
 		err = fmt.Errorf("%w: not free within %v", inventory.ErrContention, l.timeout)
 	}
-	return nil, fmt.Errorf("sqllock: lock %q: %w", name, cmp.Or(err, errors.New("lock not granted")))
+	return nil, fmt.Errorf("sqllock: lock %q: %w", name, cmp.Or(err, ctx.Err()))
 }
 
 type lease struct {
-	conn         *sql.Conn
-	unlock, name string
-	lost, stop   chan struct{}
-	watch        sync.WaitGroup // runs ping
+	conn       *sql.Conn
+	l          *locker
+	name       string
+	lost, stop chan struct{} // Release sends on stop when ping may not use conn
 }
 
 // Lost implements [lockmgr.Lease].
 func (le *lease) Lost() <-chan struct{} { return le.lost }
 
-// ping pings the pinned connection each second until Release, closing lost
-// if a ping fails.
+// ping pings the pinned connection each second until Release, and closes
+// lost once a ping fails.
 func (le *lease) ping() {
-	for {
+	for err := error(nil); err == nil; {
 		select {
 		case <-le.stop:
 			return
 		case <-time.After(time.Second):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := le.conn.PingContext(ctx)
-		if cancel(); err != nil {
-			close(le.lost)
-			return
-		}
+		err = le.conn.PingContext(ctx)
+		cancel()
 	}
+	close(le.lost)
+	<-le.stop
 }
 
 // Release implements [lockmgr.Lease]: it frees the lock and the connection.
-// (A lease the queue hands to the next caller is not released.)
 func (le *lease) Release(ctx context.Context) error {
-	close(le.stop)
-	le.watch.Wait()
+	le.stop <- struct{}{}
 	var ok bool
-	err := le.conn.QueryRowContext(ctx, le.unlock, le.name).Scan(&ok)
+	err := le.conn.QueryRowContext(ctx, le.l.unlock, le.name).Scan(&ok)
 	if _ = le.conn.Close(); err != nil || !ok {
 		return fmt.Errorf("sqllock: release %q: not held by this session (%v)", le.name, err)
 	}

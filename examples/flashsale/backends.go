@@ -174,7 +174,7 @@ func (b *backends) targets() []target {
 					return nil, err
 				}
 				// The locks get a pool of their own: a held advisory lock
-				// pins a connection, and waiters poll with one each.
+				// pins a connection, and each SKU's waiting caller one more.
 				locks, err := sqlx.Open(db.DriverName(), b.dsn(store))
 				if err != nil {
 					return nil, err
@@ -184,9 +184,6 @@ func (b *backends) targets() []target {
 				return sqllock.New(locks, s)
 			})
 			tg.grace = lockmgr.AbandonGrace
-			if !cfg.sqllock && !cfg.namesSQLLock() {
-				tg.skip = "its waiters poll, so a flash sale's contention makes it slow: give -sqllock (or name it in -strategies) to run it"
-			}
 			ts = append(ts, tg)
 		}
 	}

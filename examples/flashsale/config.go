@@ -42,7 +42,6 @@ type config struct {
 	chart    string
 	progress bool
 	metrics  bool
-	sqllock  bool
 
 	killRedisAt float64 // 0: no kill; else the share of the stock sold when the tiered rows' private Redis is killed
 
@@ -102,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
 	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
-	fs.BoolVar(&c.sqllock, "sqllock", false, "also run sqllock (SQL advisory locks) on the MySQL and PostgreSQL stores given: its waiters poll, so a flash sale makes it slow (naming it in -strategies runs it too)")
+	fs.Bool("sqllock", false, "no effect, kept for old command lines: sqllock runs on every MySQL and PostgreSQL store given")
 	fs.BoolVar(&c.carts, "carts", false, "sell carts instead: each buyer 1-5 lines over -skus SKUs; some Reserve and never pay (-abandon), some ReduceLines (-direct), the others Reserve then Confirm; a reaper releases expired holds, and each SKU's stock is checked after they expire")
 	fs.IntVar(&c.skus, "skus", 5, "with -carts: SKUs on sale, each with -stock units (each line asks 1..-qty units)")
 	fs.Float64Var(&c.abandon, "abandon", 0.2, "with -carts: share of buyers (0..1) who Reserve and never pay")
@@ -209,16 +208,6 @@ func (c *config) checkChart() error {
 func (c *config) selected(strategy, store string) bool {
 	for _, s := range list(c.strategies) {
 		if s == "all" || s == strategy || s == strategy+"/"+store {
-			return true
-		}
-	}
-	return false
-}
-
-// namesSQLLock reports whether -strategies names sqllock itself.
-func (c *config) namesSQLLock() bool {
-	for _, s := range list(c.strategies) {
-		if s == "sqllock" || strings.HasPrefix(s, "sqllock/") {
 			return true
 		}
 	}

@@ -46,9 +46,7 @@
 // that gave up, units = sold. A row whose counters disagree fails.
 //
 // With -services (or -mysql / -postgres) the report has sqllock rows on
-// MariaDB and PostgreSQL, its advisory locks on a pool of their own; they
-// run with -sqllock (or when -strategies names sqllock), since sqllock's
-// waiters poll and a flash sale's contention makes it slow.
+// MariaDB and PostgreSQL, its advisory locks on a pool of their own.
 package main
 
 import (

@@ -280,10 +280,6 @@ func TestRealServers(t *testing.T) {
 		}
 	}
 	for name, r := range rows {
-		if r.Strategy == "sqllock" {
-			assert.Contains(t, r.Skipped, "-sqllock", "%s is slow: it runs with -sqllock (TestRealSQLLock)", name)
-			continue
-		}
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
 		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 		checkMetrics(t, name, r, 1)
@@ -292,26 +288,6 @@ func TestRealServers(t *testing.T) {
 		checkTiered(t, rows["tiered/redis+"+store], false)
 	}
 	assert.Len(t, rows, 3+3+9+2+6)
-}
-
-// The sqllock rows, which TestRealServers leaves out (-sqllock): a smaller
-// sale, on MariaDB and PostgreSQL.
-func TestRealSQLLock(t *testing.T) {
-	t.Parallel()
-	prefix := cleanPrefix(t, nil, []*sqlx.DB{testenv.MySQL(t), testenv.Postgres(t)}, nil)
-	const buyers, stock = 150, 15
-	results := runJSON(t, "-buyers", strconv.Itoa(buyers), "-stock", strconv.Itoa(stock), "-prefix", prefix,
-		"-mysql", testenv.Get(testenv.EnvMySQL, testenv.DefaultMySQL),
-		"-postgres", testenv.Get(testenv.EnvPostgres, testenv.DefaultPostgres),
-		"-strategies", "sqllock", "-metrics")
-	rows := checkSale(t, results, buyers, stock)
-	assert.Len(t, rows, 2)
-	for _, name := range []string{"sqllock/mysql", "sqllock/postgres"} {
-		if assert.Contains(t, rows, name) {
-			assert.Empty(t, rows[name].Skipped)
-			checkMetrics(t, name, rows[name], 1)
-		}
-	}
 }
 
 // checkMetrics checks that what the otelstock decorator counted in row r
@@ -743,10 +719,6 @@ func TestCartsRealServers(t *testing.T) {
 		"-zk", testenv.Get(testenv.EnvZooKeeper, testenv.DefaultZooKeeper),
 		"-lock-stores", "redis,postgres")...))
 	for name, r := range rows {
-		if r.Strategy == "sqllock" {
-			assert.Contains(t, r.Skipped, "-sqllock", name)
-			continue
-		}
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
 		assert.Equal(t, r.Strategy == "memory", r.Embedded, "%s ran on a real server", name)
 	}
