@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -25,6 +26,7 @@ type locker struct {
 	conn    *zk.Conn
 	cfg     config
 	session *session // nil without WithSessionEvents
+	busy    busy     // directories last seen with others in line
 }
 
 func newLocker(conn *zk.Conn, opts []Option) (lockmgr.Locker, config, error) {
@@ -73,18 +75,55 @@ func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn
 	sid := l.conn.SessionID()
 
 	dir := l.dir(name)
-	node, err := l.create(actx, dir, turn.Alone())
+	// dir is probably missing when no other caller of this process is at
+	// it, unless it had others of other processes in line at this
+	// locker's last turn there.
+	node, err := l.create(actx, dir, turn.Alone() && !l.busy.has(dir))
 	if err != nil {
 		return nil, l.lockErr(ctx, actx, name, err)
 	}
-	solo, err := l.wait(actx, dir, node, down)
+	next, err := l.wait(actx, dir, node, down)
 	if err != nil {
 		// Withdraw, even though ctx may be done: a node left in line
 		// would hold up everyone behind it.
 		werr := l.withdraw(ctx, dir, node)
 		return nil, l.lockErr(ctx, actx, name, errors.Join(err, werr))
 	}
-	return &lease{l: l, turn: turn, dir: dir, node: node, solo: solo, down: down, sid: sid}, nil
+	l.busy.set(dir, next != "")
+	return &lease{l: l, turn: turn, dir: dir, node: node, next: next, down: down, sid: sid}, nil
+}
+
+// maxBusy bounds the directories a locker remembers as busy.
+const maxBusy = 1024
+
+// busy is the set of lock directories that had other nodes in line when
+// this locker last took their lock, and that it has not seen deleted
+// since: a hint that the directory still exists, so that the next create
+// in it skips the write that makes the directory (which would fail, and
+// cost ZooKeeper a logged write). A wrong hint costs one failed write.
+type busy struct {
+	mu   sync.Mutex
+	dirs map[string]struct{}
+}
+
+func (b *busy) has(dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[dir]
+	return ok
+}
+
+func (b *busy) set(dir string, on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !on:
+		delete(b.dirs, dir)
+	case b.dirs == nil || len(b.dirs) >= maxBusy:
+		b.dirs = map[string]struct{}{dir: {}} // forget the old hints
+	default:
+		b.dirs[dir] = struct{}{}
+	}
 }
 
 // lockErr is the error of a lock that failed with err: the caller's ctx
@@ -104,7 +143,7 @@ type lease struct {
 	l         *locker
 	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
-	solo      bool            // node was alone in dir when it came first
+	next      string          // the node after it in line when it came first, "" if none
 	down      <-chan struct{} // closed when the session was (maybe) lost
 	sid       int64           // the session that made node
 }
@@ -113,20 +152,27 @@ type lease struct {
 // the lock directory if nobody waits (the queue lets the next caller of
 // the process in afterwards). It retries over a lost connection until ctx
 // is done or CleanupTimeout passes.
+//
+// The lease's last look at the line saw who came next. When nobody did,
+// node and dir go in one write; otherwise node goes in one write on
+// condition that its successor is still in line, which leaves dir to that
+// successor: it deletes dir, or leaves it to its own successor, when it
+// leaves in its turn. Either write fails as a whole when the line changed
+// (someone joined, or the successor left); the release then deletes node
+// and checks whether dir is empty.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
 	var err error
-	switch {
-	case le.turn.Share(): // the next caller of this process reuses dir
+	if le.turn.Share() { // the next caller of this process reuses dir
 		err = l.delete(ctx, le.node)
-	case le.solo:
-		// Probably nobody else is in line: delete node and dir in one
-		// write, which fails as a whole if someone joined since.
-		if _, err = l.conn.Multi(&zk.DeleteRequest{Path: le.node, Version: -1}, &zk.DeleteRequest{Path: le.dir, Version: -1}); err == nil {
+	} else {
+		var then any = &zk.DeleteRequest{Path: le.dir, Version: -1}
+		if le.next != "" {
+			then = &zk.CheckVersionRequest{Path: le.dir + "/" + le.next, Version: -1}
+		}
+		if _, err = l.conn.Multi(&zk.DeleteRequest{Path: le.node, Version: -1}, then); err == nil {
 			return nil
 		}
-		fallthrough
-	default:
 		err = l.remove(ctx, le.dir, le.node)
 	}
 	if err != nil {

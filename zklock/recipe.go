@@ -150,17 +150,18 @@ func seq(name string) (int64, bool) {
 }
 
 // wait returns once node is the lowest in dir, or with an error when ctx is
-// done, the session was lost or node vanished. solo reports that node was
-// then alone in dir.
-func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (solo bool, err error) {
+// done, the session was lost or node vanished. next is then the node just
+// after it in line (its name in dir), "" when node was alone in dir.
+func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (next string, err error) {
 	me, _ := seq(path.Base(node))
 	for {
 		var children []string
 		err := do(ctx, func() (err error) { children, _, err = l.conn.Children(dir); return err }, nil)
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		pred, predSeq, mine := "", int64(-1), false
+		next, nextSeq := "", int64(-1)
 		for _, c := range children {
 			s, ok := seq(c)
 			switch {
@@ -169,19 +170,21 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 				mine = true
 			case s < me && s > predSeq:
 				pred, predSeq = c, s
+			case s > me && (next == "" || s < nextSeq):
+				next, nextSeq = c, s
 			}
 		}
 		switch {
 		case !mine:
-			return false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
+			return "", fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
 		case pred == "":
-			return len(children) == 1, nil
+			return next, nil
 		}
 		var exists bool
 		var ch <-chan zk.Event
 		err = do(ctx, func() (err error) { exists, _, ch, err = l.conn.ExistsW(dir + "/" + pred); return err }, nil)
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		if !exists {
 			continue
@@ -189,12 +192,12 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 		select {
 		case ev := <-ch:
 			if ev.Err != nil {
-				return false, ev.Err
+				return "", ev.Err
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return "", ctx.Err()
 		case <-down:
-			return false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
+			return "", fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
 		}
 	}
 }
@@ -221,8 +224,17 @@ func (l *locker) remove(ctx context.Context, dir, node string) error {
 // right now; it then recreates dir.
 func (l *locker) removeDir(ctx context.Context, dir string) {
 	_ = do(ctx, func() error {
-		if ok, st, err := l.conn.Exists(dir); err == nil && ok && st.NumChildren == 0 {
-			_ = l.conn.Delete(dir, -1)
+		ok, st, err := l.conn.Exists(dir)
+		switch {
+		case err != nil:
+		case ok && st.NumChildren > 0: // others are in line: dir stays
+			l.busy.set(dir, true)
+		case ok:
+			if err := l.conn.Delete(dir, -1); err == nil || errors.Is(err, zk.ErrNoNode) {
+				l.busy.set(dir, false)
+			}
+		default:
+			l.busy.set(dir, false)
 		}
 		return nil
 	}, nil)
