@@ -82,15 +82,22 @@ func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn
 	if err != nil {
 		return nil, l.lockErr(ctx, actx, name, err)
 	}
-	next, err := l.wait(actx, dir, node, down)
+	next, known, err := l.wait(actx, dir, node, down)
 	if err != nil {
 		// Withdraw, even though ctx may be done: a node left in line
 		// would hold up everyone behind it.
 		werr := l.withdraw(ctx, dir, node)
 		return nil, l.lockErr(ctx, actx, name, errors.Join(err, werr))
 	}
-	l.busy.set(dir, next != "")
-	return &lease{l: l, turn: turn, dir: dir, node: node, next: next, down: down, sid: sid}, nil
+	le := &lease{l: l, turn: turn, dir: dir, node: node, next: nextNode{name: next, ok: known}, down: down, sid: sid}
+	if !known && turn.Alone() {
+		// Release will want the node after this one; look it up while the
+		// caller works. (With others of this process behind, Release
+		// leaves dir to them and needs no successor.)
+		le.nextc = l.successor(dir, node)
+	}
+	l.busy.set(dir, next != "" || !known)
+	return le, nil
 }
 
 // maxBusy bounds the directories a locker remembers as busy.
@@ -143,7 +150,8 @@ type lease struct {
 	l         *locker
 	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
-	next      string          // the node after it in line when it came first, "" if none
+	next      nextNode        // the node after it in line when it came first, if known
+	nextc     <-chan nextNode // or where the lookup of next sends it
 	down      <-chan struct{} // closed when the session was (maybe) lost
 	sid       int64           // the session that made node
 }
@@ -153,30 +161,59 @@ type lease struct {
 // the process in afterwards). It retries over a lost connection until ctx
 // is done or CleanupTimeout passes.
 //
-// The lease's last look at the line saw who came next. When nobody did,
-// node and dir go in one write; otherwise node goes in one write on
-// condition that its successor is still in line, which leaves dir to that
-// successor: it deletes dir, or leaves it to its own successor, when it
-// leaves in its turn. Either write fails as a whole when the line changed
-// (someone joined, or the successor left); the release then deletes node
-// and checks whether dir is empty.
+// The node goes in one write (a multi-op) that first writes released to
+// it, which tells the next in line that it comes first (see wait). When
+// the lease saw nobody after it, node and dir go in that write; otherwise
+// the write is on condition that the node after it is still in line, which
+// leaves dir to that node: it deletes dir, or leaves it to its own
+// successor, when it leaves in its turn. With others of this process
+// behind, dir is left to them. The write fails as a whole when the line
+// changed (someone joined, or the successor left); the release then
+// deletes node and checks whether dir is empty.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
-	var err error
-	if le.turn.Share() { // the next caller of this process reuses dir
-		err = l.delete(ctx, le.node)
+	mark := &zk.SetDataRequest{Path: le.node, Data: released, Version: -1}
+	del := &zk.DeleteRequest{Path: le.node, Version: -1}
+	shared := le.turn.Share() // the next caller of this process reuses dir
+	var ops []any
+	if shared {
+		ops = []any{mark, del}
 	} else {
-		var then any = &zk.DeleteRequest{Path: le.dir, Version: -1}
-		if le.next != "" {
-			then = &zk.CheckVersionRequest{Path: le.dir + "/" + le.next, Version: -1}
+		switch next := le.successor(ctx); {
+		case !next.ok: // unknown: delete and check below
+		case next.name == "":
+			ops = []any{del, &zk.DeleteRequest{Path: le.dir, Version: -1}}
+		default:
+			ops = []any{mark, del, &zk.CheckVersionRequest{Path: le.dir + "/" + next.name, Version: -1}}
 		}
-		if _, err = l.conn.Multi(&zk.DeleteRequest{Path: le.node, Version: -1}, then); err == nil {
+	}
+	if ops != nil {
+		if _, err := l.conn.Multi(ops...); err == nil {
 			return nil
 		}
+	}
+	var err error
+	if shared {
+		err = l.delete(ctx, le.node)
+	} else {
 		err = l.remove(ctx, le.dir, le.node)
 	}
 	if err != nil {
 		return fmt.Errorf("zklock: unlock: %w", err)
 	}
 	return nil
+}
+
+// successor returns the node after the lease's in line, waiting for its
+// lookup while ctx lives.
+func (le *lease) successor(ctx context.Context) nextNode {
+	if le.nextc == nil {
+		return le.next
+	}
+	select {
+	case n := <-le.nextc:
+		return n
+	case <-ctx.Done():
+		return nextNode{}
+	}
 }

@@ -149,57 +149,108 @@ func seq(name string) (int64, bool) {
 	return n, err == nil
 }
 
-// wait returns once node is the lowest in dir, or with an error when ctx is
-// done, the session was lost or node vanished. next is then the node just
-// after it in line (its name in dir), "" when node was alone in dir.
-func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (next string, err error) {
+// place finds node in a listing of dir: the nodes just before and just
+// after it in line ("" when none), how many come before it, and whether it
+// is there at all.
+func place(children []string, dir, node string) (pred, next string, before int, mine bool) {
 	me, _ := seq(path.Base(node))
+	predSeq, nextSeq := int64(-1), int64(-1)
+	for _, c := range children {
+		s, ok := seq(c)
+		switch {
+		case !ok:
+		case dir+"/"+c == node:
+			mine = true
+		case s < me:
+			before++
+			if s > predSeq {
+				pred, predSeq = c, s
+			}
+		case next == "" || s < nextSeq:
+			next, nextSeq = c, s
+		}
+	}
+	return pred, next, before, mine
+}
+
+// released is the data a holder writes to its node in the write that
+// deletes it (see lease.Release): the watch of the next in line then fires
+// NodeDataChanged, not NodeDeleted.
+var released = []byte("released")
+
+// wait returns once node is the lowest in dir, or with an error when ctx is
+// done, the session was lost or node vanished. When known, next is then
+// the node just after it in line (its name in dir), "" when node was alone
+// in dir; otherwise nobody listed dir since node came first.
+//
+// A waiter watches only its predecessor. It comes first without listing
+// dir again when the predecessor was the only node before it, or when the
+// predecessor's watch fired NodeDataChanged: only a holder writes to its
+// node, in the one write that deletes it, and once a holder is gone nobody
+// is before the node that came just after it (sequence numbers only grow).
+// A predecessor that withdrew or went with its session fires NodeDeleted:
+// the waiter lists dir again.
+func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (next string, known bool, err error) {
 	for {
 		var children []string
 		err := do(ctx, func() (err error) { children, _, err = l.conn.Children(dir); return err }, nil)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
-		pred, predSeq, mine := "", int64(-1), false
-		next, nextSeq := "", int64(-1)
-		for _, c := range children {
-			s, ok := seq(c)
-			switch {
-			case !ok:
-			case dir+"/"+c == node:
-				mine = true
-			case s < me && s > predSeq:
-				pred, predSeq = c, s
-			case s > me && (next == "" || s < nextSeq):
-				next, nextSeq = c, s
-			}
-		}
+		pred, next, before, mine := place(children, dir, node)
 		switch {
 		case !mine:
-			return "", fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
+			return "", false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
 		case pred == "":
-			return next, nil
+			return next, true, nil
 		}
 		var exists bool
 		var ch <-chan zk.Event
 		err = do(ctx, func() (err error) { exists, _, ch, err = l.conn.ExistsW(dir + "/" + pred); return err }, nil)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if !exists {
+			if before == 1 {
+				return "", false, nil
+			}
 			continue
 		}
 		select {
 		case ev := <-ch:
-			if ev.Err != nil {
-				return "", ev.Err
+			switch {
+			case ev.Err != nil:
+				return "", false, ev.Err
+			case ev.Type == zk.EventNodeDataChanged, ev.Type == zk.EventNodeDeleted && before == 1:
+				return "", false, nil
 			}
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", false, ctx.Err()
 		case <-down:
-			return "", fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
+			return "", false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
 		}
 	}
+}
+
+// successor lists dir in the background and sends on the channel it
+// returns the node after node in line, "" when none, or ok false when the
+// listing failed or node is not in it. The request ends on its own, as
+// every go-zookeeper request does (answered, or failed with the
+// connection).
+func (l *locker) successor(dir, node string) <-chan nextNode {
+	c := make(chan nextNode, 1)
+	go func() {
+		children, _, err := l.conn.Children(dir)
+		_, next, _, mine := place(children, dir, node)
+		c <- nextNode{name: next, ok: err == nil && mine}
+	}()
+	return c
+}
+
+// nextNode is the outcome of successor.
+type nextNode struct {
+	name string
+	ok   bool
 }
 
 // withdraw deletes node, then dir if it is empty, as remove, waiting for it
