@@ -16,7 +16,10 @@
 // lowest sequence number holds the lock; every other waiter watches only
 // the node just before its own, so a release wakes one waiter (no herd) and
 // nobody polls. Waiters are served in order. A waiter that gives up (its ctx
-// is done or the acquire timeout passed) deletes its node.
+// is done or the acquire timeout passed) deletes its node. A holder marks
+// its node released in the write that deletes it, so that the waiter
+// behind it takes the lock on that event alone; a node that went otherwise
+// (withdrawn, or with its session) makes the waiter list the line again.
 //
 // Directories do not pile up: the last one out deletes the SKU's directory.
 // A caller with no other caller of its process at the SKU expects it
@@ -30,8 +33,9 @@
 // leaves the directory to it; failing that, it deletes its node and then
 // the directory once it sees it empty. An uncontended lock thus costs two
 // writes, like a bare create and delete, and a turn in a line of other
-// processes' callers costs what go-zookeeper's zk.Lock does: a create, two
-// listings, a watch and one write to leave.
+// processes' callers as many requests as go-zookeeper's zk.Lock: a create,
+// two listings, a watch and one write to leave; the second listing (the
+// new holder's look for its successor) runs while the holder works.
 //
 // Callers of one Manager stand in ZooKeeper's line for a SKU at most
 // [DefaultQueueDepth] at a time (see [WithQueueDepth]); the others queue
