@@ -78,11 +78,16 @@ func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn
 	// dir is probably missing when no other caller of this process is at
 	// it, unless it had others of other processes in line at this
 	// locker's last turn there.
-	node, err := l.create(actx, dir, turn.Alone() && !l.busy.has(dir))
+	node, made, err := l.create(actx, dir, turn.Alone() && !l.busy.has(dir))
 	if err != nil {
 		return nil, l.lockErr(ctx, actx, name, err)
 	}
-	next, known, err := l.wait(actx, dir, node, down)
+	// A node made together with dir is first in line: nobody to wait for,
+	// and probably nobody behind it (Release finds out if there is).
+	next, known := "", true
+	if !made {
+		next, known, err = l.wait(actx, dir, node, down)
+	}
 	if err != nil {
 		// Withdraw, even though ctx may be done: a node left in line
 		// would hold up everyone behind it.
@@ -167,7 +172,7 @@ type lease struct {
 // the write is on condition that the node after it is still in line, which
 // leaves dir to that node: it deletes dir, or leaves it to its own
 // successor, when it leaves in its turn. With others of this process
-// behind, dir is left to them. The write fails as a whole when the line
+// behind, node goes alone and dir is left to them. The write fails as a whole when the line
 // changed (someone joined, or the successor left); the release then
 // deletes node and checks whether dir is empty.
 func (le *lease) Release(ctx context.Context) error {
@@ -176,9 +181,7 @@ func (le *lease) Release(ctx context.Context) error {
 	del := &zk.DeleteRequest{Path: le.node, Version: -1}
 	shared := le.turn.Share() // the next caller of this process reuses dir
 	var ops []any
-	if shared {
-		ops = []any{mark, del}
-	} else {
+	if !shared { // shared: the next in line is most likely this process's, right behind node
 		switch next := le.successor(ctx); {
 		case !next.ok: // unknown: delete and check below
 		case next.name == "":

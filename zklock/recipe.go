@@ -20,12 +20,14 @@ import (
 // create makes this caller's ephemeral sequential node in dir, creating dir
 // (and the root) when missing, and returns its path. With fresh, dir is
 // probably missing (no other caller of this process is at it), and create
-// makes dir and the node in one write. A create given up on when ctx is
-// done is undone once its outcome is known.
-func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, error) {
+// makes dir and the node in one write; the bool reports that it did, and so
+// that node is the first in line (any later node has a higher sequence
+// number). A create given up on when ctx is done is undone once its
+// outcome is known.
+func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, bool, error) {
 	var g [8]byte
 	if _, err := rand.Read(g[:]); err != nil {
-		return "", err
+		return "", false, err
 	}
 	guid := hex.EncodeToString(g[:])
 	mine := &zk.CreateRequest{Path: dir + "/" + guid + "-", Acl: l.cfg.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}
@@ -46,40 +48,40 @@ func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, er
 		}, func(err error) { l.discard(dir, guid, node, err) })
 		switch {
 		case err == nil && node != "":
-			return node, nil
+			return node, both, nil
 		case ctx.Err() != nil: // given up: discard deletes the node, if any
-			return "", err
+			return "", false, err
 		case errors.Is(err, zk.ErrNodeExists): // dir is there after all
 			fresh = false
 			continue
 		case errors.Is(err, zk.ErrNoNode) && fresh: // the root is missing
 			if err := l.mkdirs(ctx, l.cfg.root); err != nil {
-				return "", err
+				return "", false, err
 			}
 			continue
 		case errors.Is(err, zk.ErrNoNode): // dir is gone: its last holder deleted it
 			fresh = true
 			continue
 		case err == nil:
-			return "", errors.New("ZooKeeper did not return the created node")
+			return "", false, errors.New("ZooKeeper did not return the created node")
 		case definite(err):
-			return "", err
+			return "", false, err
 		}
 		// The reply was lost: the server may have made the node. Find it by
 		// its GUID; if it is there, it is ours, in line like any other.
 		found, lerr := l.find(ctx, dir, guid)
 		switch {
 		case found != "":
-			return found, nil
+			return found, false, nil
 		case lerr != nil:
 			if ctx.Err() != nil {
 				go l.discard(dir, guid, "", err)
 			}
-			return "", errors.Join(err, lerr)
+			return "", false, errors.Join(err, lerr)
 		}
-		return "", err
+		return "", false, err
 	}
-	return "", fmt.Errorf("%s keeps vanishing", dir)
+	return "", false, fmt.Errorf("%s keeps vanishing", dir)
 }
 
 // find returns the node in dir whose name carries guid, or "" when there
