@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -25,6 +26,7 @@ type locker struct {
 	conn    *zk.Conn
 	cfg     config
 	session *session // nil without WithSessionEvents
+	busy    busy     // directories last seen with others in line
 }
 
 func newLocker(conn *zk.Conn, opts []Option) (lockmgr.Locker, config, error) {
@@ -73,18 +75,67 @@ func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn
 	sid := l.conn.SessionID()
 
 	dir := l.dir(name)
-	node, err := l.create(actx, dir, turn.Alone())
+	// dir is probably missing when no other caller of this process is at
+	// it, unless it had others of other processes in line at this
+	// locker's last turn there.
+	node, made, err := l.create(actx, dir, turn.Alone() && !l.busy.has(dir))
 	if err != nil {
 		return nil, l.lockErr(ctx, actx, name, err)
 	}
-	solo, err := l.wait(actx, dir, node, down)
+	// A node made together with dir is first in line: nobody to wait for,
+	// and probably nobody behind it (Release finds out if there is).
+	next, known := "", true
+	if !made {
+		next, known, err = l.wait(actx, dir, node, down)
+	}
 	if err != nil {
 		// Withdraw, even though ctx may be done: a node left in line
 		// would hold up everyone behind it.
 		werr := l.withdraw(ctx, dir, node)
 		return nil, l.lockErr(ctx, actx, name, errors.Join(err, werr))
 	}
-	return &lease{l: l, turn: turn, dir: dir, node: node, solo: solo, down: down, sid: sid}, nil
+	le := &lease{l: l, turn: turn, dir: dir, node: node, next: nextNode{name: next, ok: known}, down: down, sid: sid}
+	if !known && turn.Alone() {
+		// Release will want the node after this one; look it up while the
+		// caller works. (With others of this process behind, Release
+		// leaves dir to them and needs no successor.)
+		le.nextc = l.successor(dir, node)
+	}
+	l.busy.set(dir, next != "" || !known)
+	return le, nil
+}
+
+// maxBusy bounds the directories a locker remembers as busy.
+const maxBusy = 1024
+
+// busy is the set of lock directories that had other nodes in line when
+// this locker last took their lock, and that it has not seen deleted
+// since: a hint that the directory still exists, so that the next create
+// in it skips the write that makes the directory (which would fail, and
+// cost ZooKeeper a logged write). A wrong hint costs one failed write.
+type busy struct {
+	mu   sync.Mutex
+	dirs map[string]struct{}
+}
+
+func (b *busy) has(dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[dir]
+	return ok
+}
+
+func (b *busy) set(dir string, on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !on:
+		delete(b.dirs, dir)
+	case b.dirs == nil || len(b.dirs) >= maxBusy:
+		b.dirs = map[string]struct{}{dir: {}} // forget the old hints
+	default:
+		b.dirs[dir] = struct{}{}
+	}
 }
 
 // lockErr is the error of a lock that failed with err: the caller's ctx
@@ -104,7 +155,8 @@ type lease struct {
 	l         *locker
 	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
-	solo      bool            // node was alone in dir when it came first
+	next      nextNode        // the node after it in line when it came first, if known
+	nextc     <-chan nextNode // or where the lookup of next sends it
 	down      <-chan struct{} // closed when the session was (maybe) lost
 	sid       int64           // the session that made node
 }
@@ -113,24 +165,58 @@ type lease struct {
 // the lock directory if nobody waits (the queue lets the next caller of
 // the process in afterwards). It retries over a lost connection until ctx
 // is done or CleanupTimeout passes.
+//
+// The node goes in one write (a multi-op) that first writes released to
+// it, which tells the next in line that it comes first (see wait). When
+// the lease saw nobody after it, node and dir go in that write; otherwise
+// the write is on condition that the node after it is still in line, which
+// leaves dir to that node: it deletes dir, or leaves it to its own
+// successor, when it leaves in its turn. With others of this process
+// behind, node goes alone and dir is left to them. The write fails as a whole when the line
+// changed (someone joined, or the successor left); the release then
+// deletes node and checks whether dir is empty.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
-	var err error
-	switch {
-	case le.turn.Share(): // the next caller of this process reuses dir
-		err = l.delete(ctx, le.node)
-	case le.solo:
-		// Probably nobody else is in line: delete node and dir in one
-		// write, which fails as a whole if someone joined since.
-		if _, err = l.conn.Multi(&zk.DeleteRequest{Path: le.node, Version: -1}, &zk.DeleteRequest{Path: le.dir, Version: -1}); err == nil {
+	mark := &zk.SetDataRequest{Path: le.node, Data: released, Version: -1}
+	del := &zk.DeleteRequest{Path: le.node, Version: -1}
+	shared := le.turn.Share() // the next caller of this process reuses dir
+	var ops []any
+	if !shared { // shared: the next in line is most likely this process's, right behind node
+		switch next := le.successor(ctx); {
+		case !next.ok: // unknown: delete and check below
+		case next.name == "":
+			ops = []any{del, &zk.DeleteRequest{Path: le.dir, Version: -1}}
+		default:
+			ops = []any{mark, del, &zk.CheckVersionRequest{Path: le.dir + "/" + next.name, Version: -1}}
+		}
+	}
+	if ops != nil {
+		if _, err := l.conn.Multi(ops...); err == nil {
 			return nil
 		}
-		fallthrough
-	default:
+	}
+	var err error
+	if shared {
+		err = l.delete(ctx, le.node)
+	} else {
 		err = l.remove(ctx, le.dir, le.node)
 	}
 	if err != nil {
 		return fmt.Errorf("zklock: unlock: %w", err)
 	}
 	return nil
+}
+
+// successor returns the node after the lease's in line, waiting for its
+// lookup while ctx lives.
+func (le *lease) successor(ctx context.Context) nextNode {
+	if le.nextc == nil {
+		return le.next
+	}
+	select {
+	case n := <-le.nextc:
+		return n
+	case <-ctx.Done():
+		return nextNode{}
+	}
 }

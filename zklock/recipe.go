@@ -20,12 +20,14 @@ import (
 // create makes this caller's ephemeral sequential node in dir, creating dir
 // (and the root) when missing, and returns its path. With fresh, dir is
 // probably missing (no other caller of this process is at it), and create
-// makes dir and the node in one write. A create given up on when ctx is
-// done is undone once its outcome is known.
-func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, error) {
+// makes dir and the node in one write; the bool reports that it did, and so
+// that node is the first in line (any later node has a higher sequence
+// number). A create given up on when ctx is done is undone once its
+// outcome is known.
+func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, bool, error) {
 	var g [8]byte
 	if _, err := rand.Read(g[:]); err != nil {
-		return "", err
+		return "", false, err
 	}
 	guid := hex.EncodeToString(g[:])
 	mine := &zk.CreateRequest{Path: dir + "/" + guid + "-", Acl: l.cfg.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}
@@ -46,40 +48,40 @@ func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, er
 		}, func(err error) { l.discard(dir, guid, node, err) })
 		switch {
 		case err == nil && node != "":
-			return node, nil
+			return node, both, nil
 		case ctx.Err() != nil: // given up: discard deletes the node, if any
-			return "", err
+			return "", false, err
 		case errors.Is(err, zk.ErrNodeExists): // dir is there after all
 			fresh = false
 			continue
 		case errors.Is(err, zk.ErrNoNode) && fresh: // the root is missing
 			if err := l.mkdirs(ctx, l.cfg.root); err != nil {
-				return "", err
+				return "", false, err
 			}
 			continue
 		case errors.Is(err, zk.ErrNoNode): // dir is gone: its last holder deleted it
 			fresh = true
 			continue
 		case err == nil:
-			return "", errors.New("ZooKeeper did not return the created node")
+			return "", false, errors.New("ZooKeeper did not return the created node")
 		case definite(err):
-			return "", err
+			return "", false, err
 		}
 		// The reply was lost: the server may have made the node. Find it by
 		// its GUID; if it is there, it is ours, in line like any other.
 		found, lerr := l.find(ctx, dir, guid)
 		switch {
 		case found != "":
-			return found, nil
+			return found, false, nil
 		case lerr != nil:
 			if ctx.Err() != nil {
 				go l.discard(dir, guid, "", err)
 			}
-			return "", errors.Join(err, lerr)
+			return "", false, errors.Join(err, lerr)
 		}
-		return "", err
+		return "", false, err
 	}
-	return "", fmt.Errorf("%s keeps vanishing", dir)
+	return "", false, fmt.Errorf("%s keeps vanishing", dir)
 }
 
 // find returns the node in dir whose name carries guid, or "" when there
@@ -149,54 +151,108 @@ func seq(name string) (int64, bool) {
 	return n, err == nil
 }
 
-// wait returns once node is the lowest in dir, or with an error when ctx is
-// done, the session was lost or node vanished. solo reports that node was
-// then alone in dir.
-func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (solo bool, err error) {
+// place finds node in a listing of dir: the nodes just before and just
+// after it in line ("" when none), how many come before it, and whether it
+// is there at all.
+func place(children []string, dir, node string) (pred, next string, before int, mine bool) {
 	me, _ := seq(path.Base(node))
+	predSeq, nextSeq := int64(-1), int64(-1)
+	for _, c := range children {
+		s, ok := seq(c)
+		switch {
+		case !ok:
+		case dir+"/"+c == node:
+			mine = true
+		case s < me:
+			before++
+			if s > predSeq {
+				pred, predSeq = c, s
+			}
+		case next == "" || s < nextSeq:
+			next, nextSeq = c, s
+		}
+	}
+	return pred, next, before, mine
+}
+
+// released is the data a holder writes to its node in the write that
+// deletes it (see lease.Release): the watch of the next in line then fires
+// NodeDataChanged, not NodeDeleted.
+var released = []byte("released")
+
+// wait returns once node is the lowest in dir, or with an error when ctx is
+// done, the session was lost or node vanished. When known, next is then
+// the node just after it in line (its name in dir), "" when node was alone
+// in dir; otherwise nobody listed dir since node came first.
+//
+// A waiter watches only its predecessor. It comes first without listing
+// dir again when the predecessor was the only node before it, or when the
+// predecessor's watch fired NodeDataChanged: only a holder writes to its
+// node, in the one write that deletes it, and once a holder is gone nobody
+// is before the node that came just after it (sequence numbers only grow).
+// A predecessor that withdrew or went with its session fires NodeDeleted:
+// the waiter lists dir again.
+func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{}) (next string, known bool, err error) {
 	for {
 		var children []string
 		err := do(ctx, func() (err error) { children, _, err = l.conn.Children(dir); return err }, nil)
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
-		pred, predSeq, mine := "", int64(-1), false
-		for _, c := range children {
-			s, ok := seq(c)
-			switch {
-			case !ok:
-			case dir+"/"+c == node:
-				mine = true
-			case s < me && s > predSeq:
-				pred, predSeq = c, s
-			}
-		}
+		pred, next, before, mine := place(children, dir, node)
 		switch {
 		case !mine:
-			return false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
+			return "", false, fmt.Errorf("the lock node vanished (session expired?): %w", zk.ErrNoNode)
 		case pred == "":
-			return len(children) == 1, nil
+			return next, true, nil
 		}
 		var exists bool
 		var ch <-chan zk.Event
 		err = do(ctx, func() (err error) { exists, _, ch, err = l.conn.ExistsW(dir + "/" + pred); return err }, nil)
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
 		if !exists {
+			if before == 1 {
+				return "", false, nil
+			}
 			continue
 		}
 		select {
 		case ev := <-ch:
-			if ev.Err != nil {
-				return false, ev.Err
+			switch {
+			case ev.Err != nil:
+				return "", false, ev.Err
+			case ev.Type == zk.EventNodeDataChanged, ev.Type == zk.EventNodeDeleted && before == 1:
+				return "", false, nil
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return "", false, ctx.Err()
 		case <-down:
-			return false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
+			return "", false, fmt.Errorf("the ZooKeeper session was lost: %w", zk.ErrConnectionClosed)
 		}
 	}
+}
+
+// successor lists dir in the background and sends on the channel it
+// returns the node after node in line, "" when none, or ok false when the
+// listing failed or node is not in it. The request ends on its own, as
+// every go-zookeeper request does (answered, or failed with the
+// connection).
+func (l *locker) successor(dir, node string) <-chan nextNode {
+	c := make(chan nextNode, 1)
+	go func() {
+		children, _, err := l.conn.Children(dir)
+		_, next, _, mine := place(children, dir, node)
+		c <- nextNode{name: next, ok: err == nil && mine}
+	}()
+	return c
+}
+
+// nextNode is the outcome of successor.
+type nextNode struct {
+	name string
+	ok   bool
 }
 
 // withdraw deletes node, then dir if it is empty, as remove, waiting for it
@@ -221,8 +277,17 @@ func (l *locker) remove(ctx context.Context, dir, node string) error {
 // right now; it then recreates dir.
 func (l *locker) removeDir(ctx context.Context, dir string) {
 	_ = do(ctx, func() error {
-		if ok, st, err := l.conn.Exists(dir); err == nil && ok && st.NumChildren == 0 {
-			_ = l.conn.Delete(dir, -1)
+		ok, st, err := l.conn.Exists(dir)
+		switch {
+		case err != nil:
+		case ok && st.NumChildren > 0: // others are in line: dir stays
+			l.busy.set(dir, true)
+		case ok:
+			if err := l.conn.Delete(dir, -1); err == nil || errors.Is(err, zk.ErrNoNode) {
+				l.busy.set(dir, false)
+			}
+		default:
+			l.busy.set(dir, false)
 		}
 		return nil
 	}, nil)

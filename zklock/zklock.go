@@ -16,17 +16,28 @@
 // lowest sequence number holds the lock; every other waiter watches only
 // the node just before its own, so a release wakes one waiter (no herd) and
 // nobody polls. Waiters are served in order. A waiter that gives up (its ctx
-// is done or the acquire timeout passed) deletes its node.
+// is done or the acquire timeout passed) deletes its node. A holder marks
+// its node released in the write that deletes it, so that the waiter
+// behind it takes the lock on that event alone; a node that went otherwise
+// (withdrawn, or with its session) makes the waiter list the line again.
 //
 // Directories do not pile up: the last one out deletes the SKU's directory.
 // A caller with no other caller of its process at the SKU expects it
-// missing and creates it together with its node; a holder that was alone in
-// it, with nobody of its process behind, deletes it together with its node:
-// each in one write (a ZooKeeper multi-op, which fails as a whole,
-// harmlessly, when someone else came in between; the caller then falls back
-// to the plain step). Otherwise a holder deletes the directory once it sees
-// it empty. An uncontended lock thus costs two writes, like a bare create
-// and delete.
+// missing, unless the Locker's last turn there had others in line, and
+// creates it together with its node, which is then first in line without a
+// listing; a holder that was alone in it, with nobody of its process
+// behind, deletes it together with its node: each in one write (a
+// ZooKeeper multi-op, which fails as a whole, harmlessly, when someone else
+// came in between; the caller then falls back to the plain step). A holder
+// that saw a successor in line deletes its node on condition that the
+// successor is still there (one multi-op again), and so leaves the
+// directory to it; failing that, it deletes its node and then the
+// directory once it sees it empty. An uncontended lock thus costs two
+// writes and no read, where a bare create, listing and delete cost three
+// requests; a turn in a line of other processes' callers costs as many
+// requests as go-zookeeper's zk.Lock: a create, two listings, a watch and
+// one write to leave, and the second listing (the new holder's look for
+// its successor) runs while the holder works.
 //
 // Callers of one Manager stand in ZooKeeper's line for a SKU at most
 // [DefaultQueueDepth] at a time (see [WithQueueDepth]); the others queue
