@@ -35,6 +35,11 @@ type queue struct {
 	pending []*call
 	running bool // a drain goroutine is applying this queue
 	refs    int  // calls and the drain using this queue; guarded by Manager.mu
+
+	// short: the last read of this SKU refused a call for want of stock,
+	// so the next batch reads first rather than try the conditional
+	// UPDATE, which would miss. Only the drain goroutine uses it.
+	short bool
 }
 
 // combine queues c and waits until it is applied or ctx is done. The
@@ -96,7 +101,7 @@ func (m *Manager) drain(sku string, q *queue) {
 			c.taken = true
 		}
 		q.mu.Unlock()
-		m.apply(sku, batch)
+		m.apply(sku, q, batch)
 	}
 }
 
@@ -120,10 +125,12 @@ func (m *Manager) unqueue(sku string, q *queue) {
 	}
 }
 
-// apply runs batch to completion: read, compute every call's result in
-// order, compare-and-set, retrying on conflict. Then it closes every done.
-// A caller may have left by then; its result is dropped.
-func (m *Manager) apply(sku string, batch []*call) {
+// apply runs batch to completion: the conditional UPDATE of its total
+// where that can answer every call (see [Manager.direct]); otherwise read,
+// compute every call's result in order, compare-and-set, retrying on
+// conflict. Then it closes every done. A caller may have left by then; its
+// result is dropped.
+func (m *Manager) apply(sku string, q *queue, batch []*call) {
 	// The batch's statements stop only once every caller in it gave up.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
@@ -152,7 +159,7 @@ func (m *Manager) apply(sku string, batch []*call) {
 		if len(batch) == 0 {
 			return
 		}
-		conflict, err := m.attempt(ctx, sku, batch)
+		conflict, err := m.attempt(ctx, sku, q, batch)
 		if err == nil && conflict && attempt >= m.cfg.attempts {
 			err = fmt.Errorf("optimistic: %q: %w after %d compare-and-set attempts", sku, inventory.ErrContention, attempt)
 		}
@@ -168,6 +175,7 @@ func (m *Manager) apply(sku string, batch []*call) {
 			}
 			return
 		}
+		q.short = false // the retry tries the conditional UPDATE first
 		pause = m.backoff(pause)
 		sleep(ctx, pause)
 	}
@@ -181,10 +189,17 @@ type ledgerKey struct {
 // errConflict rolls back a transaction whose compare-and-set lost.
 var errConflict = errors.New("optimistic: conflict")
 
-// attempt reads the row (and the keys of the batch), computes each call's
-// result into it, and writes the outcome with one compare-and-set.
-// conflict=true: another writer got there first; nothing was written.
-func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (conflict bool, err error) {
+// attempt applies batch with the conditional UPDATE of its total if it
+// can ([Manager.direct]); if not, it reads the row (and the keys of the
+// batch), computes each call's result into it, and writes the outcome with
+// one compare-and-set. conflict=true: another writer got there first;
+// nothing was written.
+func (m *Manager) attempt(ctx context.Context, sku string, q *queue, batch []*call) (conflict bool, err error) {
+	if !q.short && !m.casOnly {
+		if done, err := m.direct(ctx, sku, batch); done || err != nil {
+			return false, err
+		}
+	}
 	rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
 	if err != nil {
 		return false, err
@@ -222,6 +237,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 
 	cur, wrote := stock, false
 	var records []sqldialect.Entry
+	q.short = false
 	for _, c := range batch {
 		k := ledgerKey{c.dir, c.key}
 		if e, ok := seen[k]; c.key != "" && ok && !e.Expired {
@@ -230,6 +246,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 		}
 		if err := m.t.Check(sku, c.dir, cur, c.qty); err != nil {
 			c.rem, c.err = cur, err
+			q.short = q.short || errors.Is(err, inventory.ErrInsufficientStock)
 			continue
 		}
 		if c.dir == inventory.DirReduce {
@@ -280,4 +297,99 @@ func (m *Manager) attempt(ctx context.Context, sku string, batch []*call) (confl
 		m.t.Tidy(ctx, len(records))
 	}
 	return false, err
+}
+
+// direct applies batch with one conditional UPDATE of its total (see
+// [sqldialect.Tables.Move]) when that answers every call: the calls are all
+// in one direction, no key repeats in the batch, the total is at most
+// MaxStock. Keyed calls' ledger rows go in the same transaction, which
+// rolls back if any key is in the ledger already. The UPDATE reads no
+// version, so writers of other processes do not make it fail: the row lock
+// makes them take turns. Each call's remaining is counted back from the
+// stock the UPDATE returns, the calls in batch order.
+//
+// done=false with a nil error: nothing was written (the total does not
+// fit, the SKU is unknown or has expired holds to release first, a key was
+// seen, or the batch is not one for this path); the caller's read and
+// compare-and-set split the batch exactly.
+func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done bool, err error) {
+	dir := batch[0].dir
+	var total int64
+	keyed := false
+	for i, c := range batch {
+		if c.dir != dir {
+			return false, nil
+		}
+		total += c.qty // at most 128 calls of MaxStock each: no overflow
+		if c.key != "" {
+			keyed = true
+			for _, d := range batch[:i] {
+				if d.key == c.key {
+					return false, nil // a duplicate within the batch
+				}
+			}
+		}
+	}
+	if total > inventory.MaxStock {
+		return false, nil
+	}
+	if m.beforeCAS != nil {
+		m.beforeCAS(sku)
+	}
+	delta, lo, hi := -total, total, inventory.MaxStock
+	if dir == inventory.DirReturn {
+		delta, lo, hi = total, 0, inventory.MaxStock-total
+	}
+	// remaining fills in each call's remaining, counted back from after,
+	// the stock after the whole batch.
+	remaining := func(after int64) {
+		cur := after
+		for i := len(batch) - 1; i >= 0; i-- {
+			c := batch[i]
+			c.rem = cur
+			if dir == inventory.DirReduce {
+				cur += c.qty
+			} else {
+				cur -= c.qty
+			}
+		}
+	}
+	var rem int64
+	var ok bool
+	if !keyed {
+		if rem, ok, err = m.t.Move(ctx, m.t.DB, sku, delta, lo, hi); err != nil || !ok {
+			return false, err
+		}
+		remaining(rem)
+	} else {
+		var records []sqldialect.Entry
+		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+			if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
+				return err
+			}
+			remaining(rem)
+			records = records[:0]
+			for _, c := range batch {
+				if c.key != "" {
+					records = append(records, sqldialect.Entry{Dir: dir, Key: c.key, Remaining: c.rem})
+				}
+			}
+			written, err := m.t.RecordAll(ctx, tx, sku, records)
+			if err == nil && !written {
+				err = errConflict // a key in the ledger: the read path tells which
+			}
+			return err
+		})
+		if errors.Is(err, errConflict) {
+			return false, nil
+		}
+		if err != nil || !ok {
+			return false, err
+		}
+		m.t.Tidy(ctx, len(records))
+	}
+	for _, c := range batch {
+		c.err = nil
+	}
+	return true, nil
 }

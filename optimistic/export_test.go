@@ -11,6 +11,11 @@ func (m *Manager) Counts() (attempts, conflicts int64) {
 	return m.writes.Load(), m.conflicts.Load()
 }
 
-// SetBeforeCAS makes f run between each compare-and-set attempt's reads and
-// its write, in the combining mode; set it before any call.
+// SetBeforeCAS makes f run before each write of a batch, in the combining
+// mode: between a compare-and-set attempt's reads and its write, or before
+// the conditional UPDATE of the direct path; set it before any call.
 func SetBeforeCAS(m *Manager, f func(sku string)) { m.beforeCAS = f }
+
+// SetReadFirst makes every batch take the read and compare-and-set path,
+// never the direct conditional UPDATE; set it before any call.
+func SetReadFirst(m *Manager) { m.casOnly = true }

@@ -20,15 +20,25 @@
 // Naive version CAS collapses on a hot row: with 64 goroutines on one SKU
 // almost every write loses the race. So calls of one Manager on one SKU
 // combine: while one goroutine holds the SKU, the calls that arrive queue
-// up, and the holder applies the whole queue, in order, in a single
-// read-and-CAS (one transaction with the ledger rows when keys are used).
-// Each call still gets its own result (its own remaining value, or
-// ErrInsufficientStock, ErrDuplicate...), and the CAS still protects against
-// other processes. Between processes the strategy stays optimistic: on one
-// hot SKU each process has at most one write in flight, so conflicts grow
-// with the number of processes, not goroutines, and a batch that loses
-// every attempt returns ErrContention to all its calls, to be retried.
-// Where many processes hammer one SKU, consider [WithSingleStatement].
+// up, and the holder applies the whole queue, in order, at once. Each call
+// still gets its own result (its own remaining value, or
+// ErrInsufficientStock, ErrDuplicate...).
+//
+// A batch whose calls are all Reduce or all Return, with no key twice, is
+// first tried as one conditional UPDATE of its total (the single-statement
+// UPDATE below, in a transaction with the ledger rows when keyed): it
+// reads no version, so the writes of other processes do not make it fail
+// (the row lock makes them take turns), and a lone call is one round trip.
+// Each call's remaining is counted back from the stock it returns. When
+// that UPDATE matches no row (the total does not fit, the SKU is unknown,
+// expired holds are due for release, a key is in the ledger already), or
+// the batch mixes directions, the batch takes the read and version
+// compare-and-set, which splits it exactly (one transaction with the
+// ledger rows when keys are used); after a read that refused a call for
+// want of stock, the SKU's next batch reads first. Only there do processes
+// race: on one hot SKU each process has at most one write in flight, and a
+// batch that loses every attempt returns ErrContention to all its calls,
+// to be retried.
 //
 // # Single statement
 //
@@ -127,9 +137,12 @@ type Manager struct {
 	// compare-and-set writes tried, and those that lost; for benchmarks
 	writes, conflicts atomic.Int64
 
-	// beforeCAS, set by tests before any call, runs between an attempt's
-	// reads and its compare-and-set.
+	// beforeCAS, set by tests before any call, runs before each write of a
+	// batch: between an attempt's reads and its compare-and-set, or before
+	// the conditional UPDATE of the direct path.
 	beforeCAS func(sku string)
+	// casOnly, set by tests, makes every batch read and compare-and-set.
+	casOnly bool
 }
 
 var (

@@ -100,13 +100,15 @@ func TestProcesses(t *testing.T) {
 	})
 }
 
-// TestGivesUp: with one attempt and a rival that always moves the version
-// first, a call ends in ErrContention and changes nothing.
+// TestGivesUp: on the compare-and-set path, with one attempt and a rival
+// that always moves the version first, a call ends in ErrContention and
+// changes nothing.
 func TestGivesUp(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		ctx := context.Background()
 		schema := sqltest.Schema(t, db)
 		m := newManager(t, db, schema, optimistic.WithMaxAttempts(1))
+		optimistic.SetReadFirst(m)
 		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 		require.NoError(t, err)
 		sku := testenv.Prefix()
@@ -205,6 +207,7 @@ func TestRetrySeesNewVersion(t *testing.T) {
 		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
 		require.NoError(t, err)
 		m := newManager(t, db, schema, optimistic.WithMaxAttempts(2))
+		optimistic.SetReadFirst(m)
 		var bumps int
 		optimistic.SetBeforeCAS(m, func(sku string) {
 			if bumps++; bumps > 1 {
@@ -234,5 +237,91 @@ func TestRetrySeesNewVersion(t *testing.T) {
 		a, c := m.Counts()
 		require.EqualValues(t, 4, a)
 		require.EqualValues(t, 2, c)
+	})
+}
+
+// TestRivalsNoContention: two Managers (two processes) on one hot row, with
+// default options, and before every write of either a rival that moves the
+// row's version on. A batch that fits is one conditional UPDATE, which no
+// version change makes fail: no call may end in ErrContention, and every
+// call's remaining is exact (each unit taken leaves a distinct count; a
+// repeated key gets its first call's).
+func TestRivalsNoContention(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		schema := sqltest.Schema(t, db)
+		store, err := sqlstore.New(db, sqlstore.WithSchema(schema))
+		require.NoError(t, err)
+		var bumps sync.Map // sku -> *int (guarded by mu)
+		var mu sync.Mutex
+		rival := func(sku string) {
+			stock, v, err := store.Read(ctx, sku)
+			if !assert.NoError(t, err) {
+				return
+			}
+			ok, err := store.CompareAndSet(ctx, sku, v, stock, inventory.DirReduce, "")
+			if errors.Is(err, inventory.ErrContention) {
+				return
+			}
+			if assert.NoError(t, err) && ok {
+				n, _ := bumps.LoadOrStore(sku, new(int))
+				mu.Lock()
+				*n.(*int)++
+				mu.Unlock()
+			}
+		}
+		ms := []*optimistic.Manager{newManager(t, db, schema), newManager(t, db, schema)}
+		for _, m := range ms {
+			optimistic.SetBeforeCAS(m, rival)
+		}
+		sku := testenv.Prefix()
+		const stock, workers, calls = 1000, 16, 20
+		require.NoError(t, ms[0].Init(ctx, sku, stock))
+		rems := map[int64]int{}
+		keyRem := map[string]int64{}
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range calls {
+					var opts []inventory.Option
+					key := ""
+					if i%2 == 1 {
+						key = fmt.Sprintf("w%d-%d", w, i)
+						opts = append(opts, inventory.WithKey(key))
+					}
+					rem, err := ms[w%len(ms)].Reduce(ctx, sku, 1, opts...)
+					if !assert.NoError(t, err, "worker %d call %d", w, i) {
+						return
+					}
+					mu.Lock()
+					rems[rem]++
+					if key != "" {
+						keyRem[key] = rem
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		n, err := ms[0].Get(ctx, sku)
+		require.NoError(t, err)
+		require.EqualValues(t, stock-workers*calls, n)
+		require.Len(t, rems, workers*calls, "every call left a distinct remaining")
+		for rem, k := range rems {
+			require.Equal(t, 1, k, "remaining %d reported twice", rem)
+			require.True(t, rem >= n && rem < stock, "remaining %d outside %d..%d", rem, n, stock-1)
+		}
+		b, ok := bumps.Load(sku)
+		require.True(t, ok, "the rival ran")
+		t.Logf("the rival moved the version %d times", *b.(*int))
+		for key, want := range keyRem { // a repeat: ErrDuplicate with the first call's remaining
+			rem, err := ms[1].Reduce(ctx, sku, 1, inventory.WithKey(key))
+			require.ErrorIs(t, err, inventory.ErrDuplicate)
+			require.Equal(t, want, rem)
+		}
+		n2, err := ms[1].Get(ctx, sku)
+		require.NoError(t, err)
+		require.Equal(t, n, n2)
 	})
 }
