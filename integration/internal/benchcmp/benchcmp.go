@@ -200,7 +200,7 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 		cfg.Round *= time.Duration(c.TurnScale)
 		cfg.Ops *= c.TurnScale
 		cfg.Warmup *= time.Duration(c.TurnScale)
-		notes = append(notes, fmt.Sprintf("turns %dx as long", c.TurnScale))
+		notes = append(notes, fmt.Sprintf("rounds %dx as long (a slow server)", c.TurnScale))
 	}
 	if cfg.Warmup > 0 {
 		for _, s := range []Side{c.Strategy, c.Baseline} {

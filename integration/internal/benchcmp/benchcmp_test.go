@@ -83,7 +83,7 @@ func TestMeasureTurnScale(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(60), s.calls.Load())
 	assert.Equal(t, int64(60), base.calls.Load())
-	assert.Equal(t, "turns 3x as long; x", r.Note)
+	assert.Equal(t, "rounds 3x as long (a slow server); x", r.Note)
 }
 
 func TestMeasureWarmsUpEachSide(t *testing.T) {
