@@ -336,10 +336,7 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 	if m.beforeCAS != nil {
 		m.beforeCAS(sku)
 	}
-	delta, lo, hi := -total, total, inventory.MaxStock
-	if dir == inventory.DirReturn {
-		delta, lo, hi = total, 0, inventory.MaxStock-total
-	}
+	delta, lo, hi := bounds(dir, total)
 	// remaining fills in each call's remaining, counted back from after,
 	// the stock after the whole batch.
 	remaining := func(after int64) {

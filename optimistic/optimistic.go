@@ -314,12 +314,18 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	return m.combine(ctx, sku, &call{ctx: ctx, qty: qty, dir: dir, key: key, done: make(chan struct{})})
 }
 
+// bounds gives the conditional UPDATE's arguments for moving qty units in
+// dir: the signed change, and the range the stock must be in before it.
+func bounds(dir inventory.Direction, qty int64) (delta, lo, hi int64) {
+	if dir == inventory.DirReturn {
+		return qty, 0, inventory.MaxStock - qty
+	}
+	return -qty, qty, inventory.MaxStock
+}
+
 // single is the single-statement mode.
 func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	delta, lo, hi := -qty, qty, inventory.MaxStock
-	if dir == inventory.DirReturn {
-		delta, lo, hi = qty, 0, inventory.MaxStock-qty
-	}
+	delta, lo, hi := bounds(dir, qty)
 	seen := func() (int64, bool, error) {
 		if key == "" {
 			return 0, false, nil
