@@ -45,16 +45,17 @@ const linger = 200 * time.Millisecond
 // LockKey returns the Redis key of the lock on sku: PREFIX{tag}:l:SKU, with
 // the hash tag of the SKU's stock key, so that a lock and the stock it
 // guards share a Redis Cluster slot.
-func LockKey(prefix, sku string) string {
-	stock := rediskeys.Stock(prefix, sku) // PREFIX{tag}:s:SKU
-	return strings.TrimSuffix(stock, ":s:"+sku) + ":l:" + sku
-}
+func LockKey(prefix, sku string) string { return tagged(prefix, sku, "l") }
 
 // queueKey returns the key of the queue of the processes waiting for the
 // lock on sku: PREFIX{tag}:q:SKU, in the lock's slot.
-func queueKey(prefix, sku string) string {
+func queueKey(prefix, sku string) string { return tagged(prefix, sku, "q") }
+
+// tagged returns PREFIX{tag}:KIND:SKU, with the hash tag of the SKU's stock
+// key (PREFIX{tag}:s:SKU).
+func tagged(prefix, sku, kind string) string {
 	stock := rediskeys.Stock(prefix, sku)
-	return strings.TrimSuffix(stock, ":s:"+sku) + ":q:" + sku
+	return strings.TrimSuffix(stock, ":s:"+sku) + ":" + kind + ":" + sku
 }
 
 // locker takes SET-NX locks for the head of a lockmgr queue; the queue
