@@ -1,13 +1,3 @@
-// Package sqllock locks each SKU with a database advisory lock, for teams
-// that have only a database: GET_LOCK on "sqllock:" + SHA1(SKU) on
-// MariaDB/MySQL, pg_advisory_lock on hashtextextended("sqllock:" + SKU, 0) on
-// PostgreSQL 11+ (a collision only serialises two SKUs), around a
-// [lockmgr.Store] such as sqlstore's. Callers of one SKU queue in their
-// process ([lockmgr.NewQueuedLocker]): the head alone waits, in the database
-// (no polling), and a lock released passes, still held, to the next caller,
-// 16 times in a row at most. A held lock pins a connection, each SKU's
-// waiting head one more: give the Locker a pool of its own, not the store's.
-// Lost is closed when a ping of the pinned connection (each second) fails.
 package sqllock
 
 import (
@@ -73,16 +63,13 @@ func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, er
 	return lockmgr.NewManager(l, store, lockmgr.WithName("sqllock"))
 }
 
-// take waits in the database for the lock on name, on a connection it pins.
-// A wait that fails closes it, as the drivers do a cancelled query's, so a
-// lock granted late goes with its session.
+// take waits in the database for the lock on name, on a connection it pins
+// and closes if the wait fails, so a lock granted late goes with it.
 func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
 	conn, err := l.db.Conn(actx)
 	if granted := false; err == nil {
 		if err = conn.QueryRowContext(actx, l.lock, name).Scan(&granted); granted {
-			le := &lease{conn: conn, l: l, name: name, lost: make(chan struct{}), stop: make(chan struct{})}
-			go le.ping()
-			return le, nil
+			return &lease{lockmgr.NewWatch(time.Second, 5*time.Second, conn.PingContext), conn, l.unlock, name}, nil
 		}
 		_ = conn.Close()
 	}
@@ -93,37 +80,16 @@ func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*l
 }
 
 type lease struct {
-	conn       *sql.Conn
-	l          *locker
-	name       string
-	lost, stop chan struct{} // Release sends on stop when ping may not use conn
-}
-
-// Lost implements [lockmgr.Lease].
-func (le *lease) Lost() <-chan struct{} { return le.lost }
-
-// ping pings the pinned connection each second until Release, and closes
-// lost once a ping fails.
-func (le *lease) ping() {
-	for err := error(nil); err == nil; {
-		select {
-		case <-le.stop:
-			return
-		case <-time.After(time.Second):
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = le.conn.PingContext(ctx)
-		cancel()
-	}
-	close(le.lost)
-	<-le.stop
+	*lockmgr.Watch // pings conn
+	conn           *sql.Conn
+	unlock, name   string
 }
 
 // Release implements [lockmgr.Lease]: it frees the lock and the connection.
 func (le *lease) Release(ctx context.Context) error {
-	le.stop <- struct{}{}
+	le.Stop()
 	var ok bool
-	err := le.conn.QueryRowContext(ctx, le.l.unlock, le.name).Scan(&ok)
+	err := le.conn.QueryRowContext(ctx, le.unlock, le.name).Scan(&ok)
 	if _ = le.conn.Close(); err != nil || !ok {
 		return fmt.Errorf("sqllock: release %q: not held by this session (%v)", le.name, err)
 	}
