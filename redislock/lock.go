@@ -265,7 +265,7 @@ func (l *locker) enter(actx context.Context, le *lease, client redis.UniversalCl
 
 // dispatch reads the hand-overs of s until it is closed: it wakes the
 // waiter a hand-over names, or, when that waiter has left, frees the lock
-// it was handed, which hands it on.
+// it was handed (in the background, at most a second), which hands it on.
 func (l *locker) dispatch(s *subscription) {
 	// Should this fail, the PubSub subscribes again as it reconnects.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -292,11 +292,13 @@ func (l *locker) dispatch(s *subscription) {
 				close(w.handed)
 			}
 			l.mu.Unlock()
-			if w == nil {
-				orphan := &lease{l: l, key: key, queue: queue, token: token}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = orphan.free(ctx)
-				cancel()
+			if w == nil { // in the background, not to hold up the hand-overs behind it
+				go func() {
+					orphan := &lease{l: l, key: key, queue: queue, token: token}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					_ = orphan.free(ctx)
+				}()
 			}
 		}
 	}
