@@ -2,7 +2,6 @@ package tiered
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/merge/mergetest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 )
@@ -460,57 +460,12 @@ func TestMergedLoad(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	const sku = "load"
 	require.NoError(t, m.Init(ctx, sku, stock))
-	answers := make([]struct {
-		key string
-		outcome
-	}, buyers)
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("buyer-", i%(buyers*3/4))
-			left, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key))
-			answers[i].key, answers[i].left, answers[i].err = key, left, err
-		}()
-	}
-	wg.Wait()
-	var lefts []int64
-	sold := map[string]int64{}
-	for _, a := range answers {
-		if a.err == nil {
-			lefts = append(lefts, a.left)
-			_, twice := sold[a.key]
-			require.False(t, twice, "key %s sold twice", a.key)
-			sold[a.key] = a.left
-		}
-	}
-	slices.Sort(lefts)
-	want := make([]int64, stock)
-	for i := range want {
-		want[i] = int64(i)
-	}
-	require.Equal(t, want, lefts, "each success saw its own remaining")
-	for _, a := range answers {
-		switch {
-		case a.err == nil:
-		case errors.Is(a.err, inventory.ErrDuplicate):
-			first, ok := sold[a.key]
-			require.True(t, ok, "duplicate of a key that never sold: %v", a.err)
-			require.Equal(t, first, a.left, "a duplicate returns the first call's remaining")
-		case errors.Is(a.err, inventory.ErrInsufficientStock):
-			require.Zero(t, a.left)
-		default:
-			t.Fatalf("unexpected error %v", a.err)
-		}
-	}
+	answers := mergetest.Buyers(buyers, func(key string) (int64, error) {
+		return m.Reduce(ctx, sku, 1, inventory.WithKey(key))
+	})
+	mergetest.CheckAnswers(t, stock, answers)
 	single, batches := g.counts()
-	require.NotEmpty(t, batches, "calls were merged")
-	require.Less(t, single+len(batches), buyers)
-	for _, n := range batches {
-		require.LessOrEqual(t, n, maxBatch, "batch size bounded")
-		require.GreaterOrEqual(t, n, 2)
-	}
+	mergetest.CheckMerged(t, buyers, single, batches, maxBatch)
 	require.NoError(t, m.Drain(ctx))
 	s := m.totals(ctx, t, sku)
 	assert.EqualValues(t, stock, s.sold)
@@ -614,17 +569,10 @@ func TestLoneCallsAreNotMerged(t *testing.T) {
 	require.NoError(t, m.Init(ctx, "shoe", 100))
 	_, err := m.Warm(ctx, "shoe")
 	require.NoError(t, err)
-	for i := range 30 {
-		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(fmt.Sprint(i%20)))
-		if i >= 20 {
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-		} else {
-			require.NoError(t, err)
-		}
-	}
-	single, batches := g.counts()
-	require.Equal(t, 30, single)
-	require.Empty(t, batches)
+	mergetest.CheckLoneCalls(t, 30, 20, func(key string) error {
+		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(key))
+		return err
+	}, g.counts)
 }
 
 // TestMergeOptions checks WithMaxBatch's and WithReplicas's ranges.
