@@ -19,6 +19,22 @@ func waitFor(t *testing.T, cond func() bool) {
 	require.Eventually(t, cond, 5*time.Second, time.Millisecond)
 }
 
+// goEnter enters q's line for name in a new goroutine of wg and, once its
+// turn comes, runs f with what Enter returned; a failed Enter fails t.
+func goEnter[L any](t *testing.T, wg *sync.WaitGroup, q *lockmgr.Queue[L], ctx context.Context, name string,
+	f func(tu *lockmgr.Turn[L], lease L, handed bool)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tu, lease, handed, err := q.Enter(ctx, name)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		f(tu, lease, handed)
+	}()
+}
+
 func TestQueueFIFO(t *testing.T) {
 	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 1})
 	ctx := context.Background()
@@ -28,19 +44,12 @@ func TestQueueFIFO(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tu, _, _, err := q.Enter(ctx, "a")
-			if err != nil {
-				t.Error(err)
-				return
-			}
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[int], _ int, _ bool) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
 			tu.Leave(ctx)
-		}()
+		})
 		// Start the next only once this one blocks: its send is queued.
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -58,14 +67,7 @@ func TestQueueDepth(t *testing.T) {
 	var in, peak atomic.Int32
 	var wg sync.WaitGroup
 	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tu, _, _, err := q.Enter(ctx, "a")
-			if err != nil {
-				t.Error(err)
-				return
-			}
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[int], _ int, _ bool) {
 			n := in.Add(1)
 			for {
 				p := peak.Load()
@@ -76,7 +78,7 @@ func TestQueueDepth(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			in.Add(-1)
 			tu.Leave(ctx)
-		}()
+		})
 	}
 	wg.Wait()
 	require.LessOrEqual(t, peak.Load(), int32(3))
@@ -95,14 +97,7 @@ func TestQueueHandOverBound(t *testing.T) {
 	results := make(chan bool, waiters)
 	var wg sync.WaitGroup
 	for range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tu, lease, handed, err := q.Enter(ctx, "a")
-			if err != nil {
-				t.Error(err)
-				return
-			}
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[string], lease string, handed bool) {
 			results <- handed
 			if handed && lease != "L" {
 				t.Errorf("handed lease %q", lease)
@@ -111,7 +106,7 @@ func TestQueueHandOverBound(t *testing.T) {
 			if !tu.HandOver("L") {
 				tu.Leave(ctx)
 			}
-		}()
+		})
 	}
 	// Wait until all waiters are blocked, then hand over.
 	time.Sleep(100 * time.Millisecond)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/merge/mergetest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/luascript"
@@ -55,6 +56,22 @@ func (s *scripts) counts() (single int, batches []int) {
 	return s.single, slices.Clone(s.batches)
 }
 
+// concurrently runs f(w, i) for each of calls calls i in each of workers
+// goroutines w, and returns when all are done.
+func concurrently(workers, calls int, f func(w, i int)) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				f(w, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // counted returns a client of the standalone Redis whose script calls s
 // counts.
 func counted(t *testing.T, s *scripts) *redis.Client {
@@ -77,62 +94,15 @@ func TestMergedCallsGetTheirOwnAnswers(t *testing.T) {
 	const buyers, stock, maxBatch = 600, 150, 16
 	m := newManager(t, c, luascript.WithMaxBatch(maxBatch))
 	require.NoError(t, m.Init(ctx, "hot", stock))
-	type answer struct {
-		key  string
-		left int64
-		err  error
-	}
-	answers := make([]answer, buyers)
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("buyer-", i%(buyers*3/4)) // a quarter of the keys are used twice
-			left, err := m.Reduce(ctx, "hot", 1, inventory.WithKey(key))
-			answers[i] = answer{key, left, err}
-		}()
-	}
-	wg.Wait()
-	var lefts []int64
-	sold := map[string]int64{}
-	for _, a := range answers {
-		if a.err == nil {
-			lefts = append(lefts, a.left)
-			_, twice := sold[a.key]
-			require.False(t, twice, "key %s sold twice", a.key)
-			sold[a.key] = a.left
-		}
-	}
-	slices.Sort(lefts)
-	want := make([]int64, stock)
-	for i := range want {
-		want[i] = int64(i)
-	}
-	require.Equal(t, want, lefts, "each success saw its own remaining")
-	for _, a := range answers {
-		switch {
-		case a.err == nil:
-		case errors.Is(a.err, inventory.ErrDuplicate):
-			first, ok := sold[a.key]
-			require.True(t, ok, "duplicate of a key that never sold: %v", a.err)
-			require.Equal(t, first, a.left, "a duplicate returns the first call's remaining")
-		case errors.Is(a.err, inventory.ErrInsufficientStock):
-			require.Zero(t, a.left)
-		default:
-			t.Fatalf("unexpected error %v", a.err)
-		}
-	}
+	answers := mergetest.Buyers(buyers, func(key string) (int64, error) {
+		return m.Reduce(ctx, "hot", 1, inventory.WithKey(key))
+	})
+	mergetest.CheckAnswers(t, stock, answers)
 	left, err := m.Get(ctx, "hot")
 	require.NoError(t, err)
 	require.Zero(t, left)
 	single, batches := s.counts()
-	require.NotEmpty(t, batches, "calls were merged")
-	require.Less(t, single+len(batches), buyers)
-	for _, n := range batches {
-		require.LessOrEqual(t, n, maxBatch, "batch size bounded")
-		require.GreaterOrEqual(t, n, 2)
-	}
+	mergetest.CheckMerged(t, buyers, single, batches, maxBatch)
 }
 
 // TestMergedMixedMoves merges Reduces and Returns of several quantities,
@@ -144,32 +114,24 @@ func TestMergedMixedMoves(t *testing.T) {
 	const workers, calls = 64, 50
 	require.NoError(t, m.Init(ctx, "mix", 100))
 	var net atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range calls {
-				qty := int64(1 + (w+i)%5)
-				var opts []inventory.Option
-				if i%3 == 0 {
-					opts = append(opts, inventory.WithKey(fmt.Sprint(w, "-", i)))
-				}
-				if (w+i)%2 == 0 {
-					if _, err := m.Return(ctx, "mix", qty, opts...); err == nil {
-						net.Add(qty)
-					} else {
-						require.NoError(t, err)
-					}
-				} else if _, err := m.Reduce(ctx, "mix", qty, opts...); err == nil {
-					net.Add(-qty)
-				} else if !errors.Is(err, inventory.ErrInsufficientStock) {
-					require.NoError(t, err)
-				}
+	concurrently(workers, calls, func(w, i int) {
+		qty := int64(1 + (w+i)%5)
+		var opts []inventory.Option
+		if i%3 == 0 {
+			opts = append(opts, inventory.WithKey(fmt.Sprint(w, "-", i)))
+		}
+		if (w+i)%2 == 0 {
+			if _, err := m.Return(ctx, "mix", qty, opts...); err == nil {
+				net.Add(qty)
+			} else {
+				require.NoError(t, err)
 			}
-		}()
-	}
-	wg.Wait()
+		} else if _, err := m.Reduce(ctx, "mix", qty, opts...); err == nil {
+			net.Add(-qty)
+		} else if !errors.Is(err, inventory.ErrInsufficientStock) {
+			require.NoError(t, err)
+		}
+	})
 	left, err := m.Get(ctx, "mix")
 	require.NoError(t, err)
 	require.Equal(t, 100+net.Load(), left)
@@ -185,17 +147,10 @@ func TestLoneCallsAreNotMerged(t *testing.T) {
 	var s scripts
 	m := newManager(t, counted(t, &s))
 	require.NoError(t, m.Init(ctx, "shoe", 100))
-	for i := range 50 {
-		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(fmt.Sprint(i%40)))
-		if i >= 40 {
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-		} else {
-			require.NoError(t, err)
-		}
-	}
-	single, batches := s.counts()
-	require.Equal(t, 50, single)
-	require.Empty(t, batches)
+	mergetest.CheckLoneCalls(t, 50, 40, func(key string) error {
+		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(key))
+		return err
+	}, s.counts)
 }
 
 // TestMergedContext stalls Redis's replies: a call queued behind the call
@@ -300,24 +255,16 @@ func TestMergedAcrossSKUsOfOneSlot(t *testing.T) {
 	require.NoError(t, cc.Set(ctx, rediskeys.Stock(prefix, b), "lots", 0).Err())
 	const workers, calls = 32, 20
 	var sold atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range calls {
-				if (w+i)%2 == 0 {
-					_, err := m.Reduce(ctx, a, 1)
-					require.NoError(t, err)
-					sold.Add(1)
-				} else {
-					_, err := m.Reduce(ctx, b, 1)
-					require.ErrorContains(t, err, "does not hold a number")
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	concurrently(workers, calls, func(w, i int) {
+		if (w+i)%2 == 0 {
+			_, err := m.Reduce(ctx, a, 1)
+			require.NoError(t, err)
+			sold.Add(1)
+		} else {
+			_, err := m.Reduce(ctx, b, 1)
+			require.ErrorContains(t, err, "does not hold a number")
+		}
+	})
 	left, err := m.Get(ctx, a)
 	require.NoError(t, err)
 	require.Equal(t, 1000-sold.Load(), left)
@@ -412,21 +359,13 @@ func TestRingMergesOneSKUPerBatch(t *testing.T) {
 		}
 	}
 	const workers, calls = 32, 20
-	var wg sync.WaitGroup
 	var sold [2]atomic.Int64
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range calls {
-				j := (w + i) % 2
-				_, err := m.Reduce(ctx, []string{a, b}[j], 1)
-				require.NoError(t, err)
-				sold[j].Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	concurrently(workers, calls, func(w, i int) {
+		j := (w + i) % 2
+		_, err := m.Reduce(ctx, []string{a, b}[j], 1)
+		require.NoError(t, err)
+		sold[j].Add(1)
+	})
 	for j, sku := range []string{a, b} {
 		left, err := m.Get(ctx, sku)
 		require.NoError(t, err)

@@ -170,18 +170,26 @@ func overhead(b *testing.B, g, perRound int, bare, decorated inventory.StockMana
 		bareTime, decTime = bareTime+tb, decTime+td
 	}
 	b.StopTimer()
-	slices.Sort(ratios)
 	calls := float64(rounds * n)
-	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(ratios[rounds/2], "ratio-median")
-	b.ReportMetric(ratios[rounds/4], "ratio-q1")
-	b.ReportMetric(ratios[rounds*3/4], "ratio-q3")
-	b.ReportMetric(ratios[0], "ratio-min")
-	b.ReportMetric(ratios[rounds-1], "ratio-max")
-	b.ReportMetric(float64(rounds), "rounds")
+	reportRatios(b, ratios, "rounds")
 	b.ReportMetric(float64(bareTime.Nanoseconds())/calls, "bare-ns/call")
 	b.ReportMetric(float64(decTime.Nanoseconds())/calls, "decorated-ns/call")
 	b.ReportMetric(float64((decTime-bareTime).Nanoseconds())/calls, "added-ns/call")
+}
+
+// reportRatios sorts ratios (one per round or block, named by unit) and
+// reports their median, quartiles and extremes, and how many there are, in
+// place of ns/op.
+func reportRatios(b *testing.B, ratios []float64, unit string) {
+	slices.Sort(ratios)
+	k := len(ratios)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ratios[k/2], "ratio-median")
+	b.ReportMetric(ratios[k/4], "ratio-q1")
+	b.ReportMetric(ratios[k*3/4], "ratio-q3")
+	b.ReportMetric(ratios[0], "ratio-min")
+	b.ReportMetric(ratios[k-1], "ratio-max")
+	b.ReportMetric(float64(k), unit)
 }
 
 // paired makes b.N pairs of Reduce calls from one goroutine, one of the
@@ -227,19 +235,29 @@ func paired(b *testing.B, bare, decorated inventory.StockManager, sku string) {
 	for i := 0; i+block <= n; i += block {
 		ratios = append(ratios, float64(median(dd[i:i+block]))/float64(median(db[i:i+block])))
 	}
-	slices.Sort(ratios)
-	k := len(ratios)
-	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(ratios[k/2], "ratio-median")
-	b.ReportMetric(ratios[k/4], "ratio-q1")
-	b.ReportMetric(ratios[k*3/4], "ratio-q3")
-	b.ReportMetric(ratios[0], "ratio-min")
-	b.ReportMetric(ratios[k-1], "ratio-max")
-	b.ReportMetric(float64(k), "blocks")
+	reportRatios(b, ratios, "blocks")
 	mb, md := median(db), median(dd)
 	b.ReportMetric(float64(mb.Nanoseconds()), "bare-p50-ns")
 	b.ReportMetric(float64(md.Nanoseconds()), "decorated-p50-ns")
 	b.ReportMetric(float64((md - mb).Nanoseconds()), "added-ns")
+}
+
+// eachDecorator inits the SKU "bench" of bare with MaxStock units, then
+// runs f as a sub-benchmark per decorator, named by it, with m the
+// decorator over bare.
+func eachDecorator(b *testing.B, bare inventory.StockManager, f func(b *testing.B, m inventory.StockManager)) {
+	if err := bare.Init(context.Background(), "bench", inventory.MaxStock); err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range decorators(b) {
+		b.Run(d.name, func(b *testing.B) {
+			m, err := d.wrap(bare)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f(b, m)
+		})
+	}
 }
 
 // BenchmarkOverhead measures each decorator over luascript on Redis (the
@@ -247,7 +265,6 @@ func paired(b *testing.B, bare, decorated inventory.StockManager, sku string) {
 // the SDK under 10%), and over inventorytest.Memory, where no I/O hides the
 // decorator's own CPU time.
 func BenchmarkOverhead(b *testing.B) {
-	ctx := context.Background()
 	// One caller, calls paired (the latency a call sees), and 64 callers
 	// in alternating rounds (the throughput a saturated client sees).
 	for _, g := range []int{1, 64} {
@@ -257,38 +274,20 @@ func BenchmarkOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
-				b.Fatal(err)
-			}
-			for _, d := range decorators(b) {
-				b.Run(d.name, func(b *testing.B) {
-					m, err := d.wrap(bare)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if g == 1 {
-						paired(b, bare, m, "bench")
-					} else {
-						overhead(b, g, 50*g, bare, m, "bench") // rounds of ~100 ms
-					}
-				})
-			}
+			eachDecorator(b, bare, func(b *testing.B, m inventory.StockManager) {
+				if g == 1 {
+					paired(b, bare, m, "bench")
+				} else {
+					overhead(b, g, 50*g, bare, m, "bench") // rounds of ~100 ms
+				}
+			})
 		})
 	}
 	b.Run("memory", func(b *testing.B) {
 		bare := inventorytest.NewMemory(0)
-		if err := bare.Init(ctx, "bench", inventory.MaxStock); err != nil {
-			b.Fatal(err)
-		}
-		for _, d := range decorators(b) {
-			b.Run(d.name, func(b *testing.B) {
-				m, err := d.wrap(bare)
-				if err != nil {
-					b.Fatal(err)
-				}
-				overhead(b, 1, 5000, bare, m, "bench")
-			})
-		}
+		eachDecorator(b, bare, func(b *testing.B, m inventory.StockManager) {
+			overhead(b, 1, 5000, bare, m, "bench")
+		})
 	})
 }
 

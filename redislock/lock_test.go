@@ -29,6 +29,37 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// standalone returns the standalone Redis, a lock prefix unique to t and
+// a ctx that ends after 20s.
+func standalone(t *testing.T) (*redis.Client, string, context.Context) {
+	c := testenv.Redis(t)
+	return c, lockPrefix(t, c), ctxFor(t, 20*time.Second)
+}
+
+// acquire takes the lock on name with l; an error fails t.
+func acquire(ctx context.Context, t *testing.T, l lockmgr.Locker, name string) lockmgr.Lease {
+	t.Helper()
+	le, err := l.Acquire(ctx, name)
+	require.NoError(t, err)
+	return le
+}
+
+// requireRenewed checks that le, the lock on sku of a 60ms TTL, is held
+// for five TTLs: a Locker that tries for 300ms meanwhile does not get it,
+// and le's Lost stays open; it returns that Locker.
+func requireRenewed(ctx context.Context, t *testing.T, c redis.UniversalClient, prefix, sku string, le lockmgr.Lease) lockmgr.Locker {
+	t.Helper()
+	other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(300*time.Millisecond))
+	_, err := other.Acquire(ctx, sku)
+	require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
+	select {
+	case <-le.Lost():
+		t.Fatal("lost a renewed lock")
+	default:
+	}
+	return other
+}
+
 // acquireAsync starts an Acquire and returns where its outcome arrives.
 func acquireAsync(ctx context.Context, l lockmgr.Locker, name string) <-chan lockmgr.Lease {
 	got := make(chan lockmgr.Lease, 1)
@@ -80,15 +111,12 @@ func TestReleaseWakesWaiter(t *testing.T) {
 }
 
 func TestAcquireGivesUp(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
-	held, err := newLocker(t, c, prefix).Acquire(ctx, "shoe")
-	require.NoError(t, err)
+	c, prefix, ctx := standalone(t)
+	held := acquire(ctx, t, newLocker(t, c, prefix), "shoe")
 	defer held.Release(ctx)
 
 	// Another process waits in Redis.
-	_, err = newLocker(t, c, prefix, redislock.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx, "shoe")
+	_, err := newLocker(t, c, prefix, redislock.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx, "shoe")
 	require.ErrorIs(t, err, inventory.ErrContention, "the acquire timeout")
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 
@@ -131,33 +159,18 @@ func TestInProcessQueue(t *testing.T) {
 // TestRenewal holds a 60ms lock for much longer than that: renewal keeps
 // it, and nobody else gets it meanwhile.
 func TestRenewal(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
-	held, err := newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)).Acquire(ctx, "shoe")
-	require.NoError(t, err)
-	other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(300*time.Millisecond))
-	_, err = other.Acquire(ctx, "shoe")
-	require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
-	select {
-	case <-held.Lost():
-		t.Fatal("lost a renewed lock")
-	default:
-	}
+	c, prefix, ctx := standalone(t)
+	held := acquire(ctx, t, newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)), "shoe")
+	other := requireRenewed(ctx, t, c, prefix, "shoe", held)
 	require.NoError(t, held.Release(ctx))
-	le, err := other.Acquire(ctx, "shoe")
-	require.NoError(t, err)
-	require.NoError(t, le.Release(ctx))
+	require.NoError(t, acquire(ctx, t, other, "shoe").Release(ctx))
 }
 
 // TestLost: when the lock is taken from its holder, renewal notices, Lost
 // closes, and Release leaves the new holder's lock alone.
 func TestLost(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
-	held, err := newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)).Acquire(ctx, "shoe")
-	require.NoError(t, err)
+	c, prefix, ctx := standalone(t)
+	held := acquire(ctx, t, newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)), "shoe")
 	key := redislock.LockKey(prefix, "shoe")
 	require.NoError(t, c.Set(ctx, key, "thief", time.Minute).Err())
 	select {
@@ -174,9 +187,7 @@ func TestLost(t *testing.T) {
 // TestDeadHolder: a lock whose holder died (no release message) is taken
 // once it expires.
 func TestDeadHolder(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, prefix, ctx := standalone(t)
 	require.NoError(t, c.Set(ctx, redislock.LockKey(prefix, "shoe"), "dead", 100*time.Millisecond).Err())
 	le, err := newLocker(t, c, prefix, redislock.WithMaxWait(time.Minute)).Acquire(ctx, "shoe")
 	require.NoError(t, err, "taken once the dead holder's TTL ran out")
@@ -189,9 +200,7 @@ func TestDeadHolder(t *testing.T) {
 // TestOtherProcessesGetTurns: a process whose goroutines queue for a lock
 // without pause still lets another process's waiter in.
 func TestOtherProcessesGetTurns(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, prefix, ctx := standalone(t)
 	busy := newLocker(t, c, prefix)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redislock"
 )
@@ -82,6 +81,19 @@ func requireGone(t *testing.T, c redis.UniversalClient, prefix, sku string) {
 	}
 }
 
+// requireQueued waits until n waiters are in the queue q.
+func requireQueued(ctx context.Context, t *testing.T, c redis.UniversalClient, q string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == n }, 10*time.Second, time.Millisecond, "%d waiters in %s", n, q)
+}
+
+// handOverOpts are the options of Lockers whose locks' TTL is ttl and whose
+// safety-net wait is a minute: only a hand-over wakes their waiters within
+// a test's deadline.
+func handOverOpts(ttl time.Duration) []redislock.Option {
+	return []redislock.Option{redislock.WithTTL(ttl), redislock.WithMaxWait(time.Minute)}
+}
+
 // TestOneWakeUpPerTurn has many processes (one Locker each) take turns on
 // one lock. Each release hands the lock to one waiter, so each turn runs
 // the acquire script about once (a Locker that listens already queues
@@ -145,17 +157,14 @@ func TestOneWakeUpPerTurn(t *testing.T) {
 // hears its channel) is skipped at release, and the next waiter has the
 // lock at once, though the dead one asked for a minute's TTL.
 func TestDeadWaiterSkipped(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, prefix, ctx := standalone(t)
 	const sku = "shoe"
-	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute)}
-	held, err := newLocker(t, c, prefix, opts...).Acquire(ctx, sku)
-	require.NoError(t, err)
+	opts := handOverOpts(time.Minute)
+	held := acquire(ctx, t, newLocker(t, c, prefix, opts...), sku)
 	q := redislock.QueueKey(prefix, sku)
 	require.NoError(t, c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "DEAD 60000 " + prefix + ":w:nobody"}).Err())
 	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
-	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 2 }, 10*time.Second, 5*time.Millisecond)
+	requireQueued(ctx, t, c, q, 2)
 	require.NoError(t, held.Release(ctx))
 	le := <-got
 	require.NotNil(t, le, "the live waiter took the lock")
@@ -168,16 +177,12 @@ func TestDeadWaiterSkipped(t *testing.T) {
 // lock handed to it is freed by its Locker, which hands it on, so the next
 // waiter has it at once (its safety-net wait and the TTLs are a minute).
 func TestLeavingWaiterDoesNotStall(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, prefix, ctx := standalone(t)
 	const sku = "shoe"
-	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithMaxWait(time.Minute)}
+	opts := handOverOpts(time.Minute)
 	holder := newLocker(t, c, prefix, opts...)
-	held, err := holder.Acquire(ctx, sku)
-	require.NoError(t, err)
-	other, err := holder.Acquire(ctx, "boot")
-	require.NoError(t, err)
+	held := acquire(ctx, t, holder, sku)
+	other := acquire(ctx, t, holder, "boot")
 
 	var releases atomic.Int64
 	h := newScriptHook(t, "release.lua", &releases)
@@ -187,12 +192,12 @@ func TestLeavingWaiterDoesNotStall(t *testing.T) {
 	// that it still listens when the lock is handed to its gone waiter.
 	boot := acquireAsync(ctx, leaver, "boot")
 	q := redislock.QueueKey(prefix, sku)
-	require.Eventually(t, func() bool { return c.ZCard(ctx, redislock.QueueKey(prefix, "boot")).Val() == 1 }, 10*time.Second, 5*time.Millisecond)
+	requireQueued(ctx, t, c, redislock.QueueKey(prefix, "boot"), 1)
 	short, cancel := context.WithCancel(ctx)
 	gone := acquireAsync(short, leaver, sku)
-	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 1 }, 10*time.Second, 5*time.Millisecond)
+	requireQueued(ctx, t, c, q, 1)
 	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
-	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 2 }, 10*time.Second, 5*time.Millisecond)
+	requireQueued(ctx, t, c, q, 2)
 	cancel()
 	require.Nil(t, <-gone, "the leaver gave up")
 
@@ -239,8 +244,7 @@ func TestNoHandOverToAnotherNode(t *testing.T) {
 	_, err = ps.Receive(ctx) // the confirmation
 	require.NoError(t, err)
 
-	held, err := newLocker(t, c, prefix).Acquire(ctx, sku)
-	require.NoError(t, err)
+	held := acquire(ctx, t, newLocker(t, c, prefix), sku)
 	require.NoError(t, c.ZAdd(ctx, q, redis.Z{Score: 0, Member: "ELSEWHERE 60000 " + channel}).Err())
 	require.NoError(t, held.Release(ctx))
 	// Messages from one node reach another in order: a hand-over sent by
@@ -256,27 +260,17 @@ func TestNoHandOverToAnotherNode(t *testing.T) {
 // as one it took itself: with a 60ms TTL it is held for five TTLs, nobody
 // else gets it meanwhile, and Lost stays open.
 func TestHandedOverLockIsRenewed(t *testing.T) {
-	c := testenv.Redis(t)
-	prefix := lockPrefix(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, prefix, ctx := standalone(t)
 	const sku = "shoe"
-	opts := []redislock.Option{redislock.WithTTL(60 * time.Millisecond), redislock.WithMaxWait(time.Minute)}
-	held, err := newLocker(t, c, prefix, opts...).Acquire(ctx, sku)
-	require.NoError(t, err)
+	opts := handOverOpts(60 * time.Millisecond)
+	held := acquire(ctx, t, newLocker(t, c, prefix, opts...), sku)
 	got := acquireAsync(ctx, newLocker(t, c, prefix, opts...), sku)
 	q := redislock.QueueKey(prefix, sku)
-	require.Eventually(t, func() bool { return c.ZCard(ctx, q).Val() == 1 }, 10*time.Second, time.Millisecond)
+	requireQueued(ctx, t, c, q, 1)
 	require.NoError(t, held.Release(ctx))
 	le := <-got
 	require.NotNil(t, le, "handed over")
-	other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(300*time.Millisecond))
-	_, err = other.Acquire(ctx, sku)
-	require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
-	select {
-	case <-le.Lost():
-		t.Fatal("lost a renewed lock")
-	default:
-	}
+	requireRenewed(ctx, t, c, prefix, sku, le)
 	require.NoError(t, le.Release(ctx))
 	// The other waiter leaves the queue in the background: the release
 	// may hand the lock to it first, and its Locker then frees it.

@@ -137,18 +137,34 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func TestAcquireTimeout(t *testing.T) {
+// held takes the lock on "sku" with a Locker of the nodes made with opts
+// under a prefix of t's, and returns a ctx that ends after a minute, that
+// prefix, and the lease.
+func held(t *testing.T, opts ...redlock.Option) (context.Context, redlock.Option, lockmgr.Lease) {
+	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	p := prefix(t, nodes(t))
-	holder := locker(t, nodes(t), p)
-	lease, err := holder.Acquire(ctx, "sku")
+	lease, err := locker(t, nodes(t), append([]redlock.Option{p}, opts...)...).Acquire(ctx, "sku")
 	require.NoError(t, err)
+	return ctx, p, lease
+}
+
+// requireContention checks that a Locker of the nodes under p that tries
+// for timeout does not get the lock on "sku", and returns it.
+func requireContention(ctx context.Context, t *testing.T, p redlock.Option, timeout time.Duration, msg string) lockmgr.Locker {
+	t.Helper()
+	waiter := locker(t, nodes(t), p, redlock.WithAcquireTimeout(timeout))
+	_, err := waiter.Acquire(ctx, "sku")
+	require.ErrorIs(t, err, inventory.ErrContention, msg)
+	return waiter
+}
+
+func TestAcquireTimeout(t *testing.T) {
+	ctx, p, lease := held(t)
 	defer lease.Release(ctx)
 
-	waiter := locker(t, nodes(t), p, redlock.WithAcquireTimeout(200*time.Millisecond))
 	start := time.Now()
-	_, err = waiter.Acquire(ctx, "sku")
-	require.ErrorIs(t, err, inventory.ErrContention)
+	waiter := requireContention(ctx, t, p, 200*time.Millisecond, "the acquire timeout")
 	require.Less(t, time.Since(start), 5*time.Second)
 	// Another name is free.
 	other, err := waiter.Acquire(ctx, "sku2")
@@ -157,16 +173,12 @@ func TestAcquireTimeout(t *testing.T) {
 }
 
 func TestAcquireCancel(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	p := prefix(t, nodes(t))
-	holder := locker(t, nodes(t), p)
-	lease, err := holder.Acquire(ctx, "sku")
-	require.NoError(t, err)
+	ctx, p, lease := held(t)
 
 	waiter := locker(t, nodes(t), p)
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	_, err = waiter.Acquire(cctx, "sku")
+	_, err := waiter.Acquire(cctx, "sku")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, inventory.ErrContention)
 
@@ -179,32 +191,35 @@ func TestAcquireCancel(t *testing.T) {
 
 // TestExtends holds a lock past several expiries.
 func TestExtends(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	p := prefix(t, nodes(t))
-	l := locker(t, nodes(t), p, redlock.WithExpiry(150*time.Millisecond))
-	lease, err := l.Acquire(ctx, "sku")
-	require.NoError(t, err)
+	ctx, p, lease := held(t, redlock.WithExpiry(150*time.Millisecond))
 	time.Sleep(600 * time.Millisecond)
 	select {
 	case <-lease.Lost():
 		t.Fatal("lease lost although every extension could succeed")
 	default:
 	}
-	waiter := locker(t, nodes(t), p, redlock.WithAcquireTimeout(100*time.Millisecond))
-	_, err = waiter.Acquire(ctx, "sku")
-	require.ErrorIs(t, err, inventory.ErrContention, "the extended lock is still held")
+	requireContention(ctx, t, p, 100*time.Millisecond, "the extended lock is still held")
 	require.NoError(t, lease.Release(ctx))
 }
 
-// TestLostWhenExtensionFails lets the lock be taken over on a majority of
-// nodes: the next extension fails and the lease reports itself lost.
-func TestLostWhenExtensionFails(t *testing.T) {
+// expiring takes the lock on "sku" of a 300ms expiry with a Locker of the
+// nodes under a prefix of t's, and returns a ctx that ends after a minute,
+// the nodes, the prefix and the lease.
+func expiring(t *testing.T) (context.Context, []redis.UniversalClient, string, lockmgr.Lease) {
+	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	clients := nodes(t)
 	pfx := lockPrefix(t, clients)
 	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
 	lease, err := l.Acquire(ctx, "sku")
 	require.NoError(t, err)
+	return ctx, clients, pfx, lease
+}
+
+// TestLostWhenExtensionFails lets the lock be taken over on a majority of
+// nodes: the next extension fails and the lease reports itself lost.
+func TestLostWhenExtensionFails(t *testing.T) {
+	ctx, clients, pfx, lease := expiring(t)
 	for _, c := range clients[:2] {
 		require.NoError(t, c.Set(ctx, pfx+"sku", "someone else", time.Minute).Err())
 		t.Cleanup(func() { c.Del(context.Background(), pfx+"sku") })
@@ -233,12 +248,7 @@ func TestNodesDown(t *testing.T) {
 // TestExtensionRestoresNode: a node that lost the lock (as after a restart
 // without persistence) gets it back with the next extension.
 func TestExtensionRestoresNode(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	clients := nodes(t)
-	pfx := lockPrefix(t, clients)
-	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(300*time.Millisecond))
-	lease, err := l.Acquire(ctx, "sku")
-	require.NoError(t, err)
+	ctx, clients, pfx, lease := expiring(t)
 	token, err := clients[0].Get(ctx, pfx+"sku").Result()
 	require.NoError(t, err)
 	require.NoError(t, clients[2].Del(ctx, pfx+"sku").Err())

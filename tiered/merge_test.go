@@ -2,7 +2,6 @@ package tiered
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/merge/mergetest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 )
@@ -219,14 +219,78 @@ func batched(t *testing.T, m *Manager, g *gate, sku string, first func() (int64,
 	return out
 }
 
-func reduce(ctx context.Context, m *Manager, sku string, qty int64, key string) func() (int64, error) {
+// checkOutcomes asserts that each call's outcome is the one wanted: its
+// remaining, and its error (nil, or one wrapping the error wanted).
+func checkOutcomes(t *testing.T, want, out []outcome) {
+	t.Helper()
+	require.Len(t, out, len(want))
+	for i, o := range out {
+		assert.Equal(t, want[i].left, o.left, "call %d: %v", i, o.err)
+		if want[i].err == nil {
+			assert.NoError(t, o.err, "call %d", i)
+		} else {
+			assert.ErrorIs(t, o.err, want[i].err, "call %d", i)
+		}
+	}
+}
+
+// call returns a call of move (a Manager's Reduce or Return) of qty units
+// of sku, with key as its idempotency key unless it is "".
+func call(ctx context.Context, move func(context.Context, string, int64, ...inventory.Option) (int64, error),
+	sku string, qty int64, key string) func() (int64, error) {
 	return func() (int64, error) {
 		var opts []inventory.Option
 		if key != "" {
 			opts = append(opts, inventory.WithKey(key))
 		}
-		return m.Reduce(ctx, sku, qty, opts...)
+		return move(ctx, sku, qty, opts...)
 	}
+}
+
+// reduce returns a call of m.Reduce (see call).
+func reduce(ctx context.Context, m *Manager, sku string, qty int64, key string) func() (int64, error) {
+	return call(ctx, m.Reduce, sku, qty, key)
+}
+
+// keyedReduces returns n calls of m.Reduce of qty units of sku, call i
+// keyed "k<i>".
+func keyedReduces(ctx context.Context, m *Manager, sku string, qty int64, n int) []func() (int64, error) {
+	calls := make([]func() (int64, error), n)
+	for i := range calls {
+		calls[i] = reduce(ctx, m, sku, qty, fmt.Sprint("k", i))
+	}
+	return calls
+}
+
+// gatedManager returns a Manager made with opts over a client of the
+// Redis at addr with a new gate on it (see gated), and MySQL; and the gate.
+func gatedManager(t *testing.T, addr string, opts ...Option) (*Manager, *gate) {
+	g := new(gate)
+	e := newEnv(t, gated(t, addr, g), testenv.MySQL(t))
+	return e.manager(t, opts...), g
+}
+
+// warmed inits sku with stock units and warms it: the allotment holds
+// what a chunk grants.
+func warmed(ctx context.Context, t *testing.T, m *Manager, sku string, stock int64) {
+	t.Helper()
+	require.NoError(t, m.Init(ctx, sku, stock))
+	_, err := m.Warm(ctx, sku)
+	require.NoError(t, err)
+}
+
+// journal returns the fields of sku's journal entries but their sequence
+// number ("n"), oldest first.
+func journal(ctx context.Context, t *testing.T, m *Manager, sku string) []map[string]any {
+	t.Helper()
+	entries, err := m.rdb.XRange(ctx, m.journalKey(sku), "-", "+").Result()
+	require.NoError(t, err)
+	var fields []map[string]any
+	for _, e := range entries {
+		delete(e.Values, "n")
+		fields = append(fields, e.Values)
+	}
+	return fields
 }
 
 // TestMergedAnswers merges, in one batch, keyed and unkeyed Reduces and a
@@ -236,34 +300,22 @@ func reduce(ctx context.Context, m *Manager, sku string, qty int64, key string) 
 // them still move; the batch's moves are journaled as one entry with
 // their units, and SQL has them all after Drain.
 func TestMergedAnswers(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
 	const sku = "mixed"
-	require.NoError(t, m.Init(ctx, sku, 10))
-	_, err := m.Warm(ctx, sku) // the allotment holds all 10
-	require.NoError(t, err)
-	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""),
-		reduce(ctx, m, sku, 3, "a"), // 6
-		reduce(ctx, m, sku, 5, ""),  // 1
-		reduce(ctx, m, sku, 4, "c"), // refused: 1 left
-		reduce(ctx, m, sku, 3, "a"), // duplicate of the first "a": 6
-		func() (int64, error) { return m.Return(ctx, sku, 2, inventory.WithKey("r")) }, // 3
-		reduce(ctx, m, sku, 3, ""), // 0
-		reduce(ctx, m, sku, 1, ""), // refused: 0 left
+	warmed(ctx, t, m, sku, 10) // the allotment holds all 10
+	out := batched(t, m, g, sku, reduce(ctx, m, sku, 1, ""),
+		reduce(ctx, m, sku, 3, "a"),      // 6
+		reduce(ctx, m, sku, 5, ""),       // 1
+		reduce(ctx, m, sku, 4, "c"),      // refused: 1 left
+		reduce(ctx, m, sku, 3, "a"),      // duplicate of the first "a": 6
+		call(ctx, m.Return, sku, 2, "r"), // 3
+		reduce(ctx, m, sku, 3, ""),       // 0
+		reduce(ctx, m, sku, 1, ""),       // refused: 0 left
 	)
 	want := []outcome{{9, nil}, {6, nil}, {1, nil}, {1, inventory.ErrInsufficientStock}, {6, inventory.ErrDuplicate},
 		{3, nil}, {0, nil}, {0, inventory.ErrInsufficientStock}}
-	for i, o := range out {
-		assert.Equal(t, want[i].left, o.left, "call %d: %v", i, o.err)
-		if want[i].err == nil {
-			assert.NoError(t, o.err, "call %d", i)
-		} else {
-			assert.ErrorIs(t, o.err, want[i].err, "call %d", i)
-		}
-	}
+	checkOutcomes(t, want, out)
 	single, batches := g.counts()
 	assert.Equal(t, []int{7}, batches, "the 7 queued calls went as one batch")
 	assert.Equal(t, 1, single)
@@ -278,23 +330,14 @@ func TestMergedAnswers(t *testing.T) {
 	require.NoError(t, err, "the refused call left no record")
 	assert.EqualValues(t, 0, left)
 
-	entries, err := m.rdb.XRange(ctx, m.journalKey(sku), "-", "+").Result()
-	require.NoError(t, err)
-	var fields []map[string]any
-	for _, e := range entries {
-		delete(e.Values, "n")
-		fields = append(fields, e.Values)
-	}
 	assert.Equal(t, []map[string]any{
-		{"d": "1"},                       // the lone call
-		{"d": "9", "s": "11"},            // the batch's 4 moves: 3+5+3 sold, 2 returned
-		{"d": "-1"}, {"d": "1"}}, fields, // the calls after it
+		{"d": "1"},                                        // the lone call
+		{"d": "9", "s": "11"},                             // the batch's 4 moves: 3+5+3 sold, 2 returned
+		{"d": "-1"}, {"d": "1"}}, journal(ctx, t, m, sku), // the calls after it
 		"one journal entry per lone call and one per SKU per batch, with its units")
-	require.NoError(t, m.Drain(ctx))
-	s := m.totals(ctx, t, sku)
+	s := m.drained(ctx, t, sku, 10)
 	assert.EqualValues(t, 1+3+5+3+1, s.sold)
 	assert.EqualValues(t, 2+1, s.returned)
-	checkDrained(t, s, 10)
 }
 
 // TestMergedRuns merges, in one batch, the calls of two SKUs of one slot,
@@ -304,10 +347,7 @@ func TestMergedAnswers(t *testing.T) {
 // MaxStock is refused; each call gets its own remaining, and each SKU one
 // journal entry.
 func TestMergedRuns(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
 	const a = "runs"
 	b := ""
@@ -321,15 +361,9 @@ func TestMergedRuns(t *testing.T) {
 	_, err := m.Warm(ctx, a, b) // the allotments hold all the stock
 	require.NoError(t, err)
 	ret := func(sku string, qty int64, key string) func() (int64, error) {
-		return func() (int64, error) {
-			var opts []inventory.Option
-			if key != "" {
-				opts = append(opts, inventory.WithKey(key))
-			}
-			return m.Return(ctx, sku, qty, opts...)
-		}
+		return call(ctx, m.Return, sku, qty, key)
 	}
-	out := batched(t, m, &g, a, reduce(ctx, m, a, 1, ""), // 4
+	out := batched(t, m, g, a, reduce(ctx, m, a, 1, ""), // 4
 		reduce(ctx, m, a, 1, ""),       // 3
 		reduce(ctx, m, b, 1, ""),       // b 2
 		reduce(ctx, m, a, 1, ""),       // 2
@@ -349,31 +383,16 @@ func TestMergedRuns(t *testing.T) {
 	want := []outcome{{4, nil}, {3, nil}, {2, nil}, {2, nil}, {1, nil}, {0, nil},
 		{0, inventory.ErrInsufficientStock}, {0, nil}, {0, inventory.ErrInsufficientStock},
 		{1, nil}, {0, inventory.ErrInvalidArgument}, {0, nil}, {2, nil}, {4, nil}, {0, nil}, {0, inventory.ErrDuplicate}}
-	for i, o := range out {
-		assert.Equal(t, want[i].left, o.left, "call %d: %v", i, o.err)
-		if want[i].err == nil {
-			assert.NoError(t, o.err, "call %d", i)
-		} else {
-			assert.ErrorIs(t, o.err, want[i].err, "call %d", i)
-		}
-	}
+	checkOutcomes(t, want, out)
 	_, batches := g.counts()
 	assert.Equal(t, []int{15}, batches, "the 15 queued calls went as one batch")
 	for sku, want := range map[string][]map[string]any{
 		a: {{"d": "1"}, {"d": "4", "s": "5"}}, // the lone call; the batch: 4+1 sold, 1 returned
 		b: {{"d": "3", "s": "7"}},             // 1+2+4 sold, 2+2 returned
 	} {
-		entries, err := m.rdb.XRange(ctx, m.journalKey(sku), "-", "+").Result()
-		require.NoError(t, err)
-		var fields []map[string]any
-		for _, e := range entries {
-			delete(e.Values, "n")
-			fields = append(fields, e.Values)
-		}
-		assert.Equal(t, want, fields, "%s: one journal entry per SKU per batch", sku)
+		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
 	}
-	require.NoError(t, m.Drain(ctx))
-	checkDrained(t, m.totals(ctx, t, a), 5)
+	m.drained(ctx, t, a, 5)
 	checkDrained(t, m.totals(ctx, t, b), 3)
 }
 
@@ -381,16 +400,11 @@ func TestMergedRuns(t *testing.T) {
 // while SQL's pool can: the call that finds it short grants and is
 // answered after the grant; the calls around it are not refused.
 func TestMergedShort(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(10), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(10), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
 	const sku = "short"
-	require.NoError(t, m.Init(ctx, sku, 100))
-	_, err := m.Warm(ctx, sku) // allotment 10, pool 90
-	require.NoError(t, err)
-	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""),
+	warmed(ctx, t, m, sku, 100) // allotment 10, pool 90
+	out := batched(t, m, g, sku, reduce(ctx, m, sku, 1, ""),
 		reduce(ctx, m, sku, 7, "x"), // allotment 2
 		reduce(ctx, m, sku, 5, ""),  // short: grants, then again
 		reduce(ctx, m, sku, 2, "y"), // allotment 0
@@ -401,33 +415,21 @@ func TestMergedShort(t *testing.T) {
 	assert.EqualValues(t, []int64{99, 92, 85, 90}, []int64{out[0].left, out[1].left, out[2].left, out[3].left},
 		"the short call is answered after the grant, after the call behind it")
 	assert.EqualValues(t, 1, m.Stalls())
-	require.NoError(t, m.Drain(ctx))
-	s := m.totals(ctx, t, sku)
-	assert.EqualValues(t, 15, s.sold)
-	checkDrained(t, s, 100)
+	assert.EqualValues(t, 15, m.drained(ctx, t, sku, 100).sold)
 }
 
 // TestMergedNoState merges calls on a SKU whose Redis state is gone: each
 // warms it up from SQL and calls again, and none is refused.
 func TestMergedNoState(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(50), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(50), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
 	const sku = "cold"
-	require.NoError(t, m.Init(ctx, sku, 100))
-	_, err := m.Warm(ctx, sku)
-	require.NoError(t, err)
-	_, err = m.Reduce(ctx, sku, 1)
+	warmed(ctx, t, m, sku, 100)
+	_, err := m.Reduce(ctx, sku, 1)
 	require.NoError(t, err)
 	require.NoError(t, m.Drain(ctx))
-	require.NoError(t, rdb.Del(ctx, m.stateKey(sku)).Err()) // Redis lost the SKU
-	calls := make([]func() (int64, error), 5)
-	for i := range calls {
-		calls[i] = reduce(ctx, m, sku, 2, fmt.Sprint("k", i))
-	}
-	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""), calls...)
+	require.NoError(t, m.rdb.Del(ctx, m.stateKey(sku)).Err()) // Redis lost the SKU
+	out := batched(t, m, g, sku, reduce(ctx, m, sku, 1, ""), keyedReduces(ctx, m, sku, 2, 5)...)
 	var lefts []int64
 	for i, o := range out {
 		require.NoError(t, o.err, "call %d", i)
@@ -452,69 +454,18 @@ func TestMergedNoState(t *testing.T) {
 // ErrDuplicate with their key's first remaining; calls were merged, no
 // batch over the bound; SQL agrees after Drain.
 func TestMergedLoad(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
 	const buyers, stock, maxBatch = 600, 150, 16
-	m := e.manager(t, WithChunk(20), WithLowWater(8), WithMaxBatch(maxBatch), WithMaxAttempts(50))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(20), WithLowWater(8), WithMaxBatch(maxBatch), WithMaxAttempts(50))
 	ctx := ctxT(t, 2*time.Minute)
 	const sku = "load"
 	require.NoError(t, m.Init(ctx, sku, stock))
-	answers := make([]struct {
-		key string
-		outcome
-	}, buyers)
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("buyer-", i%(buyers*3/4))
-			left, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key))
-			answers[i].key, answers[i].left, answers[i].err = key, left, err
-		}()
-	}
-	wg.Wait()
-	var lefts []int64
-	sold := map[string]int64{}
-	for _, a := range answers {
-		if a.err == nil {
-			lefts = append(lefts, a.left)
-			_, twice := sold[a.key]
-			require.False(t, twice, "key %s sold twice", a.key)
-			sold[a.key] = a.left
-		}
-	}
-	slices.Sort(lefts)
-	want := make([]int64, stock)
-	for i := range want {
-		want[i] = int64(i)
-	}
-	require.Equal(t, want, lefts, "each success saw its own remaining")
-	for _, a := range answers {
-		switch {
-		case a.err == nil:
-		case errors.Is(a.err, inventory.ErrDuplicate):
-			first, ok := sold[a.key]
-			require.True(t, ok, "duplicate of a key that never sold: %v", a.err)
-			require.Equal(t, first, a.left, "a duplicate returns the first call's remaining")
-		case errors.Is(a.err, inventory.ErrInsufficientStock):
-			require.Zero(t, a.left)
-		default:
-			t.Fatalf("unexpected error %v", a.err)
-		}
-	}
+	answers := mergetest.Buyers(buyers, func(key string) (int64, error) {
+		return m.Reduce(ctx, sku, 1, inventory.WithKey(key))
+	})
+	mergetest.CheckAnswers(t, stock, answers)
 	single, batches := g.counts()
-	require.NotEmpty(t, batches, "calls were merged")
-	require.Less(t, single+len(batches), buyers)
-	for _, n := range batches {
-		require.LessOrEqual(t, n, maxBatch, "batch size bounded")
-		require.GreaterOrEqual(t, n, 2)
-	}
-	require.NoError(t, m.Drain(ctx))
-	s := m.totals(ctx, t, sku)
-	assert.EqualValues(t, stock, s.sold)
-	checkDrained(t, s, stock)
+	mergetest.CheckMerged(t, buyers, single, batches, maxBatch)
+	assert.EqualValues(t, stock, m.drained(ctx, t, sku, stock).sold)
 }
 
 // TestMergedBatchFails kills a private Redis while a batch waits behind
@@ -524,15 +475,10 @@ func TestMergedLoad(t *testing.T) {
 // circuit is open after them.
 func TestMergedBatchFails(t *testing.T) {
 	srv := faulttest.StartRedis(t)
-	var g gate
-	rdb := gated(t, srv.Addr(), &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(100), WithLowWater(0), WithBreaker(2, time.Minute))
+	m, g := gatedManager(t, srv.Addr(), WithChunk(100), WithLowWater(0), WithBreaker(2, time.Minute))
 	ctx := ctxT(t, time.Minute)
 	const sku = "doomed"
-	require.NoError(t, m.Init(ctx, sku, 100))
-	_, err := m.Warm(ctx, sku)
-	require.NoError(t, err)
+	warmed(ctx, t, m, sku, 100)
 	waiting, release := g.holdNext()
 	first := make(chan error, 1)
 	go func() { _, err := m.Reduce(ctx, sku, 1); first <- err }()
@@ -565,23 +511,15 @@ func TestMergedBatchFails(t *testing.T) {
 // 3): the batch's calls fail, outcome unknown, and the batch was applied
 // once; their keyed retries return ErrDuplicate.
 func TestMergedResendAppliedOnce(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
 	const sku = "cut"
-	require.NoError(t, m.Init(ctx, sku, 100))
-	_, err := m.Warm(ctx, sku)
-	require.NoError(t, err)
+	warmed(ctx, t, m, sku, 100)
 	g.mu.Lock()
 	g.armCut = true
 	g.mu.Unlock()
-	calls := make([]func() (int64, error), 3)
-	for i := range calls {
-		calls[i] = reduce(ctx, m, sku, 2, fmt.Sprint("k", i))
-	}
-	out := batched(t, m, &g, sku, reduce(ctx, m, sku, 1, ""), calls...)
+	calls := keyedReduces(ctx, m, sku, 2, 3)
+	out := batched(t, m, g, sku, reduce(ctx, m, sku, 1, ""), calls...)
 	require.NoError(t, out[0].err)
 	for _, o := range out[1:] {
 		require.ErrorContains(t, o.err, "merged with 2 other calls", "the batch's reply was lost")
@@ -597,34 +535,19 @@ func TestMergedResendAppliedOnce(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrDuplicate)
 		require.EqualValues(t, 99-2*(i+1), left)
 	}
-	require.NoError(t, m.Drain(ctx))
-	s := m.totals(ctx, t, sku)
-	assert.EqualValues(t, 7, s.sold)
-	checkDrained(t, s, 100)
+	assert.EqualValues(t, 7, m.drained(ctx, t, sku, 100).sold)
 }
 
 // TestLoneCallsAreNotMerged checks that calls one after another each go to
 // Redis at once, as their own move.lua call.
 func TestLoneCallsAreNotMerged(t *testing.T) {
-	var g gate
-	rdb := gated(t, testenv.Redis(t).Options().Addr, &g)
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(100), WithLowWater(0))
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
 	ctx := ctxT(t, time.Minute)
-	require.NoError(t, m.Init(ctx, "shoe", 100))
-	_, err := m.Warm(ctx, "shoe")
-	require.NoError(t, err)
-	for i := range 30 {
-		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(fmt.Sprint(i%20)))
-		if i >= 20 {
-			require.ErrorIs(t, err, inventory.ErrDuplicate)
-		} else {
-			require.NoError(t, err)
-		}
-	}
-	single, batches := g.counts()
-	require.Equal(t, 30, single)
-	require.Empty(t, batches)
+	warmed(ctx, t, m, "shoe", 100)
+	mergetest.CheckLoneCalls(t, 30, 20, func(key string) error {
+		_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey(key))
+		return err
+	}, g.counts)
 }
 
 // TestMergeOptions checks WithMaxBatch's and WithReplicas's ranges.

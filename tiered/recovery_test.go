@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,6 +124,71 @@ func sellDown(ctx context.Context, t *testing.T, m *Manager, sku string, n int) 
 	require.Positive(t, m.Fallbacks())
 }
 
+// privateManager starts a private Redis and returns it and a Manager made
+// with opts over it (through a client that dials for 200ms at most and
+// never resends) and db.
+func privateManager(t *testing.T, db *sqlx.DB, opts ...Option) (*faulttest.Process, *Manager) {
+	srv := faulttest.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return srv, newEnv(t, rdb, db).manager(t, opts...)
+}
+
+// sellEach makes n Reduces of one unit of each of skus, each acknowledged,
+// and counts them in acked.
+func sellEach(ctx context.Context, t *testing.T, m *Manager, acked map[string]int64, n int, skus ...string) {
+	t.Helper()
+	for _, sku := range skus {
+		for range n {
+			_, err := m.Reduce(ctx, sku, 1)
+			require.NoError(t, err)
+			acked[sku]++
+		}
+	}
+}
+
+// initAndSell inits each of skus with initial units, sells n of each
+// (see sellEach) and drains m; it returns the sales acknowledged by SKU.
+func initAndSell(ctx context.Context, t *testing.T, m *Manager, initial int64, n int, skus ...string) map[string]int64 {
+	t.Helper()
+	for _, sku := range skus {
+		require.NoError(t, m.Init(ctx, sku, initial))
+	}
+	acked := map[string]int64{}
+	sellEach(ctx, t, m, acked, n, skus...)
+	require.NoError(t, m.Drain(ctx))
+	return acked
+}
+
+// checkSoldOut sells each of skus out after the recovery rec, a unit at a
+// time, counting the sales in acked, and drains m. Then each SKU
+// reconciles clean, and want of its units were sold in all (msg says
+// what that means, formatted with the SKU and its totals); logFigures
+// logs the fault's figures and checks the invariant.
+func checkSoldOut(ctx context.Context, t *testing.T, m *Manager, fault string, rec Recovery, initial, want int64,
+	acked map[string]int64, msg string, skus ...string) {
+	t.Helper()
+	for _, sku := range skus {
+		for {
+			_, err := m.Reduce(ctx, sku, 1)
+			if errors.Is(err, inventory.ErrInsufficientStock) {
+				break
+			}
+			require.NoError(t, err)
+			acked[sku]++
+		}
+	}
+	require.NoError(t, m.Drain(ctx))
+	for _, sku := range skus {
+		final, err := m.Reconcile(ctx, sku)
+		require.NoError(t, err)
+		assert.True(t, final[0].Clean(), "%+v", final[0])
+		s := m.totals(ctx, t, sku)
+		assert.EqualValues(t, want, acked[sku], msg, sku, s)
+		logFigures(t, fault+", SKU "+sku, sku, s, initial, acked[sku], []Recovery{rec}, final)
+	}
+}
+
 // TestRecoveryOlderState restarts a private Redis from an older copy of
 // its AOF (as an fsync policy other than always, or a restore, may leave
 // it): Redis's allotment then includes units whose sales SQL has synced.
@@ -130,34 +196,16 @@ func sellDown(ctx context.Context, t *testing.T, m *Manager, sku string, n int) 
 // the untouched one too, and takes the excess out before Redis takes
 // traffic again: selling out then never passes the stock.
 func TestRecoveryOlderState(t *testing.T) {
-	srv := faulttest.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	e := newEnv(t, rdb, testenv.MySQL(t))
-	m := e.manager(t, WithChunk(50), WithLowWater(0), WithBreaker(1, 100*time.Millisecond))
+	srv, m := privateManager(t, testenv.MySQL(t), WithChunk(50), WithLowWater(0), WithBreaker(1, 100*time.Millisecond))
 	ctx := ctxT(t, time.Minute)
 	const initial = 200
-	for _, sku := range []string{"a", "b"} {
-		require.NoError(t, m.Init(ctx, sku, initial))
-		for range 20 {
-			_, err := m.Reduce(ctx, sku, 1)
-			require.NoError(t, err)
-		}
-	}
-	require.NoError(t, m.Drain(ctx))
+	acked := initAndSell(ctx, t, m, initial, 20, "a", "b")
 	srv.Kill()
 	dir := srv.DataDir()
 	older := filepath.Join(t.TempDir(), "older")
 	copyDir(t, dir, older)
 	srv.Start()
-	var acked = map[string]int64{"a": 20, "b": 20}
-	for _, sku := range []string{"a", "b"} {
-		for range 10 {
-			_, err := m.Reduce(ctx, sku, 1)
-			require.NoError(t, err)
-			acked[sku]++
-		}
-	}
+	sellEach(ctx, t, m, acked, 10, "a", "b")
 	require.NoError(t, m.Drain(ctx)) // SQL has synced 30 sales of each
 	srv.Kill()
 	sellDown(ctx, t, m, "a", 5) // "b" is left alone
@@ -172,25 +220,7 @@ func TestRecoveryOlderState(t *testing.T) {
 		assert.EqualValues(t, 10, d.Excess, "the 10 sales the older state forgot: %+v", d)
 		assert.Zero(t, d.Lost, "%+v", d)
 	}
-	for _, sku := range []string{"a", "b"} {
-		for {
-			_, err := m.Reduce(ctx, sku, 1)
-			if errors.Is(err, inventory.ErrInsufficientStock) {
-				break
-			}
-			require.NoError(t, err)
-			acked[sku]++
-		}
-	}
-	require.NoError(t, m.Drain(ctx))
-	for _, sku := range []string{"a", "b"} {
-		final, err := m.Reconcile(ctx, sku)
-		require.NoError(t, err)
-		assert.True(t, final[0].Clean(), "%+v", final[0])
-		s := m.totals(ctx, t, sku)
-		assert.EqualValues(t, initial, acked[sku], "%s sold out exactly: %+v", sku, s)
-		logFigures(t, "Redis restarted from an older AOF, SKU "+sku, sku, s, initial, acked[sku], []Recovery{rec}, final)
-	}
+	checkSoldOut(ctx, t, m, "Redis restarted from an older AOF", rec, initial, initial, acked, "%s sold out exactly: %+v", "a", "b")
 }
 
 // TestRecoveryRedisEmpty restarts a private Redis empty (its data removed)
@@ -198,23 +228,10 @@ func TestRecoveryOlderState(t *testing.T) {
 // reconciles both, records the allotments Redis lost, and the sale goes on
 // from SQL's pool, never past the stock.
 func TestRecoveryRedisEmpty(t *testing.T) {
-	srv := faulttest.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	e := newEnv(t, rdb, testenv.Postgres(t))
-	m := e.manager(t, WithChunk(40), WithLowWater(0), WithBreaker(2, 100*time.Millisecond))
+	srv, m := privateManager(t, testenv.Postgres(t), WithChunk(40), WithLowWater(0), WithBreaker(2, 100*time.Millisecond))
 	ctx := ctxT(t, time.Minute)
 	const initial = 100
-	acked := map[string]int64{}
-	for _, sku := range []string{"a", "b"} {
-		require.NoError(t, m.Init(ctx, sku, initial))
-		for range 15 {
-			_, err := m.Reduce(ctx, sku, 1)
-			require.NoError(t, err)
-			acked[sku]++
-		}
-	}
-	require.NoError(t, m.Drain(ctx))
+	acked := initAndSell(ctx, t, m, initial, 15, "a", "b")
 	srv.Kill()
 	sellDown(ctx, t, m, "a", 10)
 	acked["a"] += 10
@@ -229,23 +246,5 @@ func TestRecoveryRedisEmpty(t *testing.T) {
 		assert.True(t, d.RedisMissing, "%+v", d)
 		assert.EqualValues(t, 25, d.Lost, "the allotment left of the grant of 40: %+v", d)
 	}
-	for _, sku := range []string{"a", "b"} {
-		for {
-			_, err := m.Reduce(ctx, sku, 1)
-			if errors.Is(err, inventory.ErrInsufficientStock) {
-				break
-			}
-			require.NoError(t, err)
-			acked[sku]++
-		}
-	}
-	require.NoError(t, m.Drain(ctx))
-	for _, sku := range []string{"a", "b"} {
-		final, err := m.Reconcile(ctx, sku)
-		require.NoError(t, err)
-		assert.True(t, final[0].Clean(), "%+v", final[0])
-		s := m.totals(ctx, t, sku)
-		assert.EqualValues(t, initial-25, acked[sku], "%s: all but the lost allotment sold: %+v", sku, s)
-		logFigures(t, "Redis restarted empty, SKU "+sku, sku, s, initial, acked[sku], []Recovery{rec}, final)
-	}
+	checkSoldOut(ctx, t, m, "Redis restarted empty", rec, initial, initial-25, acked, "%s: all but the lost allotment sold: %+v", "a", "b")
 }

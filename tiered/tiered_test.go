@@ -106,6 +106,36 @@ func checkDrained(t *testing.T, s totals, initial int64) {
 	assert.Equal(t, s.pool, s.view, "Redis's view of the pool is SQL's: %+v", s)
 }
 
+// drained drains m's journal and returns sku's totals, checked by
+// checkDrained against the initial stock.
+func (m *Manager) drained(ctx context.Context, t *testing.T, sku string, initial int64) totals {
+	t.Helper()
+	require.NoError(t, m.Drain(ctx))
+	s := m.totals(ctx, t, sku)
+	checkDrained(t, s, initial)
+	return s
+}
+
+// onEngines runs f as a subtest per SQL engine, named by it, with an env
+// of rdb and that engine and a ctx that ends after a minute.
+func onEngines(t *testing.T, rdb redis.UniversalClient, f func(ctx context.Context, t *testing.T, e *env)) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			e := newEnv(t, rdb, eng.open(t))
+			f(ctxT(t, time.Minute), t, e)
+		})
+	}
+}
+
+// reduceN makes n Reduces of qty units of sku, each acknowledged.
+func (m *Manager) reduceN(ctx context.Context, t *testing.T, sku string, qty int64, n int) {
+	t.Helper()
+	for range n {
+		_, err := m.Reduce(ctx, sku, qty)
+		require.NoError(t, err)
+	}
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -283,54 +313,44 @@ func TestFlashSale(t *testing.T) {
 // acknowledges them; another syncer takes them over and the ledger keeps
 // them from being applied twice.
 func TestSyncKilledBeforeAck(t *testing.T) {
-	rdb := testenv.Redis(t)
-	for _, eng := range engines {
-		t.Run(eng.name, func(t *testing.T) {
-			e := newEnv(t, rdb, eng.open(t))
-			ctx := ctxT(t, time.Minute)
-			m := e.manager(t, WithChunk(4))
-			const sku = "a"
-			require.NoError(t, m.Init(ctx, sku, 10))
-			for range 7 {
-				_, err := m.Reduce(ctx, sku, 1)
-				require.NoError(t, err)
-			}
-			_, err := m.Return(ctx, sku, 2)
-			require.NoError(t, err)
+	onEngines(t, testenv.Redis(t), func(ctx context.Context, t *testing.T, e *env) {
+		m := e.manager(t, WithChunk(4))
+		const sku = "a"
+		require.NoError(t, m.Init(ctx, sku, 10))
+		m.reduceN(ctx, t, sku, 1, 7)
+		_, err := m.Return(ctx, sku, 2)
+		require.NoError(t, err)
 
-			dying := e.manager(t)
-			dying.beforeAck = func() error { return errors.New("killed") }
-			n, err := dying.Sync(ctx)
-			require.Error(t, err)
-			assert.Equal(t, 8, n, "committed, then killed")
-			s := m.totals(ctx, t, sku)
-			assert.EqualValues(t, 7, s.sold, "committed before the kill")
-			assert.EqualValues(t, 2, s.returned)
-			lag, err := m.Lag(ctx)
-			require.NoError(t, err)
-			assert.EqualValues(t, 8, lag, "nothing acknowledged")
+		dying := e.manager(t)
+		dying.beforeAck = func() error { return errors.New("killed") }
+		n, err := dying.Sync(ctx)
+		require.Error(t, err)
+		assert.Equal(t, 8, n, "committed, then killed")
+		s := m.totals(ctx, t, sku)
+		assert.EqualValues(t, 7, s.sold, "committed before the kill")
+		assert.EqualValues(t, 2, s.returned)
+		lag, err := m.Lag(ctx)
+		require.NoError(t, err)
+		assert.EqualValues(t, 8, lag, "nothing acknowledged")
 
-			// Not yet idle long enough: the other syncer leaves them.
-			patient := e.manager(t, WithClaimIdle(time.Hour))
-			n, err = patient.Sync(ctx)
-			require.NoError(t, err)
-			assert.Zero(t, n)
-			lag, err = m.Lag(ctx)
-			require.NoError(t, err)
-			assert.EqualValues(t, 8, lag)
+		// Not yet idle long enough: the other syncer leaves them.
+		patient := e.manager(t, WithClaimIdle(time.Hour))
+		n, err = patient.Sync(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		lag, err = m.Lag(ctx)
+		require.NoError(t, err)
+		assert.EqualValues(t, 8, lag)
 
-			other := e.manager(t, WithClaimIdle(time.Millisecond))
-			time.Sleep(5 * time.Millisecond)
-			n, err = other.Sync(ctx)
-			require.NoError(t, err)
-			assert.Zero(t, n, "taken over, found in the ledger, acknowledged, not applied again")
-			require.NoError(t, m.Drain(ctx))
-			s = m.totals(ctx, t, sku)
-			assert.EqualValues(t, 7, s.sold)
-			assert.EqualValues(t, 2, s.returned)
-			checkDrained(t, s, 10)
-		})
-	}
+		other := e.manager(t, WithClaimIdle(time.Millisecond))
+		time.Sleep(5 * time.Millisecond)
+		n, err = other.Sync(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, n, "taken over, found in the ledger, acknowledged, not applied again")
+		s = m.drained(ctx, t, sku, 10)
+		assert.EqualValues(t, 7, s.sold)
+		assert.EqualValues(t, 2, s.returned)
+	})
 }
 
 // TestGrantAppliesOnce applies the same grants again, and out of turn: the
@@ -423,31 +443,20 @@ func TestWarmUpFenced(t *testing.T) {
 // TestInitDropsOlderGeneration: moves of an older generation that were not
 // yet synced do not count in the newer one.
 func TestInitDropsOlderGeneration(t *testing.T) {
-	rdb := testenv.Redis(t)
-	for _, eng := range engines {
-		t.Run(eng.name, func(t *testing.T) {
-			e := newEnv(t, rdb, eng.open(t))
-			ctx := ctxT(t, time.Minute)
-			m := e.manager(t, WithChunk(4))
-			const sku = "a"
-			require.NoError(t, m.Init(ctx, sku, 10))
-			for range 3 {
-				_, err := m.Reduce(ctx, sku, 2)
-				require.NoError(t, err)
-			}
-			require.NoError(t, m.Init(ctx, sku, 20))
-			_, err := m.Reduce(ctx, sku, 5)
-			require.NoError(t, err)
-			require.NoError(t, m.Drain(ctx))
-			s := m.totals(ctx, t, sku)
-			assert.EqualValues(t, 5, s.sold)
-			checkDrained(t, s, 20)
-			v, err := m.Get(ctx, sku)
-			require.NoError(t, err)
-			assert.EqualValues(t, 15, v)
-			assert.True(t, strings.HasPrefix(m.journalKey(sku), e.prefix+":j{"))
-		})
-	}
+	onEngines(t, testenv.Redis(t), func(ctx context.Context, t *testing.T, e *env) {
+		m := e.manager(t, WithChunk(4))
+		const sku = "a"
+		require.NoError(t, m.Init(ctx, sku, 10))
+		m.reduceN(ctx, t, sku, 2, 3)
+		require.NoError(t, m.Init(ctx, sku, 20))
+		_, err := m.Reduce(ctx, sku, 5)
+		require.NoError(t, err)
+		assert.EqualValues(t, 5, m.drained(ctx, t, sku, 20).sold)
+		v, err := m.Get(ctx, sku)
+		require.NoError(t, err)
+		assert.EqualValues(t, 15, v)
+		assert.True(t, strings.HasPrefix(m.journalKey(sku), e.prefix+":j{"))
+	})
 }
 
 // TestClusterSync sells SKUs of several Cluster slots and syncs them.
