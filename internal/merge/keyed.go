@@ -83,8 +83,12 @@ func (k *Keyed[K, S, Q, A]) drain(key K, g *keyed[S, Q, A]) {
 
 // live returns the context batch runs with in Keyed: the values of its
 // first call's ctx, cancelled once every call's ctx has ended, or by the
-// cancel function, which must be called.
+// cancel function, which must be called. A lone call's is its own ctx's
+// child (no watcher to set up).
 func live[Q, A any](batch []*Call[Q, A]) (context.Context, context.CancelFunc) {
+	if len(batch) == 1 {
+		return context.WithCancel(batch[0].Ctx) // ends with its one caller's
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].Ctx))
 	var n atomic.Int32
 	n.Store(int32(len(batch)))
