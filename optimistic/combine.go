@@ -5,153 +5,60 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
-// call is one Reduce or Return waiting for its SKU's queue. The drain that
-// takes it writes rem and err, then closes done.
-type call struct {
-	ctx  context.Context
-	qty  int64
-	dir  inventory.Direction
-	key  string
-	done chan struct{}
-	rem  int64
-	err  error
-
-	taken bool // by a drain; guarded by queue.mu
-}
-
-// queue holds the calls of one SKU, which one drain goroutine at a time
-// applies.
-type queue struct {
-	mu      sync.Mutex
-	pending []*call
-	running bool // a drain goroutine is applying this queue
-	refs    int  // calls and the drain using this queue; guarded by Manager.mu
-
-	// short: the last read of this SKU refused a call for want of stock,
-	// so the next batch reads first rather than try the conditional
-	// UPDATE, which would miss. Only the drain goroutine uses it.
-	short bool
-}
-
-// combine queues c and waits until it is applied or ctx is done. The
-// calls are applied by a goroutine of their own, not by one of the
-// callers, so that every caller can leave at its deadline while the others'
-// statements are still running.
-func (m *Manager) combine(ctx context.Context, sku string, c *call) (int64, error) {
-	q := m.queue(sku)
-	defer m.unqueue(sku, q)
-	q.mu.Lock()
-	q.pending = append(q.pending, c)
-	start := !q.running
-	q.running = true
-	q.mu.Unlock()
-	if start {
-		m.mu.Lock()
-		q.refs++ // the drain's; q stays in m.hot until it ends
-		m.mu.Unlock()
-		go m.drain(sku, q)
+// req is one Reduce or Return; ans is its answer, which the batch that
+// took it sets. The calls of a SKU are merged by Manager.comb: each batch
+// is applied by a goroutine of its own, not by one of the callers, so that
+// every caller can leave at its deadline while the others' statements are
+// still running (see merge.Keyed).
+type (
+	req struct {
+		qty int64
+		dir inventory.Direction
+		key string
 	}
+	ans struct {
+		rem int64
+		err error
+	}
+	call = merge.Call[req, ans]
+)
 
-	select {
-	case <-c.done:
-		return c.rem, c.err
-	case <-ctx.Done():
+// combine queues the call and waits until it is applied or ctx is done.
+// A call that leaves with its ctx after its batch was taken may yet take
+// effect, as any call that ends with its context may have; a keyed retry
+// tells.
+func (m *Manager) combine(ctx context.Context, sku string, r req) (int64, error) {
+	a, err := m.comb.Do(ctx, sku, r)
+	if err != nil {
+		return 0, m.t.Err(ctx, string(r.dir), err)
 	}
-	q.mu.Lock()
-	taken := c.taken
-	if !taken {
-		q.pending = slices.DeleteFunc(q.pending, func(x *call) bool { return x == c })
-	}
-	q.mu.Unlock()
-	if taken {
-		select {
-		case <-c.done: // the outcome is known after all
-			return c.rem, c.err
-		default:
-		}
-		// Its batch is being written: it may yet take effect, as any call
-		// that ends with its context may have; a keyed retry tells.
-	}
-	return 0, m.t.Err(ctx, string(c.dir), ctx.Err())
-}
-
-// drain applies q's calls, batch after batch, until none is pending.
-func (m *Manager) drain(sku string, q *queue) {
-	defer m.unqueue(sku, q)
-	for {
-		q.mu.Lock()
-		if len(q.pending) == 0 {
-			q.running = false
-			q.mu.Unlock()
-			return
-		}
-		n := min(len(q.pending), m.cfg.maxBatch)
-		batch := slices.Clone(q.pending[:n])
-		q.pending = slices.Delete(q.pending, 0, n)
-		for _, c := range batch {
-			c.taken = true
-		}
-		q.mu.Unlock()
-		m.apply(sku, q, batch)
-	}
-}
-
-func (m *Manager) queue(sku string) *queue {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.hot[sku]
-	if q == nil {
-		q = &queue{}
-		m.hot[sku] = q
-	}
-	q.refs++
-	return q
-}
-
-func (m *Manager) unqueue(sku string, q *queue) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if q.refs--; q.refs == 0 {
-		delete(m.hot, sku)
-	}
+	return a.rem, a.err
 }
 
 // apply runs batch to completion: the conditional UPDATE of its total
 // where that can answer every call (see [Manager.direct]); otherwise read,
 // compute every call's result in order, compare-and-set, retrying on
-// conflict. Then it closes every done. A caller may have left by then; its
-// result is dropped.
-func (m *Manager) apply(sku string, q *queue, batch []*call) {
-	// The batch's statements stop only once every caller in it gave up.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	var live atomic.Int32
-	live.Store(int32(len(batch)))
-	for _, c := range batch {
-		stop := context.AfterFunc(c.ctx, func() {
-			if live.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
-	}
-
+// conflict. A caller may have left by then; its result is dropped. ctx is
+// cancelled once every caller of the batch gave up. short is the SKU's:
+// the last read of the SKU refused a call for want of stock, so the next
+// batch reads first rather than try the conditional UPDATE, which would
+// miss; it lives while the SKU has calls (merge.Keyed's state).
+func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*call) {
 	pause := m.cfg.base
 	for attempt := 1; ; attempt++ {
-		// A caller whose ctx ended before this attempt leaves unwritten.
-		batch = slices.DeleteFunc(batch, func(c *call) bool {
-			if err := c.ctx.Err(); err != nil {
-				c.rem, c.err = 0, m.t.Err(c.ctx, string(c.dir), err)
-				close(c.done)
+		// A caller whose ctx ended before this attempt leaves unwritten (a
+		// copy: Keyed answers every call of its batch).
+		batch = slices.DeleteFunc(slices.Clone(batch), func(c *call) bool {
+			if err := c.Ctx.Err(); err != nil {
+				c.Ans = ans{0, m.t.Err(c.Ctx, string(c.Req.dir), err)}
 				return true
 			}
 			return false
@@ -159,23 +66,22 @@ func (m *Manager) apply(sku string, q *queue, batch []*call) {
 		if len(batch) == 0 {
 			return
 		}
-		conflict, err := m.attempt(ctx, sku, q, batch)
+		conflict, err := m.attempt(ctx, sku, short, batch)
 		if err == nil && conflict && attempt >= m.cfg.attempts {
 			err = fmt.Errorf("optimistic: %q: %w after %d compare-and-set attempts", sku, inventory.ErrContention, attempt)
 		}
 		if err != nil || !conflict {
 			for _, c := range batch {
 				if err != nil {
-					c.rem, c.err = 0, err
-					if cerr := c.ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-						c.err = fmt.Errorf("%w: %w", err, cerr)
+					c.Ans = ans{0, err}
+					if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+						c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
 					}
 				}
-				close(c.done)
 			}
 			return
 		}
-		q.short = false // the retry tries the conditional UPDATE first
+		*short = false // the retry tries the conditional UPDATE first
 		pause = m.backoff(pause)
 		sleep(ctx, pause)
 	}
@@ -194,8 +100,8 @@ var errConflict = errors.New("optimistic: conflict")
 // batch), computes each call's result into it, and writes the outcome with
 // one compare-and-set. conflict=true: another writer got there first;
 // nothing was written.
-func (m *Manager) attempt(ctx context.Context, sku string, q *queue, batch []*call) (conflict bool, err error) {
-	if !q.short && !m.casOnly {
+func (m *Manager) attempt(ctx context.Context, sku string, short *bool, batch []*call) (conflict bool, err error) {
+	if !*short && !m.casOnly {
 		if done, err := m.direct(ctx, sku, batch); done || err != nil {
 			return false, err
 		}
@@ -220,8 +126,8 @@ func (m *Manager) attempt(ctx context.Context, sku string, q *queue, batch []*ca
 	seen := map[ledgerKey]sqldialect.Entry{}
 	var keys []string
 	for _, c := range batch {
-		if c.key != "" && !slices.Contains(keys, c.key) {
-			keys = append(keys, c.key)
+		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
+			keys = append(keys, c.Req.key)
 		}
 	}
 	if len(keys) > 0 {
@@ -237,29 +143,29 @@ func (m *Manager) attempt(ctx context.Context, sku string, q *queue, batch []*ca
 
 	cur, wrote := stock, false
 	var records []sqldialect.Entry
-	q.short = false
+	*short = false
 	for _, c := range batch {
-		k := ledgerKey{c.dir, c.key}
-		if e, ok := seen[k]; c.key != "" && ok && !e.Expired {
-			c.rem, c.err = e.Remaining, m.t.Duplicate(sku, c.dir, c.key)
+		k := ledgerKey{c.Req.dir, c.Req.key}
+		if e, ok := seen[k]; c.Req.key != "" && ok && !e.Expired {
+			c.Ans.rem, c.Ans.err = e.Remaining, m.t.Duplicate(sku, c.Req.dir, c.Req.key)
 			continue
 		}
-		if err := m.t.Check(sku, c.dir, cur, c.qty); err != nil {
-			c.rem, c.err = cur, err
-			q.short = q.short || errors.Is(err, inventory.ErrInsufficientStock)
+		if err := m.t.Check(sku, c.Req.dir, cur, c.Req.qty); err != nil {
+			c.Ans.rem, c.Ans.err = cur, err
+			*short = *short || errors.Is(err, inventory.ErrInsufficientStock)
 			continue
 		}
-		if c.dir == inventory.DirReduce {
-			cur -= c.qty
+		if c.Req.dir == inventory.DirReduce {
+			cur -= c.Req.qty
 		} else {
-			cur += c.qty
+			cur += c.Req.qty
 		}
-		c.rem, c.err, wrote = cur, nil, true
-		if c.key != "" {
+		c.Ans.rem, c.Ans.err, wrote = cur, nil, true
+		if c.Req.key != "" {
 			// Later calls with this key in the batch are its duplicates.
 			expired := seen[k].Expired // an expired row to replace
-			seen[k] = sqldialect.Entry{Dir: c.dir, Key: c.key, Remaining: cur}
-			records = append(records, sqldialect.Entry{Dir: c.dir, Key: c.key, Remaining: cur, Expired: expired})
+			seen[k] = sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: cur}
+			records = append(records, sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: cur, Expired: expired})
 		}
 	}
 	if !wrote {
@@ -313,18 +219,18 @@ func (m *Manager) attempt(ctx context.Context, sku string, q *queue, batch []*ca
 // seen, or the batch is not one for this path); the caller's read and
 // compare-and-set split the batch exactly.
 func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done bool, err error) {
-	dir := batch[0].dir
+	dir := batch[0].Req.dir
 	var total int64
 	keyed := false
 	for i, c := range batch {
-		if c.dir != dir {
+		if c.Req.dir != dir {
 			return false, nil
 		}
-		total += c.qty // at most 128 calls of MaxStock each: no overflow
-		if c.key != "" {
+		total += c.Req.qty // at most 128 calls of MaxStock each: no overflow
+		if c.Req.key != "" {
 			keyed = true
 			for _, d := range batch[:i] {
-				if d.key == c.key {
+				if d.Req.key == c.Req.key {
 					return false, nil // a duplicate within the batch
 				}
 			}
@@ -343,11 +249,11 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		cur := after
 		for i := len(batch) - 1; i >= 0; i-- {
 			c := batch[i]
-			c.rem = cur
+			c.Ans.rem = cur
 			if dir == inventory.DirReduce {
-				cur += c.qty
+				cur += c.Req.qty
 			} else {
-				cur -= c.qty
+				cur -= c.Req.qty
 			}
 		}
 	}
@@ -367,8 +273,8 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 			remaining(rem)
 			records = records[:0]
 			for _, c := range batch {
-				if c.key != "" {
-					records = append(records, sqldialect.Entry{Dir: dir, Key: c.key, Remaining: c.rem})
+				if c.Req.key != "" {
+					records = append(records, sqldialect.Entry{Dir: dir, Key: c.Req.key, Remaining: c.Ans.rem})
 				}
 			}
 			written, err := m.t.RecordAll(ctx, tx, sku, records)
@@ -386,7 +292,7 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		m.t.Tidy(ctx, len(records))
 	}
 	for _, c := range batch {
-		c.err = nil
+		c.Ans.err = nil
 	}
 	return true, nil
 }

@@ -111,7 +111,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -119,6 +118,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -131,8 +131,7 @@ type Manager struct {
 	o   *sqldialect.Orders
 	cfg config
 
-	mu  sync.Mutex
-	hot map[string]*queue // SKUs with calls in flight
+	comb *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
 
 	// compare-and-set writes tried, and those that lost; for benchmarks
 	writes, conflicts atomic.Int64
@@ -224,9 +223,10 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	}
 	// SQLite's writers take turns on one lock: a read before the write is
 	// only more work there, so the lines calls lock as rowlock's do.
-	m := &Manager{t: t, cfg: c, hot: map[string]*queue{}, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
+	m := &Manager{t: t, cfg: c, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
 	m.f = t.Front(m.move)
+	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	return m, nil
 }
 
@@ -311,7 +311,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
 	}
-	return m.combine(ctx, sku, &call{ctx: ctx, qty: qty, dir: dir, key: key, done: make(chan struct{})})
+	return m.combine(ctx, sku, req{qty: qty, dir: dir, key: key})
 }
 
 // bounds gives the conditional UPDATE's arguments for moving qty units in

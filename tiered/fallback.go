@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/merge"
 )
 
 // Defaults of the circuit breaker ([WithBreaker]).
@@ -97,9 +97,6 @@ type breaker struct {
 	history []Recovery
 	lastErr error
 	failed  int64
-
-	fbMu   sync.Mutex
-	queues map[string]*fbQueue // SKU -> the fallback calls waiting for its drain
 }
 
 // Recovery is what one recovery of the circuit ([WithBreaker]) found.
@@ -331,20 +328,19 @@ func isReply(err error) bool {
 // open.
 func (m *Manager) Fallbacks() int64 { return m.fallbacks.Load() }
 
-// fbCall is one Reduce or Return the fallback serves: the drain that takes
-// it into a batch writes rem and err, then closes done.
-type fbCall struct {
-	ctx   context.Context
-	qty   int64
-	dir   inventory.Direction
-	done  chan struct{}
-	rem   int64
-	err   error
-	taken bool // by a drain; guarded by breaker.fbMu
-}
-
-// fbQueue holds the fallback calls of one SKU waiting for its drain.
-type fbQueue struct{ pending []*fbCall }
+// fbReq is one Reduce or Return the fallback serves, fbAns its answer,
+// which the batch that took it sets.
+type (
+	fbReq struct {
+		qty int64
+		dir inventory.Direction
+	}
+	fbAns struct {
+		rem int64
+		err error
+	}
+	fbCall = merge.Call[fbReq, fbAns]
+)
 
 // maxFallbackBatch bounds the calls one fallback transaction serves.
 const maxFallbackBatch = 256
@@ -367,85 +363,21 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inven
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
 	m.fallbacks.Add(1)
-	b := &m.br
-	b.touch(sku)
-	c := &fbCall{ctx: ctx, qty: qty, dir: dir, done: make(chan struct{})}
-	b.fbMu.Lock()
-	if b.queues == nil {
-		b.queues = map[string]*fbQueue{}
+	m.br.touch(sku)
+	// The calls are applied by a goroutine of their own (merge.Keyed), so
+	// that every caller may leave at its deadline. One whose batch was
+	// taken may yet take effect, as any call that ends with its context
+	// may have.
+	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir})
+	if err != nil {
+		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
 	}
-	q, running := b.queues[sku]
-	if !running {
-		q = &fbQueue{}
-		b.queues[sku] = q
-	}
-	q.pending = append(q.pending, c)
-	b.fbMu.Unlock()
-	if !running {
-		// The calls are applied by a goroutine of their own, so that every
-		// caller may leave at its deadline.
-		go m.fbDrain(sku, q)
-	}
-	select {
-	case <-c.done:
-		return c.rem, c.err
-	case <-ctx.Done():
-	}
-	b.fbMu.Lock()
-	taken := c.taken
-	if !taken {
-		q.pending = slices.DeleteFunc(q.pending, func(x *fbCall) bool { return x == c })
-	}
-	b.fbMu.Unlock()
-	if taken {
-		select {
-		case <-c.done:
-			return c.rem, c.err
-		default:
-			// Its batch is being written: it may yet take effect, as any
-			// call that ends with its context may have.
-		}
-	}
-	return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, ctx.Err(), ErrFallback)
+	return a.rem, a.err
 }
 
-// fbDrain applies the calls of q, batch after batch, until none is
-// pending.
-func (m *Manager) fbDrain(sku string, q *fbQueue) {
-	b := &m.br
-	for {
-		b.fbMu.Lock()
-		if len(q.pending) == 0 {
-			delete(b.queues, sku)
-			b.fbMu.Unlock()
-			return
-		}
-		n := min(len(q.pending), maxFallbackBatch)
-		batch := slices.Clone(q.pending[:n])
-		q.pending = slices.Delete(q.pending, 0, n)
-		for _, c := range batch {
-			c.taken = true
-		}
-		b.fbMu.Unlock()
-		m.fbApply(sku, batch)
-	}
-}
-
-// fbApply serves batch in one transaction, then closes every call's done.
-// Its statements stop once every caller in it has given up.
-func (m *Manager) fbApply(sku string, batch []*fbCall) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	var live atomic.Int32
-	live.Store(int32(len(batch)))
-	for _, c := range batch {
-		stop := context.AfterFunc(c.ctx, func() {
-			if live.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
-	}
+// fbApply serves batch in one transaction, setting every call's answer.
+// Its statements stop once every caller in it has given up (ctx).
+func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []*fbCall) {
 	done, err := m.fbFast(ctx, sku, batch)
 	if done {
 		return
@@ -458,21 +390,21 @@ func (m *Manager) fbApply(sku string, batch []*fbCall) {
 			}
 			cur := pool
 			for _, c := range batch {
-				c.err = nil
-				if c.dir == inventory.DirReduce {
-					if c.qty > cur {
-						c.rem, c.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
+				c.Ans.err = nil
+				if c.Req.dir == inventory.DirReduce {
+					if c.Req.qty > cur {
+						c.Ans.rem, c.Ans.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
 						continue
 					}
-					cur -= c.qty
+					cur -= c.Req.qty
 				} else {
-					if err := inventory.CheckReturn(cur, c.qty); err != nil {
-						c.rem, c.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
+					if err := inventory.CheckReturn(cur, c.Req.qty); err != nil {
+						c.Ans.rem, c.Ans.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
 						continue
 					}
-					cur += c.qty
+					cur += c.Req.qty
 				}
-				c.rem = cur
+				c.Ans.rem = cur
 			}
 			if cur == pool {
 				return nil
@@ -488,18 +420,17 @@ func (m *Manager) fbApply(sku string, batch []*fbCall) {
 	}
 	for _, c := range batch {
 		if err != nil {
-			c.rem, c.err = 0, err
-			if cerr := c.ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				c.err = fmt.Errorf("%w: %w", err, cerr)
+			c.Ans = fbAns{0, err}
+			if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
 			}
 		}
-		close(c.done)
 	}
 }
 
 // fbFast serves a batch of Reduces in one conditional UPDATE, outside a
 // transaction, when the pool holds them all: one round trip. It reports
-// done once it has closed every call's done. It reports false, having
+// done once it has set every call's answer. It reports false, having
 // changed nothing, when the batch holds a Return, the engine has no such
 // statement (SQLite), or the UPDATE changed no row (the pool is short, or
 // there is no such SKU): the transaction then decides each call in turn;
@@ -509,10 +440,10 @@ func (m *Manager) fbApply(sku string, batch []*fbCall) {
 func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
 	var total int64
 	for _, c := range batch {
-		if c.dir != inventory.DirReduce {
+		if c.Req.dir != inventory.DirReduce {
 			return false, nil
 		}
-		total += c.qty
+		total += c.Req.qty
 	}
 	p := m.cfg.tablePrefix
 	var pool int64
@@ -542,9 +473,8 @@ func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done
 	}
 	rem := pool + total
 	for _, c := range batch {
-		rem -= c.qty
-		c.rem, c.err = rem, nil
-		close(c.done)
+		rem -= c.Req.qty
+		c.Ans = fbAns{rem, nil}
 	}
 	return true, nil
 }

@@ -213,7 +213,8 @@ type Manager struct {
 	stalls      atomic.Int64
 	br          breaker
 	fallbacks   atomic.Int64
-	queue       *merge.Queue[req, reply] // merge.go; nil when calls are not merged (WithMaxBatch(1))
+	fb          *merge.Keyed[string, struct{}, fbReq, fbAns] // fallback.go: the SQL calls of each SKU
+	queue       *merge.Queue[req, reply]                     // merge.go; nil when calls are not merged (WithMaxBatch(1))
 
 	ledger ledgerState // the synced-entry ledger's pruning (prune.go)
 
@@ -409,6 +410,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
+	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
 		m.queue = m.newQueue()
 	}

@@ -11,6 +11,10 @@
 // function, which sets each call's answer, and repeats until the queue is
 // empty, then marks the group idle. No call ever waits for anything but the
 // call in flight.
+//
+// [Keyed] merges the calls of groups named by a key instead (a SKU, as
+// optimistic and tiered's fallback write to SQL), made on demand and
+// deleted when idle, and sends every call from a drain goroutine.
 package merge
 
 import (
@@ -56,9 +60,6 @@ type Queue[Q, A any] struct {
 // call's Ans.
 func New[Q, A any](n, max int, join func(first, next Q) bool, lone func(ctx context.Context, req Q) A,
 	send func(batch []*Call[Q, A])) *Queue[Q, A] {
-	if join == nil {
-		join = func(Q, Q) bool { return true }
-	}
 	return &Queue[Q, A]{groups: make([]atomic.Pointer[group[Q, A]], n), max: max, join: join, lone: lone, send: send}
 }
 
@@ -89,29 +90,60 @@ func (qu *Queue[Q, A]) Do(ctx context.Context, i int, req Q) (A, error) {
 	c := &Call[Q, A]{Ctx: ctx, Req: req, done: make(chan struct{})}
 	g.queue = append(g.queue, c)
 	g.mu.Unlock()
+	return wait(&g.mu, &g.queue, c, "sent to Redis merged with other calls, outcome unknown (retry with the same key)")
+}
+
+// wait waits for the answer of c, queued in *queue (both guarded by mu),
+// until its ctx ends; then it takes c out of the queue if no batch took it
+// and returns ctx's error, wrapped with unknown if its batch was sent and
+// has not returned.
+func wait[Q, A any](mu *sync.Mutex, queue *[]*Call[Q, A], c *Call[Q, A], unknown string) (A, error) {
 	select {
 	case <-c.done:
 		return c.Ans, nil
-	case <-ctx.Done():
+	case <-c.Ctx.Done():
 	}
-	g.mu.Lock()
+	mu.Lock()
 	sent := c.sent
 	if !sent {
-		if i := slices.Index(g.queue, c); i >= 0 {
-			g.queue = slices.Delete(g.queue, i, i+1)
+		if i := slices.Index(*queue, c); i >= 0 {
+			*queue = slices.Delete(*queue, i, i+1)
 		}
 	}
-	g.mu.Unlock()
+	mu.Unlock()
 	var zero A
 	if !sent {
-		return zero, ctx.Err() // never sent: nothing taken
+		return zero, c.Ctx.Err() // never sent: nothing taken
 	}
 	select {
 	case <-c.done:
 		return c.Ans, nil
 	default:
 	}
-	return zero, fmt.Errorf("%w: sent to Redis merged with other calls, outcome unknown (retry with the same key)", ctx.Err())
+	return zero, fmt.Errorf("%w: %s", c.Ctx.Err(), unknown)
+}
+
+// take appends to batch the calls of *queue that go in the next batch, in
+// arrival order, marking them sent: up to max calls, and only those that
+// may join the first (join nil: all). It drops the calls whose ctx ended
+// (never sent) and leaves the others queued. The caller holds the queue's
+// lock.
+func take[Q, A any](queue *[]*Call[Q, A], batch []*Call[Q, A], max int, join func(first, next Q) bool) []*Call[Q, A] {
+	q := *queue
+	keep := q[:0]
+	for _, c := range q {
+		switch {
+		case c.Ctx.Err() != nil: // leaves unsent
+		case len(batch) < max && (len(batch) == 0 || join == nil || join(batch[0].Req, c.Req)):
+			c.sent = true
+			batch = append(batch, c)
+		default:
+			keep = append(keep, c)
+		}
+	}
+	clear(q[len(keep):])
+	*queue = keep
+	return batch
 }
 
 // next starts a drain of g when calls queued, or marks g idle.
@@ -130,21 +162,8 @@ func (qu *Queue[Q, A]) next(g *group[Q, A]) {
 func (qu *Queue[Q, A]) drain(g *group[Q, A]) {
 	var batch []*Call[Q, A]
 	for {
-		batch = batch[:0]
 		g.mu.Lock()
-		keep := g.queue[:0]
-		for _, c := range g.queue {
-			switch {
-			case c.Ctx.Err() != nil: // leaves unsent
-			case len(batch) < qu.max && (len(batch) == 0 || qu.join(batch[0].Req, c.Req)):
-				c.sent = true
-				batch = append(batch, c)
-			default:
-				keep = append(keep, c)
-			}
-		}
-		clear(g.queue[len(keep):])
-		g.queue = keep
+		batch = take(&g.queue, batch[:0], qu.max, qu.join)
 		if len(batch) == 0 {
 			g.busy = false
 			g.mu.Unlock()
