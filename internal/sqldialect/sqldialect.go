@@ -153,6 +153,7 @@ type Tables struct {
 	cfg    Config
 	q      statements
 	writes atomic.Uint32 // keys recorded, to prune now and then
+	prep   *preparedSet  // statements prepared once (prepared.go); nil but on MySQL
 }
 
 // statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
@@ -219,7 +220,9 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	if cfg.LockWait < 0 {
 		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
 	}
-	return &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}, nil
+	t := &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}
+	t.prepare()
+	return t, nil
 }
 
 // rowsMark brackets the row of a batch list in a rendered statement.
@@ -455,7 +458,7 @@ func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, 
 		}
 		return remaining, true, nil
 	}
-	res, err := e.ExecContext(ctx, stmt, delta, sku, lo, hi)
+	res, err := t.execPrepared(ctx, e, stmt, delta, sku, lo, hi)
 	if err != nil {
 		return 0, false, t.Err(ctx, "update", err)
 	}
