@@ -31,16 +31,15 @@ func (t *Tables) Statements() []Statement {
 // MySQLNumber is mysqlNumber.
 var MySQLNumber = mysqlNumber
 
-// Prepared reports whether t holds stmt ("move" or "shift") prepared.
+// Prepared reports whether t holds stmt ("move", "shift", "lockHolds" or
+// "set") prepared.
 func (t *Tables) Prepared(stmt string) bool {
 	p := map[string]*prepared{}
 	if t.prep != nil {
-		p = map[string]*prepared{"move": t.prep.move, "shift": t.prep.shift}
+		p = map[string]*prepared{"move": t.prep.move, "shift": t.prep.shift, "lockHolds": t.prep.lockHolds, "set": t.prep.set}
 	}
 	if p[stmt] == nil {
 		return false
 	}
-	p[stmt].mu.Lock()
-	defer p[stmt].mu.Unlock()
-	return p[stmt].stmt != nil
+	return p[stmt].peek() != nil
 }

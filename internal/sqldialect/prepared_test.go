@@ -61,11 +61,32 @@ func TestPreparedMove(t *testing.T) {
 		require.True(t, ok, "shift has no holds guard")
 		require.EqualValues(t, 5, n)
 
+		// In a transaction of the Tables' own, the prepared statements;
+		// in a caller's, the text: both give the same answers.
+		mysql := tb.Engine == sqldialect.MySQL
+		require.False(t, tb.Prepared("lockHolds"))
 		require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
+			r, err := tb.LockHolds(ctx, tx, sku)
+			require.NoError(t, err)
+			require.Equal(t, sqldialect.Row{Stock: 5, Version: 5, Expired: true}, r)
+			require.Equal(t, mysql, tb.Prepared("lockHolds"))
 			_, ok, err := tb.Move(ctx, tx, sku, -1, 1, math.MaxInt64)
 			require.False(t, ok, "in a transaction too")
+			require.NoError(t, err)
+			ok, err = tb.Set(ctx, tx, sku, 5, 9)
+			require.True(t, ok)
+			require.Equal(t, mysql, tb.Prepared("set"))
 			return err
 		}))
+		tx, err := db.BeginTxx(ctx, nil)
+		require.NoError(t, err)
+		r, err := tb.LockHolds(ctx, tx, sku)
+		require.NoError(t, err)
+		require.Equal(t, sqldialect.Row{Stock: 9, Version: 6, Expired: true}, r, "the committed Set")
+		ok, err = tb.Set(ctx, tx, sku, 5, 1)
+		require.NoError(t, err)
+		require.False(t, ok, "stale version")
+		require.NoError(t, tx.Rollback())
 
 		// The tables again, under the prepared statement: the server
 		// prepares it again by itself.

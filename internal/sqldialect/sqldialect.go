@@ -421,7 +421,7 @@ func (t *Tables) Lock(ctx context.Context, tx *sqlx.Tx, sku string) (stock, vers
 // Set is the version compare-and-set: if sku's version is still version it
 // sets the stock to stock and moves the version on. ok reports whether it did.
 func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (ok bool, err error) {
-	res, err := e.ExecContext(ctx, t.q.set, stock, sku, version)
+	res, err := t.execPrepared(ctx, e, t.q.set, stock, sku, version)
 	if err != nil {
 		return false, t.Err(ctx, "compare-and-set", err)
 	}
@@ -575,10 +575,12 @@ func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 
 // txWith is Tx with the transaction options opts (nil: the defaults).
 func (t *Tables) txWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+	t.warm(ctx)
 	tx, err := t.DB.BeginTxx(ctx, opts)
 	if err != nil {
 		return t.Err(ctx, "begin", err)
 	}
+	defer t.ownTx(tx)()
 	if err := fn(tx); err != nil {
 		t.end(ctx, tx, "ROLLBACK", tx.Rollback) // the transaction failed; its own error says why
 		return err
