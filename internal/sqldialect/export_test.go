@@ -30,3 +30,16 @@ func (t *Tables) Statements() []Statement {
 
 // MySQLNumber is mysqlNumber.
 var MySQLNumber = mysqlNumber
+
+// Prepared reports whether t holds stmt ("move", "shift", "lockHolds" or
+// "set") prepared.
+func (t *Tables) Prepared(stmt string) bool {
+	p := map[string]*prepared{}
+	if t.prep != nil {
+		p = map[string]*prepared{"move": t.prep.move, "shift": t.prep.shift, "lockHolds": t.prep.lockHolds, "set": t.prep.set}
+	}
+	if p[stmt] == nil {
+		return false
+	}
+	return p[stmt].peek() != nil
+}

@@ -75,7 +75,7 @@ func (t *Tables) LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (Row, e
 		}
 	}
 	var r Row
-	err := tx.QueryRowxContext(ctx, t.q.lockHolds, sku).Scan(&r.Stock, &r.Version, &r.Expired)
+	err := t.scanPrepared(ctx, tx, t.q.lockHolds, []any{sku}, &r.Stock, &r.Version, &r.Expired)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, t.NotFound(sku)
 	}

@@ -153,6 +153,7 @@ type Tables struct {
 	cfg    Config
 	q      statements
 	writes atomic.Uint32 // keys recorded, to prune now and then
+	prep   *preparedSet  // statements prepared once (prepared.go); nil but on MySQL
 }
 
 // statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
@@ -219,7 +220,9 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	if cfg.LockWait < 0 {
 		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
 	}
-	return &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}, nil
+	t := &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}
+	t.prepare()
+	return t, nil
 }
 
 // rowsMark brackets the row of a batch list in a rendered statement.
@@ -418,7 +421,7 @@ func (t *Tables) Lock(ctx context.Context, tx *sqlx.Tx, sku string) (stock, vers
 // Set is the version compare-and-set: if sku's version is still version it
 // sets the stock to stock and moves the version on. ok reports whether it did.
 func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (ok bool, err error) {
-	res, err := e.ExecContext(ctx, t.q.set, stock, sku, version)
+	res, err := t.execPrepared(ctx, e, t.q.set, stock, sku, version)
 	if err != nil {
 		return false, t.Err(ctx, "compare-and-set", err)
 	}
@@ -455,7 +458,7 @@ func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, 
 		}
 		return remaining, true, nil
 	}
-	res, err := e.ExecContext(ctx, stmt, delta, sku, lo, hi)
+	res, err := t.execPrepared(ctx, e, stmt, delta, sku, lo, hi)
 	if err != nil {
 		return 0, false, t.Err(ctx, "update", err)
 	}
@@ -572,10 +575,12 @@ func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 
 // txWith is Tx with the transaction options opts (nil: the defaults).
 func (t *Tables) txWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+	t.warm(ctx)
 	tx, err := t.DB.BeginTxx(ctx, opts)
 	if err != nil {
 		return t.Err(ctx, "begin", err)
 	}
+	defer t.ownTx(tx)()
 	if err := fn(tx); err != nil {
 		t.end(ctx, tx, "ROLLBACK", tx.Rollback) // the transaction failed; its own error says why
 		return err
