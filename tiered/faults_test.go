@@ -336,7 +336,13 @@ func TestSale10k(t *testing.T) {
 	fallbacksKill := m.Fallbacks()
 	waitFor("before the Redis stop", 2500)
 	rsrv.Pause()
+	// A second at least, and until the timeouts opened the circuit and the
+	// fallback sold (on a loaded machine a second's timeouts were seen to
+	// fall short of opening it), 10 s at most.
 	time.Sleep(time.Second)
+	for wait := time.Now().Add(9 * time.Second); m.Fallbacks() == fallbacksKill && time.Now().Before(wait); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	rsrv.Resume()
 	fallbacksStop := m.Fallbacks() - fallbacksKill
 	waitFor("before the MariaDB kill", 4000)
