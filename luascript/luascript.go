@@ -74,6 +74,7 @@ type Manager struct {
 	client redis.UniversalClient
 	config
 	ttlMs  int64                      // keyTTL in ms, as the scripts take it
+	ttlArg any                        // ttlMs boxed once, for move's arguments
 	queue  *merge.Queue[call, answer] // merge.go; nil when calls are not merged (maxBatch 1)
 	refuse *refusals                  // WithRefusals
 	marks  *slotMarks                 // orders.go; nil but on a Cluster
@@ -206,6 +207,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("%w: luascript: WithRefusals(%v): want 1ms..%v", inventory.ErrInvalidArgument, c.refusalTTL, MaxRefusalTTL)
 	}
 	m := &Manager{client: client, config: c, ttlMs: c.keyTTL.Milliseconds(), marks: newSlotMarks(client)}
+	m.ttlArg = m.ttlMs
 	if c.refusalsSet {
 		m.refuse = &refusals{ttl: c.refusalTTL}
 	}
@@ -320,17 +322,14 @@ func signed(qty int64, dir inventory.Direction) int64 {
 
 // move runs one call as its own script call.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	var cmd *redis.Cmd
-	var acked int64
-	var err error
-	stock := rediskeys.Stock(m.prefix, sku)
-	marker := rediskeys.HoldMarker(m.prefix, sku) // orders.go: the last key
+	stock, marker, rec := rediskeys.MoveKeys(m.prefix, sku, dir, key) // marker: orders.go, the last key
+	var a []any
 	if key == "" {
-		cmd, acked, err = moveScript.Run(ctx, m.client, m.replicas, m.replicaTimeout, []string{stock, marker}, signed(qty, dir))
+		a = []any{nil, nil, 2, stock, marker, signed(qty, dir)}
 	} else {
-		cmd, acked, err = moveScript.Run(ctx, m.client, m.replicas, m.replicaTimeout,
-			[]string{stock, rediskeys.Key(m.prefix, sku, dir, key), marker}, signed(qty, dir), m.ttlMs)
+		a = []any{nil, nil, 3, stock, rec, marker, signed(qty, dir), m.ttlArg}
 	}
+	cmd, acked, err := moveScript.RunArgs(ctx, m.client, m.replicas, m.replicaTimeout, stock, a)
 	if errors.Is(err, redis.Nil) {
 		return 0, inventory.ErrNotFound
 	}

@@ -71,11 +71,13 @@ func BenchmarkLuascript(b *testing.B) {
 			}}
 		reduce := func(m *luascript.Manager, keyed bool) benchcmp.Op {
 			return func(ctx context.Context, _ int, rng *rand.Rand) error {
-				var opts []inventory.Option
-				if keyed {
-					opts = append(opts, inventory.WithKey("k"+strconv.FormatInt(keys.Add(1), 10)))
+				sku := pick(rng, skus)
+				var err error
+				if keyed { // as a caller writes it: no slice of options built
+					_, err = m.Reduce(ctx, sku, 1, inventory.WithKey("k"+strconv.FormatInt(keys.Add(1), 10)))
+				} else {
+					_, err = m.Reduce(ctx, sku, 1)
 				}
-				_, err := m.Reduce(ctx, pick(rng, skus), 1, opts...)
 				return err
 			}
 		}

@@ -114,3 +114,39 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 	b.WriteString(key)
 	return b.String()
 }
+
+// MoveKeys returns the keys one Reduce or Return of sku names, built in one
+// allocation: the stock key (as [Stock]), the hold marker (as
+// [HoldMarker]) and, when key is not "", the record of key (as [Key]; ""
+// otherwise).
+func MoveKeys(prefix, sku string, dir inventory.Direction, key string) (stock, marker, rec string) {
+	var n [20]byte
+	l := strconv.AppendInt(n[:0], int64(len(sku)), 10)
+	head := len(prefix) + tagLen + 3 + len(sku) // PREFIX{tag}:s:SKU
+	size := 2 * head
+	if key != "" {
+		size += len(prefix) + tagLen + 3 + len(dir) + 1 + len(l) + 1 + len(sku) + 1 + len(key)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, kind := range [2]string{":s:", ":m:"} {
+		b.WriteString(prefix)
+		writeTag(&b, sku)
+		b.WriteString(kind)
+		b.WriteString(sku)
+	}
+	if key != "" {
+		b.WriteString(prefix)
+		writeTag(&b, sku)
+		b.WriteString(":k:")
+		b.WriteString(string(dir))
+		b.WriteByte(':')
+		b.Write(l)
+		b.WriteByte(':')
+		b.WriteString(sku)
+		b.WriteByte(':')
+		b.WriteString(key)
+	}
+	all := b.String()
+	return all[:head], all[head : 2*head], all[2*head:]
+}

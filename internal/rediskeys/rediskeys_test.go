@@ -72,4 +72,24 @@ func TestSlot(t *testing.T) {
 func TestKeysAllocateOnce(t *testing.T) {
 	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Stock("inv", "shoe") }))
 	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Key("inv", "shoe", inventory.DirReduce, "k") }))
+	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _, _, _ = rediskeys.MoveKeys("inv", "shoe", inventory.DirReduce, "k") }))
+}
+
+// TestMoveKeys checks that MoveKeys builds the keys Stock, HoldMarker and Key
+// build.
+func TestMoveKeys(t *testing.T) {
+	for _, sku := range []string{"a", "鞋", "}{", "a:1", strings.Repeat("z", 255)} {
+		for _, d := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
+			for _, k := range []string{"", "b", "1:b", "b:"} {
+				stock, marker, rec := rediskeys.MoveKeys("shop:eu", sku, d, k)
+				require.Equal(t, rediskeys.Stock("shop:eu", sku), stock)
+				require.Equal(t, rediskeys.HoldMarker("shop:eu", sku), marker)
+				if k == "" {
+					require.Empty(t, rec)
+				} else {
+					require.Equal(t, rediskeys.Key("shop:eu", sku, d, k), rec)
+				}
+			}
+		}
+	}
 }

@@ -24,11 +24,15 @@ import (
 // caller's own retry safe.
 type Script struct {
 	src, sha string
+	// srcArg and shaArg are src and sha boxed once, so that a call's
+	// arguments do not box them again.
+	srcArg, shaArg any
 }
 
 // NewScript returns the Script of the Lua source src.
 func NewScript(src string) *Script {
-	return &Script{src: src, sha: redis.NewScript(src).Hash()}
+	sha := redis.NewScript(src).Hash()
+	return &Script{src: src, sha: sha, srcArg: src, shaArg: sha}
 }
 
 // once is a command go-redis never sends again after it may have reached
@@ -38,37 +42,41 @@ type once struct{ *redis.Cmd }
 // NoRetry implements redis.Cmder.
 func (once) NoRetry() bool { return true }
 
-// cmd returns the EVALSHA (or, with eval, EVAL) command of s with keys and
-// args.
-func (s *Script) cmd(ctx context.Context, eval bool, keys []string, args []any) once {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	if eval {
-		a = append(a, "eval", s.src)
-	} else {
-		a = append(a, "evalsha", s.sha)
-	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	return once{redis.NewCmd(ctx, a...)}
-}
-
 // Run runs s with EVALSHA (and EVAL when Redis answers NOSCRIPT, which it
 // does before running anything). When replicas > 0 it then waits, on the
 // same connection, for that many replicas (see [Replicated]) and returns
 // how many acknowledged. The script's own error is returned as the error.
 func (s *Script) Run(ctx context.Context, client redis.UniversalClient, replicas int, timeout time.Duration,
 	keys []string, args ...any) (*redis.Cmd, int64, error) {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, nil, nil, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return s.RunArgs(ctx, client, replicas, timeout, keys[0], a)
+}
+
+// RunArgs is [Script.Run] with the command's arguments built by the
+// caller: a[0] and a[1] are left for RunArgs (EVALSHA and the hash, or EVAL
+// and the source), a[2] is the number of keys (an int, as
+// [Script.Run] gives it), the keys follow, then the arguments; key is the
+// first key. RunArgs keeps a for the command.
+func (s *Script) RunArgs(ctx context.Context, client redis.UniversalClient, replicas int, timeout time.Duration,
+	key string, a []any) (*redis.Cmd, int64, error) {
 	for eval := false; ; eval = true {
-		cmd := s.cmd(ctx, eval, keys, args)
+		if eval {
+			a[0], a[1] = "eval", s.srcArg
+		} else {
+			a[0], a[1] = "evalsha", s.shaArg
+		}
+		cmd := once{redis.NewCmd(ctx, a...)}
 		var acked int64
 		var err error
 		if replicas == 0 {
 			err = client.Process(ctx, cmd)
 		} else {
-			acked, err = Replicated(ctx, client, keys[0], replicas, timeout, func(p redis.Pipeliner) {
+			acked, err = Replicated(ctx, client, key, replicas, timeout, func(p redis.Pipeliner) {
 				_ = p.Process(ctx, cmd)
 			})
 			if cmd.Err() != nil {
