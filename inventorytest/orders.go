@@ -91,6 +91,15 @@ func (s *suite) skus(t *testing.T, ctx context.Context, m orderManager, qtys ...
 	return out
 }
 
+// start is the common start of an order subtest: a context for its calls,
+// its id function (see id) and SKUs initialised to qtys (see skus).
+func (s *suite) start(t *testing.T, m orderManager, qtys ...int64) (context.Context, func(name string) string, []string) {
+	t.Helper()
+	ctx := quick(t)
+	id := func(name string) string { return s.id(t, name) }
+	return ctx, id, s.skus(t, ctx, m, qtys...)
+}
+
 // id returns a hold id or idempotency key unique to this run and subtest:
 // ids and the keys of the lines calls are not per SKU, so a backend shared
 // by successive managers (or runs) must not see one twice.
@@ -231,9 +240,7 @@ func requireShort(t *testing.T, err error, call []inventory.Line, short map[stri
 }
 
 func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 2, 10, inventory.MaxStock-1)
+	ctx, id, sk := s.start(t, m, 10, 2, 10, inventory.MaxStock-1)
 	a, b, c, full := sk[0], sk[1], sk[2], sk[3]
 	unknown := s.osku(t, "unknown")
 	unchanged := func() {
@@ -293,9 +300,7 @@ func (s *suite) testAllOrNothing(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 20, 20)
+	ctx, id, sk := s.start(t, m, 20, 20)
 	a, b := sk[0], sk[1]
 	cart := lines(a, 2, b, 3)
 	key := inventory.WithKey(id("cart-1"))
@@ -343,9 +348,7 @@ func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testReserve(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 5)
+	ctx, id, sk := s.start(t, m, 10, 5)
 	a, b := sk[0], sk[1]
 	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 5), s.longTTL()))
 	requireLevels(t, ctx, m, a, 7, 3)
@@ -371,9 +374,7 @@ func (s *suite) testReserve(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testConfirm(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 5)
+	ctx, id, sk := s.start(t, m, 10, 5)
 	a, b := sk[0], sk[1]
 	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 2), s.longTTL()))
 	require.NoError(t, m.Confirm(ctx, id("order-1")))
@@ -398,9 +399,7 @@ func (s *suite) testConfirm(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testCancel(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 5)
+	ctx, id, sk := s.start(t, m, 10, 5)
 	a, b := sk[0], sk[1]
 	require.NoError(t, m.Reserve(ctx, id("order-1"), lines(a, 3, b, 5), s.longTTL()))
 	require.NoError(t, m.Cancel(ctx, id("order-1")))
@@ -421,9 +420,7 @@ func (s *suite) testCancel(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10)
+	ctx, id, sk := s.start(t, m, 10)
 	err := m.Confirm(ctx, id("never-reserved"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Confirm of an unknown hold")
 	require.NotErrorIs(t, err, inventory.ErrHoldReleased)
@@ -438,9 +435,7 @@ func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10)
 	a, b := sk[0], sk[1]
 	dup := func(id string, availA, heldA int64) {
 		t.Helper()
@@ -474,9 +469,7 @@ func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 2)
+	ctx, id, sk := s.start(t, m, 2)
 	a := sk[0]
 	requireShort(t, m.Reserve(ctx, id("f"), lines(a, 5), s.longTTL()), lines(a, 5), map[string]int64{a: 2})
 	require.ErrorIs(t, m.Reserve(ctx, id("f"), lines(a, 1, s.osku(t, "unknown"), 1), s.longTTL()), inventory.ErrNotFound)
@@ -492,9 +485,7 @@ func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testOrdersCancelledContext(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10)
 	a, b := sk[0], sk[1]
 	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
 
@@ -533,9 +524,7 @@ func (s *suite) testOrdersCancelledContext(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10)
 	a, b := sk[0], sk[1]
 	unknown := s.osku(t, "unknown")
 	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1), s.longTTL()))
@@ -615,9 +604,7 @@ func (s *suite) testOrdersInvalidArguments(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testExpiryWithTraffic(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10, 10, 10)
 	a, b, c, d := sk[0], sk[1], sk[2], sk[3]
 	for i, sku := range sk {
 		s.reserveShort(t, ctx, m, id(fmt.Sprintf("hold-%d", i)), lines(sku, 4))
@@ -654,9 +641,7 @@ func (s *suite) testExpiryWithTraffic(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testConfirmAfterExpiry(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10)
 	a, b := sk[0], sk[1]
 	sleepUntil(ctx, s.reserveShort(t, ctx, m, id("late"), lines(a, 3, b, 4)))
 	// Nobody touched the SKUs and nothing swept: Confirm itself finds the
@@ -675,9 +660,7 @@ func (s *suite) testConfirmAfterExpiry(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testCancelAfterExpiry(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10, 10)
 	a, b, c := sk[0], sk[1], sk[2]
 	s.reserveShort(t, ctx, m, id("x-a"), lines(a, 4))
 	s.reserveShort(t, ctx, m, id("x-b"), lines(b, 4))
@@ -708,9 +691,7 @@ func (s *suite) testCancelAfterExpiry(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testSweep(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10, 10)
+	ctx, id, sk := s.start(t, m, 10, 10)
 	a, b := sk[0], sk[1]
 	require.NoError(t, m.Reserve(ctx, id("live"), lines(a, 1, b, 1), s.longTTL()))
 	s.reserveShort(t, ctx, m, id("e1"), lines(a, 2))
@@ -734,9 +715,7 @@ func (s *suite) testSweep(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testReap(t *testing.T, m orderManager) {
-	id := func(name string) string { return s.id(t, name) }
-	ctx := quick(t)
-	sk := s.skus(t, ctx, m, 10)
+	ctx, id, sk := s.start(t, m, 10)
 	a := sk[0]
 	period := s.cfg.ReapPeriod
 	reapCtx, stop := context.WithCancel(ctx)

@@ -114,15 +114,22 @@ func (m *Manager) begin(ctx context.Context) (HoldStore, error) {
 	return m.holds()
 }
 
+// beginLines is the common start of a lines call: it checks the lines and
+// options, then begins.
+func (m *Manager) beginLines(ctx context.Context, lines []inventory.Line, opts []inventory.Option) (inventory.CallOptions, HoldStore, error) {
+	o, err := inventory.ValidateLinesCall(lines, opts)
+	if err != nil {
+		return o, nil, err
+	}
+	hs, err := m.begin(ctx)
+	return o, hs, err
+}
+
 // ReduceLines implements [inventory.OrderManager]: it holds every line
 // under an order of its own, then confirms it.
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	const op = "reduce lines"
-	o, err := inventory.ValidateLinesCall(lines, opts)
-	if err != nil {
-		return m.fail(op, err)
-	}
-	hs, err := m.begin(ctx)
+	o, hs, err := m.beginLines(ctx, lines, opts)
 	if err != nil {
 		return m.fail(op, err)
 	}
@@ -184,11 +191,7 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 // writing) writes what is missing and reports ErrDuplicate.
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	const op = "return lines"
-	o, err := inventory.ValidateLinesCall(lines, opts)
-	if err != nil {
-		return m.fail(op, err)
-	}
-	hs, err := m.begin(ctx)
+	o, hs, err := m.beginLines(ctx, lines, opts)
 	if err != nil {
 		return m.fail(op, err)
 	}

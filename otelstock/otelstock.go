@@ -574,19 +574,21 @@ func (in *instruments) Init(ctx context.Context, sku string, qty int64) error {
 
 // Reduce implements [inventory.StockManager].
 func (in *instruments) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	ctx, c := in.begin(ctx, opReduce)
-	c.sku, c.qty, c.keyed = sku, qty, keyed(opts)
-	n, err := in.inner.Reduce(ctx, sku, qty, opts...)
-	c.remaining, c.hasRemain = n, true
-	c.end(ctx, err, qty)
-	return n, err
+	return in.unitsCall(ctx, opReduce, sku, qty, opts, in.inner.Reduce)
 }
 
 // Return implements [inventory.StockManager].
 func (in *instruments) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	ctx, c := in.begin(ctx, opReturn)
+	return in.unitsCall(ctx, opReturn, sku, qty, opts, in.inner.Return)
+}
+
+// unitsCall records the Reduce or Return (which) of qty units of sku
+// that inner makes.
+func (in *instruments) unitsCall(ctx context.Context, which op, sku string, qty int64, opts []inventory.Option,
+	inner func(context.Context, string, int64, ...inventory.Option) (int64, error)) (int64, error) {
+	ctx, c := in.begin(ctx, which)
 	c.sku, c.qty, c.keyed = sku, qty, keyed(opts)
-	n, err := in.inner.Return(ctx, sku, qty, opts...)
+	n, err := inner(ctx, sku, qty, opts...)
 	c.remaining, c.hasRemain = n, true
 	c.end(ctx, err, qty)
 	return n, err
@@ -609,18 +611,21 @@ type orders struct {
 
 // ReduceLines implements [inventory.OrderManager].
 func (o orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	ctx, c := o.begin(ctx, opReduceLines)
-	total := c.setLines(lines, opts)
-	err := o.om.ReduceLines(ctx, lines, opts...)
-	c.end(ctx, err, total)
-	return err
+	return o.linesCall(ctx, opReduceLines, lines, opts, o.om.ReduceLines)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (o orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	ctx, c := o.begin(ctx, opReturnLines)
+	return o.linesCall(ctx, opReturnLines, lines, opts, o.om.ReturnLines)
+}
+
+// linesCall records the ReduceLines or ReturnLines (which) of lines that
+// inner makes.
+func (o orders) linesCall(ctx context.Context, which op, lines []inventory.Line, opts []inventory.Option,
+	inner func(context.Context, []inventory.Line, ...inventory.Option) error) error {
+	ctx, c := o.begin(ctx, which)
 	total := c.setLines(lines, opts)
-	err := o.om.ReturnLines(ctx, lines, opts...)
+	err := inner(ctx, lines, opts...)
 	c.end(ctx, err, total)
 	return err
 }
@@ -637,18 +642,20 @@ func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, 
 
 // Confirm implements [inventory.OrderManager].
 func (o orders) Confirm(ctx context.Context, id string) error {
-	ctx, c := o.begin(ctx, opConfirm)
-	c.hold = id
-	err := o.om.Confirm(ctx, id)
-	c.end(ctx, err, 0)
-	return err
+	return o.holdCall(ctx, opConfirm, id, o.om.Confirm)
 }
 
 // Cancel implements [inventory.OrderManager].
 func (o orders) Cancel(ctx context.Context, id string) error {
-	ctx, c := o.begin(ctx, opCancel)
+	return o.holdCall(ctx, opCancel, id, o.om.Cancel)
+}
+
+// holdCall records the Confirm or Cancel (which) of hold id that inner
+// makes.
+func (o orders) holdCall(ctx context.Context, which op, id string, inner func(context.Context, string) error) error {
+	ctx, c := o.begin(ctx, which)
 	c.hold = id
-	err := o.om.Cancel(ctx, id)
+	err := inner(ctx, id)
 	c.end(ctx, err, 0)
 	return err
 }

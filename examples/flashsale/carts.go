@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,13 +287,7 @@ func runCarts(ctx context.Context, cfg *config, env *backends, tg target, m inve
 	if n, err := reapErrs.get(); n > 0 && r.FirstError == "" {
 		r.FirstError = fmt.Sprintf("%d Sweeps failed, first: %v", n, err)
 	}
-	r.ElapsedMS = ms(elapsed)
-	r.Throughput = float64(r.Requests) / elapsed.Seconds()
-	slices.Sort(lat)
-	r.P50MS, r.P90MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99))
-	if len(lat) > 0 {
-		r.MaxMS = ms(lat[len(lat)-1])
-	}
+	r.setTimes(elapsed, lat)
 	cr.Check = "ok"
 	if len(problems) > 0 {
 		cr.Check = "FAIL"

@@ -52,31 +52,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/stockkit/inventory/examples/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "flashsale:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("flashsale", run) }
 
 // errUsage reports bad flags; the flag package has already said why.
-var errUsage = errors.New("usage")
+var errUsage = cli.ErrUsage
 
 // run is the whole program: it parses args, runs the sale over every selected
 // strategy, and writes the report to stdout and progress to stderr.

@@ -85,13 +85,19 @@ func (r result) storeCell() string {
 	return r.Store
 }
 
+// startTable writes the line that describes the backends and returns a
+// table of results whose first row is header.
+func startTable(w io.Writer, env *backends, header string) *tabwriter.Writer {
+	fmt.Fprintf(w, "%s\n\n", strings.Join(env.describe(), "; "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, header)
+	return tw
+}
+
 func writeTable(w io.Writer, cfg *config, env *backends, results []result) error {
 	fmt.Fprintf(w, "flash sale: %d buyers (%d click twice) for %d units, %d per buyer, %d calls in flight\n",
 		cfg.buyers, cfg.repeaters(), cfg.stock, cfg.qty, cfg.concurrency)
-	fmt.Fprintf(w, "%s\n\n", strings.Join(env.describe(), "; "))
-
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tstore\tsold\toversold\tlost\tleft\t"+
+	tw := startTable(w, env, "strategy\tstore\tsold\toversold\tlost\tleft\t"+
 		"sold out\tcontention\tduplicate\terror\tretries\telapsed\treq/s\tp50\tp90\tp99\tmax\t")
 	var notes []string
 	for _, r := range results {
@@ -249,10 +255,7 @@ func writeCartsTable(w io.Writer, cfg *config, env *backends, results []result) 
 	fmt.Fprintf(w, "cart sale: %d carts of 1-%d lines over %d SKUs of %d units, 1-%d units a line; %.0f%% reserve and never pay, "+
 		"%.0f%% ReduceLines, the others Reserve then Confirm; holds live %v, a reaper sweeps every %v; %d calls in flight\n",
 		cfg.buyers, min(5, cfg.skus), cfg.skus, cfg.stock, cfg.qty, 100*cfg.abandon, 100*cfg.direct, cfg.holdTTL, cfg.reap, cfg.concurrency)
-	fmt.Fprintf(w, "%s\n\n", strings.Join(env.describe(), "; "))
-
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tstore\tsold\theld\texpired\tleft\toversold\tlost\tcheck\t"+
+	tw := startTable(w, env, "strategy\tstore\tsold\theld\texpired\tleft\toversold\tlost\tcheck\t"+
 		"sold out\tlate\tcontention\terror\tretries\telapsed\treleased in\treq/s\tp50\tp99\tmax\t")
 	var notes []string
 	for _, r := range results {

@@ -212,13 +212,7 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	if c.firstError != nil {
 		r.FirstError = c.firstError.Error()
 	}
-	r.ElapsedMS = ms(elapsed)
-	r.Throughput = float64(r.Requests) / elapsed.Seconds()
-	slices.Sort(lat)
-	r.P50MS, r.P90MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99))
-	if len(lat) > 0 {
-		r.MaxMS = ms(lat[len(lat)-1])
-	}
+	r.setTimes(elapsed, lat)
 	var disagree string
 	if meter != nil {
 		r.Metrics = meter.read(ctx)
@@ -373,6 +367,18 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	}
 	i := (len(sorted)*p+99)/100 - 1
 	return sorted[max(i, 0)]
+}
+
+// setTimes records how long the sale of r.Requests calls took and the
+// percentiles of their latencies lat, which it sorts.
+func (r *result) setTimes(elapsed time.Duration, lat []time.Duration) {
+	r.ElapsedMS = ms(elapsed)
+	r.Throughput = float64(r.Requests) / elapsed.Seconds()
+	slices.Sort(lat)
+	r.P50MS, r.P90MS, r.P99MS = ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99))
+	if len(lat) > 0 {
+		r.MaxMS = ms(lat[len(lat)-1])
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -93,11 +93,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -114,6 +111,7 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/examples/internal/cli"
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/optimistic"
 	"github.com/stockkit/inventory/otelstock"
@@ -126,22 +124,10 @@ import (
 	"github.com/stockkit/inventory/zklock"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "httpservice:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("httpservice", run) }
 
 // errUsage reports bad flags; the flag package has already said why.
-var errUsage = errors.New("usage")
+var errUsage = cli.ErrUsage
 
 type config struct {
 	addr            string

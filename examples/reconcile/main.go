@@ -20,10 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -33,27 +30,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // registers "sqlite"
 
+	"github.com/stockkit/inventory/examples/internal/cli"
 	"github.com/stockkit/inventory/tiered"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errDrift):
-		os.Exit(3)
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "reconcile:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("reconcile", run, cli.Exit{Err: errDrift, Code: 3}) }
 
 var (
-	errUsage = errors.New("usage")
+	errUsage = cli.ErrUsage
 	errDrift = errors.New("drift found")
 )
 

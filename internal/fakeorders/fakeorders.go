@@ -130,32 +130,39 @@ func (o *Orders) releaseLocked(ctx context.Context, h *hold) error {
 
 // Confirm implements [inventory.OrderManager].
 func (o *Orders) Confirm(ctx context.Context, id string) error {
-	o.Calls.Add(1)
-	if err := inventory.ValidateHoldID(id); err != nil {
-		return err
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := o.holds[id]
-	switch {
-	case h == nil:
-		return fmt.Errorf("%w: hold %q", inventory.ErrNotFound, id)
-	case h.confirmed:
-		return fmt.Errorf("%w: hold %q", inventory.ErrDuplicate, id)
-	case !h.ended && !o.now().Before(h.expires):
-		if err := o.releaseLocked(ctx, h); err != nil {
-			return err
+	return o.withHold(id, func(h *hold) error {
+		switch {
+		case h.confirmed:
+			return fmt.Errorf("%w: hold %q", inventory.ErrDuplicate, id)
+		case !h.ended && !o.now().Before(h.expires):
+			if err := o.releaseLocked(ctx, h); err != nil {
+				return err
+			}
 		}
-	}
-	if h.ended {
-		return fmt.Errorf("%w: hold %q", inventory.ErrHoldReleased, id)
-	}
-	h.confirmed = true
-	return nil
+		if h.ended {
+			return fmt.Errorf("%w: hold %q", inventory.ErrHoldReleased, id)
+		}
+		h.confirmed = true
+		return nil
+	})
 }
 
 // Cancel implements [inventory.OrderManager].
 func (o *Orders) Cancel(ctx context.Context, id string) error {
+	return o.withHold(id, func(h *hold) error {
+		switch {
+		case h.confirmed:
+			return fmt.Errorf("%w: hold %q", inventory.ErrHoldConfirmed, id)
+		case h.ended:
+			return nil
+		}
+		return o.releaseLocked(ctx, h)
+	})
+}
+
+// withHold counts a call on hold id, checks id and runs f on its hold
+// under the lock; an unknown id is ErrNotFound.
+func (o *Orders) withHold(id string, f func(h *hold) error) error {
 	o.Calls.Add(1)
 	if err := inventory.ValidateHoldID(id); err != nil {
 		return err
@@ -163,15 +170,10 @@ func (o *Orders) Cancel(ctx context.Context, id string) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h := o.holds[id]
-	switch {
-	case h == nil:
+	if h == nil {
 		return fmt.Errorf("%w: hold %q", inventory.ErrNotFound, id)
-	case h.confirmed:
-		return fmt.Errorf("%w: hold %q", inventory.ErrHoldConfirmed, id)
-	case h.ended:
-		return nil
 	}
-	return o.releaseLocked(ctx, h)
+	return f(h)
 }
 
 // Held implements [inventory.OrderManager].

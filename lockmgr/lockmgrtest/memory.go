@@ -146,18 +146,13 @@ func (s *MemoryStore) ReadHolds(ctx context.Context, sku string, max int) (stock
 		return 0, 0, 0, nil, fmt.Errorf("%w: %q", inventory.ErrNotFound, sku)
 	}
 	t := now()
-	type due struct {
-		id  string
-		exp time.Time
-	}
 	var ds []due
 	for id, l := range r.lines {
 		if !t.Before(l.expires) && s.broken != "never-expires" {
 			ds = append(ds, due{id, l.expires})
 		}
 	}
-	slices.SortFunc(ds, func(a, b due) int { return a.exp.Compare(b.exp) })
-	for _, d := range ds[:min(len(ds), max)] {
+	for _, d := range earliest(ds, max) {
 		expired = append(expired, d.id)
 	}
 	return r.stock, r.version, r.held, expired, nil
@@ -331,10 +326,6 @@ func (s *MemoryStore) ExpiredOrders(ctx context.Context, max int) ([]string, err
 	}
 	defer unlock()
 	t := now()
-	type due struct {
-		id string
-		at time.Time
-	}
 	var ds []due
 	for id, mo := range s.orders {
 		if mo.o.Done {
@@ -348,10 +339,22 @@ func (s *MemoryStore) ExpiredOrders(ctx context.Context, max int) ([]string, err
 			ds = append(ds, due{id, at})
 		}
 	}
-	slices.SortFunc(ds, func(a, b due) int { return a.at.Compare(b.at) })
-	ids := make([]string, 0, min(len(ds), max))
-	for _, d := range ds[:min(len(ds), max)] {
+	first := earliest(ds, max)
+	ids := make([]string, 0, len(first))
+	for _, d := range first {
 		ids = append(ids, d.id)
 	}
 	return ids, nil
+}
+
+// due is a line or order whose expiry (at) has passed.
+type due struct {
+	id string
+	at time.Time
+}
+
+// earliest sorts ds by expiry and returns the first max of them.
+func earliest(ds []due, max int) []due {
+	slices.SortFunc(ds, func(a, b due) int { return a.at.Compare(b.at) })
+	return ds[:min(len(ds), max)]
 }
