@@ -1,8 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"net"
+	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -29,9 +35,11 @@ return -1`
 // calls one at a time (WithMaxBatch(1)), unkeyed and keyed, on one hot SKU
 // and 64 spread SKUs at 16, 64 and 256 goroutines; and the default Manager,
 // which merges the concurrent calls of one SKU, on the hot SKU. Keyed calls
-// have a fresh key each. The stock never runs out. (luascript's own
-// bench_test.go has the comparison with redis-benchmark's EVALSHA ceiling,
-// the Redis CPU per call and the sold-out refusals.)
+// have a fresh key each. The stock never runs out. On the hot SKU the
+// merged calls are also compared with redis-benchmark's unpipelined EVALSHA
+// of the bare script at as many connections (the ceiling of one script
+// call per round trip, issue 13.2). (luascript's own bench_test.go has the
+// Redis CPU per call and the sold-out refusals.)
 func BenchmarkLuascript(b *testing.B) {
 	ctx := context.Background()
 	c := testenv.Redis(b)
@@ -96,6 +104,7 @@ func BenchmarkLuascript(b *testing.B) {
 				row{l.name + ", merged, unkeyed", "luascript, unkeyed, merged (default)", merged, false, []int{64, 256}},
 				row{l.name + ", merged, keyed", "luascript, keyed, merged (default)", merged, true, []int{64}})
 		}
+		ceiling := redisBenchmark(b, client, bare, stock[skus[0]][0])
 		for _, r := range rows {
 			for _, g := range r.gs {
 				benchcmp.Run(b, benchcmp.Case{
@@ -105,5 +114,62 @@ func BenchmarkLuascript(b *testing.B) {
 				})
 			}
 		}
+		if l != hot {
+			continue
+		}
+		for _, keyed := range []bool{false, true} {
+			for _, g := range []int{64, 256} {
+				name, side := "hot, merged, unkeyed, vs redis-benchmark", "luascript, unkeyed, merged (default)"
+				if keyed {
+					name, side = "hot, merged, keyed, vs redis-benchmark", "luascript, keyed, merged (default)"
+				}
+				benchcmp.Run(b, benchcmp.Case{
+					Group: "luascript", Name: name, Layout: l.String(), Goroutines: g,
+					Strategy: benchcmp.Side{Name: side, Reset: reset, Op: reduce(merged, keyed)},
+					Baseline: ceiling,
+				})
+			}
+		}
 	}
+}
+
+// redisBenchmark is the ceiling of one script call per round trip:
+// redis-benchmark (redis-tools) sending EVALSHA of script on key, 1, from
+// as many connections as the strategy has goroutines, unpipelined, for
+// about a turn's length (its request count is the turn's length times its
+// last rate). Its rate is what it reports.
+func redisBenchmark(b *testing.B, c *redis.Client, script *redis.Script, key string) benchcmp.Side {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		testenv.Missing(b, "redis-benchmark (apt-get install redis-tools)", err)
+	}
+	host, port, err := net.SplitHostPort(c.Options().Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var last float64 // the last rate, for the next request count
+	turn := func(ctx context.Context, g int, d time.Duration, ops int) (float64, error) {
+		n := ops
+		if n == 0 {
+			n = max(int(last*d.Seconds()), 20*g)
+		}
+		out, err := exec.CommandContext(ctx, bin, "-h", host, "-p", port, "-c", strconv.Itoa(g), "-n", strconv.Itoa(n),
+			"--csv", "evalsha", script.Hash(), "1", key, "1").Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				err = fmt.Errorf("%w: %s", err, ee.Stderr)
+			}
+			return 0, fmt.Errorf("redis-benchmark: %w (output %q)", err, out)
+		}
+		rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
+		if err != nil || len(rows) < 2 || len(rows[1]) < 2 {
+			return 0, fmt.Errorf("redis-benchmark output %q: %v", out, err)
+		}
+		if last, err = strconv.ParseFloat(rows[1][1], 64); err != nil || last <= 0 {
+			return 0, fmt.Errorf("redis-benchmark output %q: rate %v", out, err)
+		}
+		return last, nil
+	}
+	return benchcmp.Side{Name: "redis-benchmark, unpipelined EVALSHA of the bare script", Turn: turn}
 }

@@ -56,6 +56,11 @@ type Side struct {
 	Name string
 	// Op is one call.
 	Op Op
+	// Turn, if not nil, replaces Op: it runs a whole turn itself from g
+	// connections (an external load generator such as redis-benchmark) for
+	// about d, or for ops calls when ops > 0, and returns the calls per
+	// second it measured.
+	Turn func(ctx context.Context, g int, d time.Duration, ops int) (float64, error)
 	// Reset, if not nil, runs before each of this side's turns (and its
 	// warm-up), untimed: to restore stock a turn may use up, say.
 	Reset func(ctx context.Context) error
@@ -192,8 +197,8 @@ func Measure(ctx context.Context, cfg Config, c Case) (Result, error) {
 	if err := cfg.check(); err != nil {
 		return r, err
 	}
-	if c.Goroutines < 1 || c.Strategy.Op == nil || c.Baseline.Op == nil {
-		return r, fmt.Errorf("benchcmp: case %s needs Goroutines >= 1 and both Ops", c.ID())
+	if c.Goroutines < 1 || (c.Strategy.Op == nil && c.Strategy.Turn == nil) || (c.Baseline.Op == nil && c.Baseline.Turn == nil) {
+		return r, fmt.Errorf("benchcmp: case %s needs Goroutines >= 1 and an Op or Turn for each side", c.ID())
 	}
 	var notes []string
 	if c.TurnScale > 1 {
@@ -253,6 +258,9 @@ func turn(ctx context.Context, s Side, g int, cfg Config, seed uint64) (float64,
 		if err := s.Reset(ctx); err != nil {
 			return 0, fmt.Errorf("reset: %w", err)
 		}
+	}
+	if s.Turn != nil {
+		return s.Turn(ctx, g, cfg.Round, cfg.Ops)
 	}
 	var (
 		stop     atomic.Bool  // no goroutine starts another call

@@ -114,6 +114,40 @@ func TestMeasureWithADurationStops(t *testing.T) {
 	}
 }
 
+// A side with a Turn runs its own turns (an external load generator): it is
+// given the goroutines, the turn's length and op count, and its rate is the
+// one it reports; an error of a turn fails the case.
+func TestMeasureTurnSide(t *testing.T) {
+	type call struct {
+		g   int
+		d   time.Duration
+		ops int
+	}
+	var calls []call
+	ext := Side{Name: "ext", Turn: func(_ context.Context, g int, d time.Duration, ops int) (float64, error) {
+		calls = append(calls, call{g, d, ops})
+		return 50, nil
+	}}
+	op := func(context.Context, int, *rand.Rand) error { return nil }
+	r, err := Measure(context.Background(), Config{Rounds: 2, Round: 5 * time.Millisecond, Warmup: time.Millisecond},
+		Case{Group: "g", Name: "n", Goroutines: 3, Strategy: Side{Name: "s", Op: op}, Baseline: ext})
+	require.NoError(t, err)
+	assert.Equal(t, []call{{3, time.Millisecond, 0}, {3, 5 * time.Millisecond, 0}, {3, 5 * time.Millisecond, 0}}, calls)
+	assert.Equal(t, []float64{50, 50}, r.BaselineOps)
+	for i := range r.Ratios {
+		assert.InDelta(t, r.StrategyOps[i]/50, r.Ratios[i], 1e-9)
+	}
+
+	boom := errors.New("boom")
+	ext.Turn = func(context.Context, int, time.Duration, int) (float64, error) { return 0, boom }
+	_, err = Measure(context.Background(), Config{Rounds: 1, Ops: 5},
+		Case{Group: "g", Name: "n", Goroutines: 1, Strategy: Side{Name: "s", Op: op}, Baseline: ext})
+	assert.ErrorIs(t, err, boom)
+	_, err = Measure(context.Background(), Config{Rounds: 1, Ops: 5},
+		Case{Group: "g", Name: "n", Goroutines: 1, Strategy: Side{Name: "s", Op: op}, Baseline: Side{Name: "none"}})
+	assert.ErrorContains(t, err, "an Op or Turn")
+}
+
 // A timed turn whose time is up before MinCalls calls have ended goes on
 // until they have, and counts them.
 func TestMeasureCountsAtLeastMinCalls(t *testing.T) {
