@@ -59,6 +59,7 @@ import (
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/refusals"
 )
 
 //go:embed move.lua
@@ -76,7 +77,6 @@ type Manager struct {
 	ttlMs  int64                      // keyTTL in ms, as the scripts take it
 	ttlArg any                        // ttlMs boxed once, for move's arguments
 	queue  *merge.Queue[call, answer] // merge.go; nil when calls are not merged (maxBatch 1)
-	refuse *refusals                  // WithRefusals
 	marks  *slotMarks                 // orders.go; nil but on a Cluster
 	// crossSKU: one script call may hold the keys of several SKUs of one
 	// slot (a plain or Cluster client).
@@ -170,19 +170,14 @@ const (
 // added. Units this Manager adds (its Return and Init of the SKU) end the
 // SKU's local refusals at once. Calls with an idempotency key always go to
 // Redis: one may repeat a call that took effect, which must be told
-// ErrDuplicate. What is remembered is bounded: one SKU per Cluster slot
-// (16384 entries).
+// ErrDuplicate. What is remembered is bounded: a table of 16384 entries, a
+// later SKU that hashes to an entry taking it over.
 func WithRefusals(ttl time.Duration) Option {
 	return func(c *config) { c.refusalTTL, c.refusalsSet = ttl, true }
 }
 
-// errRefusedHere is the error of a local refusal; its remaining value is the
-// stock seen. It is built once: a sold-out SKU's refusals are the hot path.
-var errRefusedHere = fmt.Errorf("%w: the stock Redis had less than the WithRefusals TTL ago is below the quantity (refused in the process)",
-	inventory.ErrInsufficientStock)
-
 // MaxRefusalTTL bounds [WithRefusals].
-const MaxRefusalTTL = 10 * time.Second
+const MaxRefusalTTL = refusals.MaxTTL
 
 // New returns a Manager that keeps stock in client. The caller owns client
 // and closes it.
@@ -203,14 +198,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if c.maxBatch < 1 || c.maxBatch > MaxBatch {
 		return nil, fmt.Errorf("%w: luascript: WithMaxBatch(%d): want 1..%d", inventory.ErrInvalidArgument, c.maxBatch, MaxBatch)
 	}
-	if c.refusalsSet && (c.refusalTTL < time.Millisecond || c.refusalTTL > MaxRefusalTTL) {
-		return nil, fmt.Errorf("%w: luascript: WithRefusals(%v): want 1ms..%v", inventory.ErrInvalidArgument, c.refusalTTL, MaxRefusalTTL)
+	if c.refusalsSet {
+		if err := front.CheckRefusals("luascript", c.refusalTTL); err != nil {
+			return nil, err
+		}
 	}
 	m := &Manager{client: client, config: c, ttlMs: c.keyTTL.Milliseconds(), marks: newSlotMarks(client)}
 	m.ttlArg = m.ttlMs
-	if c.refusalsSet {
-		m.refuse = &refusals{ttl: c.refusalTTL}
-	}
 	switch client.(type) {
 	case *redis.Client, *redis.ClusterClient:
 		m.crossSKU = true
@@ -219,6 +213,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 		m.queue = m.newQueue()
 	}
 	m.f = front.New("luascript", (*backend)(m))
+	if c.refusalsSet {
+		m.f = m.f.WithRefusals(refusals.New(c.refusalTTL))
+	}
 	return m, nil
 }
 
@@ -247,10 +244,6 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // Init implements [front.Backend].
 func (m *backend) Init(ctx context.Context, sku string, qty int64) error {
-	if m.refuse != nil {
-		m.refuse.added(sku)
-		defer m.refuse.added(sku)
-	}
 	key := rediskeys.Stock(m.prefix, sku)
 	if m.replicas == 0 {
 		return m.client.Set(ctx, key, qty, 0).Err()
@@ -283,25 +276,7 @@ func (m *backend) Get(ctx context.Context, sku string) (int64, error) {
 
 // Move implements [front.Backend].
 func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
-	switch {
-	case m.refuse == nil:
-		return (*Manager)(m).send(ctx, sku, qty, dir, key)
-	case dir == inventory.DirReturn:
-		m.refuse.added(sku)
-		defer m.refuse.added(sku)
-		return (*Manager)(m).send(ctx, sku, qty, dir, key)
-	case key != "": // may repeat a call that took effect: Redis knows
-		return (*Manager)(m).send(ctx, sku, qty, dir, key)
-	}
-	if n, ok := m.refuse.check(sku, qty); ok {
-		return n, errRefusedHere
-	}
-	sent, epoch := time.Now(), m.refuse.epoch(sku)
-	n, err := (*Manager)(m).send(ctx, sku, qty, dir, key)
-	if errors.Is(err, inventory.ErrInsufficientStock) {
-		m.refuse.refused(sku, n, sent, epoch)
-	}
-	return n, err
+	return (*Manager)(m).send(ctx, sku, qty, dir, key)
 }
 
 // send sends a call to Redis, merged or alone.

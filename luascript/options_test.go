@@ -17,10 +17,13 @@ func TestOptionsRule(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	optiontest.Run(t, map[string]luascript.Option{
+		"refusals": luascript.WithRefusals(time.Second),
 		"prefix":   luascript.WithPrefix("p"),
 		"key TTL":  luascript.WithKeyTTL(time.Second),
 		"replicas": luascript.WithReplicas(1, time.Second),
 	}, map[string]luascript.Option{
+		"zero refusal TTL":     luascript.WithRefusals(0),
+		"refusal TTL over 10s": luascript.WithRefusals(11 * time.Second),
 		"empty prefix":         luascript.WithPrefix(""),
 		"zero key TTL":         luascript.WithKeyTTL(0),
 		"negative key TTL":     luascript.WithKeyTTL(-time.Second),

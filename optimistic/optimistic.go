@@ -119,6 +119,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/sqlstore"
 )
@@ -159,6 +160,9 @@ type config struct {
 	base, cap time.Duration
 	maxBatch  int
 	sweep     int
+	// refusals is WithRefusals's TTL, when refusalsSet
+	refusals    time.Duration
+	refusalsSet bool
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -193,6 +197,28 @@ func WithBackoff(base, max time.Duration) Option {
 // compare-and-set. The default is the version compare-and-set.
 func WithSingleStatement() Option { return func(c *config) { c.single = true } }
 
+// WithRefusals makes the Manager refuse an unkeyed Reduce without a round
+// trip when the database refused a Reduce of its SKU less than ttl ago and
+// the stock it saw then is less than this Reduce asks: once a flash sale
+// is sold out, the buyers' calls are refused in the process. ttl is in
+// 1ms..10s. The default is no local refusals.
+//
+// It never makes a call succeed that the database would refuse: it only
+// refuses. Its price is staleness, bounded by ttl: a local refusal says
+// that the stock was below the quantity at some moment during the last
+// ttl (the error says so, and carries that stock as the remaining value),
+// so units added meanwhile by another process or Manager, or by this
+// Manager's Cancel, ReturnLines or a hold's expiry, can be refused for up
+// to ttl after they were added. This Manager's own Return and Init of the
+// SKU end its local refusals at once. Calls with an idempotency key always
+// go to the database: one may repeat a call that took effect, which must
+// be told ErrDuplicate. Calls inside a caller's transaction (InTx) are
+// never refused locally. What is remembered is bounded: a table of 16384
+// entries, a later SKU that hashes to an entry taking it over.
+func WithRefusals(ttl time.Duration) Option {
+	return func(c *config) { c.refusals, c.refusalsSet = ttl, true }
+}
+
 // WithSweepLimit sets how many holds one Sweep releases at most, each in
 // a transaction of its own; at least 1. The default is 1000.
 func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
@@ -217,6 +243,11 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.sweep < 1 {
 		return nil, fmt.Errorf("optimistic: %w: sweep limit %d < 1", inventory.ErrInvalidArgument, c.sweep)
 	}
+	if c.refusalsSet {
+		if err := front.CheckRefusals("optimistic", c.refusals); err != nil {
+			return nil, err
+		}
+	}
 	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
 	if err != nil {
 		return nil, err
@@ -226,6 +257,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	m := &Manager{t: t, cfg: c, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
 	m.f = t.Front(m.move)
+	if c.refusalsSet {
+		m.f = m.f.WithRefusals(refusals.New(c.refusals))
+	}
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	return m, nil
 }

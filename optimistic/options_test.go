@@ -20,11 +20,14 @@ import (
 func TestOptionsRule(t *testing.T) {
 	db := sqlx.NewDb(nil, "mysql")
 	optiontest.Run(t, map[string]optimistic.Option{
+		"refusals":         optimistic.WithRefusals(time.Second),
 		"key TTL":          optimistic.WithKeyTTL(time.Second),
 		"max attempts":     optimistic.WithMaxAttempts(1),
 		"backoff":          optimistic.WithBackoff(time.Millisecond, time.Millisecond),
 		"single statement": optimistic.WithSingleStatement(),
 	}, map[string]optimistic.Option{
+		"zero refusal TTL":       optimistic.WithRefusals(0),
+		"refusal TTL over 10s":   optimistic.WithRefusals(11 * time.Second),
 		"injected table":         optimistic.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"}),
 		"injected column":        optimistic.WithSchema(sqlstore.Schema{Stock: "stock = 0 --"}),
 		"zero key TTL":           optimistic.WithKeyTTL(0),

@@ -20,9 +20,12 @@ import (
 func TestOptionsRule(t *testing.T) {
 	db := sqlx.NewDb(nil, "mysql")
 	optiontest.Run(t, map[string]rowlock.Option{
+		"refusals":     rowlock.WithRefusals(time.Second),
 		"key TTL":      rowlock.WithKeyTTL(time.Second),
 		"lock timeout": rowlock.WithLockTimeout(time.Second),
 	}, map[string]rowlock.Option{
+		"zero refusal TTL":      rowlock.WithRefusals(0),
+		"refusal TTL over 10s":  rowlock.WithRefusals(11 * time.Second),
 		"injected table":        rowlock.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"}),
 		"injected ledger":       rowlock.WithSchema(sqlstore.Schema{Ledger: `l" (x) --`}),
 		"zero key TTL":          rowlock.WithKeyTTL(0),

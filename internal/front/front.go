@@ -7,10 +7,13 @@ package front
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/refusals"
 )
 
 // Backend is what a strategy implements behind the front. Its arguments are
@@ -30,10 +33,38 @@ type Backend interface {
 type Front struct {
 	name string
 	b    Backend
+	r    *refusals.Table // nil: no local refusals
 }
 
 // New returns the front of the strategy called name over b.
 func New(name string, b Backend) Front { return Front{name: name, b: b} }
+
+// WithRefusals returns f refusing locally, with r, the unkeyed Reduces that
+// cannot fit the stock of a refusal the backend gave less than r's TTL ago
+// (see package refusals); nil turns them off. The backend's Move must
+// return the stock it saw with [inventory.ErrInsufficientStock], as the
+// contract says. Keyed calls always reach the backend (one may repeat a
+// call that took effect); Init and Return drop what is known of their SKU
+// before they are sent and after they return.
+func (f Front) WithRefusals(r *refusals.Table) Front {
+	f.r = r
+	return f
+}
+
+// ErrRefusedHere is the error of a local refusal (see [Front.WithRefusals]);
+// its remaining value is the stock seen. It is built once: a sold-out SKU's
+// refusals are the hot path.
+var ErrRefusedHere = fmt.Errorf("%w: the stock seen less than the WithRefusals TTL ago is below the quantity (refused in the process)",
+	inventory.ErrInsufficientStock)
+
+// CheckRefusals returns the error of pkg's WithRefusals(ttl) when ttl is
+// out of its range, 1ms..[refusals.MaxTTL].
+func CheckRefusals(pkg string, ttl time.Duration) error {
+	if ttl < time.Millisecond || ttl > refusals.MaxTTL {
+		return fmt.Errorf("%w: %s: WithRefusals(%v): want 1ms..%v", inventory.ErrInvalidArgument, pkg, ttl, refusals.MaxTTL)
+	}
+	return nil
+}
 
 // Init implements [inventory.StockManager].
 func (f Front) Init(ctx context.Context, sku string, qty int64) error {
@@ -42,6 +73,10 @@ func (f Front) Init(ctx context.Context, sku string, qty int64) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return f.wrap("init", sku, err)
+	}
+	if f.r != nil {
+		f.r.Added(sku)
+		defer f.r.Added(sku)
 	}
 	if err := f.b.Init(ctx, sku, qty); err != nil {
 		return f.wrap("init", sku, err)
@@ -83,7 +118,26 @@ func (f Front) move(ctx context.Context, sku string, qty int64, dir inventory.Di
 	if err := ctx.Err(); err != nil {
 		return 0, f.wrap(string(dir), sku, err)
 	}
-	n, err := f.b.Move(ctx, sku, qty, dir, o.Key)
+	var n int64
+	switch {
+	case f.r == nil:
+		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
+	case dir == inventory.DirReturn:
+		f.r.Added(sku)
+		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
+		f.r.Added(sku)
+	case o.Key != "": // may repeat a call that took effect: the backend knows
+		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
+	default:
+		if stock, ok := f.r.Check(sku, qty); ok {
+			return stock, f.wrap(string(dir), sku, ErrRefusedHere)
+		}
+		sent, epoch := time.Now(), f.r.Epoch(sku)
+		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
+		if errors.Is(err, inventory.ErrInsufficientStock) {
+			f.r.Refused(sku, n, sent, epoch)
+		}
+	}
 	if err != nil {
 		return n, f.wrap(string(dir), sku, err)
 	}

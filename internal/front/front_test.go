@@ -5,12 +5,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/refusals"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -109,4 +111,43 @@ func TestNoAllocation(t *testing.T) {
 	})
 	require.Equal(t, validate, reduce, "Reduce allocates what ValidateMove does, no more")
 	require.Zero(t, get)
+}
+
+// With refusals, a refusal of the backend (the fake says 3 units) keeps
+// the Reduces over 3 from the backend; a Return, keyed or not, and an Init
+// drop it; keyed Reduces and those that fit always reach the backend.
+func TestRefusals(t *testing.T) {
+	b := &fake{err: inventory.ErrInsufficientStock}
+	f := front.New("strat", b).WithRefusals(refusals.New(time.Hour))
+	ctx := context.Background()
+	refuse := func() {
+		t.Helper()
+		_, err := f.Reduce(ctx, "a", 5)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	}
+	local := func(qty int64) bool {
+		t.Helper()
+		before := b.calls
+		n, err := f.Reduce(ctx, "a", qty)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+		require.EqualValues(t, 3, n)
+		return b.calls == before && errors.Is(err, front.ErrRefusedHere)
+	}
+	refuse()
+	require.True(t, local(4), "over the stock seen: refused here")
+	require.False(t, local(3), "fits the stock seen: asked")
+	before := b.calls
+	_, _ = f.Reduce(ctx, "a", 4, inventory.WithKey("k"))
+	require.Equal(t, before+1, b.calls, "a keyed Reduce is asked")
+
+	for name, add := range map[string]func(){
+		"return":       func() { _, _ = f.Return(ctx, "a", 1) },
+		"keyed return": func() { _, _ = f.Return(ctx, "a", 1, inventory.WithKey("r")) },
+		"init":         func() { _ = f.Init(ctx, "a", 1) },
+	} {
+		refuse()
+		require.True(t, local(4), name)
+		add()
+		require.False(t, local(4), "after a %s: asked", name)
+	}
 }
