@@ -1,8 +1,11 @@
 package sqldialect
 
 import (
+	"context"
 	"errors"
 	"slices"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
 )
@@ -80,4 +83,87 @@ func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (
 		}
 	}
 	return out, cur, records, moved, short
+}
+
+// errUnmoved rolls back a batch transaction that moved nothing.
+var errUnmoved = errors.New("sqldialect: nothing moved")
+
+// MoveBatch applies steps, Reduce and Return calls of sku, in order, in
+// one transaction of its own: it locks the row (FOR UPDATE with the lock
+// wait; on SQLite the write lock), releases the SKU's expired holds,
+// computes every step ([Tables.Apply]), writes the stock once and the
+// ledger rows of the keyed steps that moved, and commits. A batch in which
+// no step moves writes nothing. A non-nil error is the whole batch's:
+// nothing changed.
+//
+// The steps' keys are taken to be absent from the ledger (the callers
+// read them first, see [Tables.Precheck]), so the batch reads them only
+// when a keyed step is refused; when the ledger INSERT finds one there
+// after all, the transaction rolls back and the batch is tried again,
+// reading them under the lock. So a lone call makes the round trips of
+// [Orders.Move].
+func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Outcome, error) {
+	var (
+		out      []Outcome
+		records  []Entry
+		readKeys bool
+	)
+	err := o.run(ctx, nil, string(steps[0].Dir), nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
+		rs, err := o.rows(ctx, s, nil, tx, []string{sku}, true)
+		if err != nil {
+			return err
+		}
+		r := rs[sku]
+		var after int64
+		var moved bool
+		out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, nil, steps)
+		if readKeys || refusedKeyed(steps, out) {
+			// A refused keyed call may be the retry of one that took
+			// effect meanwhile (its key was absent when read): it reports
+			// the duplicate it is, with the first call's remaining.
+			entries, err := o.T.Entries(ctx, tx, sku, Keys(steps))
+			if err != nil {
+				return err
+			}
+			out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, entries, steps)
+		}
+		if !moved {
+			for i := range out {
+				if !errors.Is(out[i].Err, inventory.ErrDuplicate) {
+					out[i].Remaining = r.Stock // what Get shows: nothing was released
+				}
+			}
+			return errUnmoved
+		}
+		if err := o.write(ctx, tx, sku, r, after); err != nil {
+			return err
+		}
+		if len(records) > 0 {
+			ok, err := o.T.RecordAll(ctx, tx, sku, records)
+			if err == nil && !ok {
+				readKeys, err = true, errConflict // a key is in the ledger: again, reading them
+			}
+			return err
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnmoved):
+		return out, nil
+	case err != nil:
+		return nil, err
+	}
+	o.T.Tidy(ctx, len(records))
+	return out, nil
+}
+
+// refusedKeyed reports whether a keyed step was refused (not as a
+// duplicate of an earlier step, whose own key the ledger INSERT checks).
+func refusedKeyed(steps []Step, out []Outcome) bool {
+	for i, s := range steps {
+		if s.Key != "" && out[i].Err != nil && !errors.Is(out[i].Err, inventory.ErrDuplicate) {
+			return true
+		}
+	}
+	return false
 }
