@@ -87,11 +87,6 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 	}
 }
 
-type ledgerKey struct {
-	dir inventory.Direction
-	key string
-}
-
 // errConflict rolls back a transaction whose compare-and-set lost.
 var errConflict = errors.New("optimistic: conflict")
 
@@ -123,50 +118,21 @@ func (m *Manager) attempt(ctx context.Context, sku string, short *bool, batch []
 		}
 		stock += units
 	}
-	seen := map[ledgerKey]sqldialect.Entry{}
-	var keys []string
-	for _, c := range batch {
-		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
-			keys = append(keys, c.Req.key)
-		}
+	steps := make([]sqldialect.Step, len(batch))
+	for i, c := range batch {
+		steps[i] = sqldialect.Step{Qty: c.Req.qty, Dir: c.Req.dir, Key: c.Req.key}
 	}
-	if len(keys) > 0 {
+	var entries []sqldialect.Entry
+	if keys := sqldialect.Keys(steps); len(keys) > 0 {
 		// Read after the row: if a write lands in between, the CAS fails.
-		es, err := m.t.Entries(ctx, m.t.DB, sku, keys)
-		if err != nil {
+		if entries, err = m.t.Entries(ctx, m.t.DB, sku, keys); err != nil {
 			return false, err
 		}
-		for _, e := range es {
-			seen[ledgerKey{e.Dir, e.Key}] = e
-		}
 	}
-
-	cur, wrote := stock, false
-	var records []sqldialect.Entry
-	*short = false
-	for _, c := range batch {
-		k := ledgerKey{c.Req.dir, c.Req.key}
-		if e, ok := seen[k]; c.Req.key != "" && ok && !e.Expired {
-			c.Ans.rem, c.Ans.err = e.Remaining, m.t.Duplicate(sku, c.Req.dir, c.Req.key)
-			continue
-		}
-		if err := m.t.Check(sku, c.Req.dir, cur, c.Req.qty); err != nil {
-			c.Ans.rem, c.Ans.err = cur, err
-			*short = *short || errors.Is(err, inventory.ErrInsufficientStock)
-			continue
-		}
-		if c.Req.dir == inventory.DirReduce {
-			cur -= c.Req.qty
-		} else {
-			cur += c.Req.qty
-		}
-		c.Ans.rem, c.Ans.err, wrote = cur, nil, true
-		if c.Req.key != "" {
-			// Later calls with this key in the batch are its duplicates.
-			expired := seen[k].Expired // an expired row to replace
-			seen[k] = sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: cur}
-			records = append(records, sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: cur, Expired: expired})
-		}
+	out, cur, records, wrote, sh := m.t.Apply(sku, stock, entries, steps)
+	*short = sh
+	for i, c := range batch {
+		c.Ans = ans{out[i].Remaining, out[i].Err}
 	}
 	if !wrote {
 		return false, nil

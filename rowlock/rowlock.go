@@ -11,13 +11,39 @@
 // _txlock. Its writers take turns; with modernc.org/sqlite, a pool of one
 // connection avoids their busy polling.
 //
+// # Combining
+//
+// Calls of one Manager on one SKU combine: while a transaction of the SKU
+// is in flight, the Reduce and Return calls that arrive queue up, and the
+// next transaction applies them all (up to 128; the rest wait for the
+// one after), in arrival order: it locks the row once, releases the SKU's
+// expired holds, checks and applies each call in turn against the stock
+// the calls before it left, writes the stock once with the ledger rows
+// of its keyed calls, and commits. Each call still gets its own result:
+// its own remaining value, or ErrInsufficientStock, or ErrDuplicate (a key
+// used twice in one batch is a duplicate of its first use). A lone call is
+// one transaction with the round trips of an uncombined one. On a hot SKU
+// each Manager (each process) so holds the row lock once per batch rather
+// than once per call; the Managers of several processes take turns on it.
+//
+// Each transaction runs on a goroutine of its own, not on a caller's: a
+// caller whose ctx ends leaves at once, with ctx's error (wrapped as
+// "outcome unknown" if its transaction had begun: it may yet take
+// effect, as any call that ends with its context may have; a keyed retry
+// tells), and a caller whose ctx ended before its transaction began is
+// left out of it. A transaction that fails (the lock timeout, a lost
+// connection) changes nothing and returns its error to every call in it.
+// Calls inside a caller's transaction ([Manager.InTx]) never combine.
+//
 // # Lock waits
 //
 // A call waits for the row lock at most until ctx is done or the lock
 // timeout ([WithLockTimeout]) passes, then returns an error wrapping
 // [inventory.ErrContention], as it does when the engine reports a deadlock,
 // a serialization failure or a busy database. Any error rolls the whole
-// transaction back: nothing is left half-done.
+// transaction back: nothing is left half-done. The calls combined in one
+// transaction wait for the lock together; a call that queued behind the
+// SKU's transaction in flight waits for that one to end first.
 //
 // The lock timeout is enforced by the server where it can be: PostgreSQL's
 // lock_timeout (SET LOCAL, so it ends with the transaction; milliseconds),
@@ -38,7 +64,7 @@
 // same transaction, so a call that did not take effect never uses up its
 // key. A keyed call first reads the stock and the key together without
 // locking, so duplicates and refusals (after a sell-out, nearly every call)
-// take no lock.
+// take no lock and join no batch.
 //
 // # Orders
 //
@@ -74,6 +100,7 @@ package rowlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +108,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/sqlstore"
@@ -90,12 +118,15 @@ import (
 // configured otherwise.
 const DefaultLockTimeout = 5 * time.Second
 
-// Manager implements [inventory.StockManager] with a row lock per call. It
+// Manager implements [inventory.StockManager] with a row lock per
+// transaction, which applies the calls of a SKU that arrived together. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
 	f front.Front // validates, checks ctx, wraps errors; calls m.move
 	t *sqldialect.Tables
 	o *sqldialect.Orders
+
+	comb *merge.Keyed[string, struct{}, sqldialect.Step, sqldialect.Outcome] // the calls of each SKU in flight
 }
 
 var (
@@ -192,6 +223,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.refusalsSet {
 		m.f = m.f.WithRefusals(refusals.New(c.refusals))
 	}
+	m.comb = merge.NewKeyed(maxBatch, m.apply)
 	return m, nil
 }
 
@@ -271,14 +303,56 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Sweep releases every hold in tx.
 type Tx = sqldialect.Tx
 
-// move is Reduce or Return behind the front.
+// maxBatch bounds the calls of one SKU that one transaction applies.
+const maxBatch = 128
+
+// call is one Reduce or Return queued in Manager.comb, with its answer.
+type call = merge.Call[sqldialect.Step, sqldialect.Outcome]
+
+// move is Reduce or Return behind the front: the calls of one SKU in
+// flight at once are applied together (see "Combining" in the package
+// documentation). A keyed call that lost to one with the same key while
+// it waited reports the duplicate it is, with the first remaining.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err
 		}
 	}
-	// A keyed call that lost to one with the same key while it waited for
-	// the lock reports the duplicate it is, with the first remaining.
-	return m.o.Move(ctx, nil, sku, qty, dir, key)
+	a, err := m.comb.Do(ctx, sku, sqldialect.Step{Qty: qty, Dir: dir, Key: key})
+	if err != nil {
+		return 0, m.t.Err(ctx, string(dir), err)
+	}
+	return a.Remaining, a.Err
+}
+
+// apply applies batch, the calls of sku taken together, in one
+// transaction (sqldialect.Orders.MoveBatch), run by a goroutine of
+// merge.Keyed's: ctx is cancelled once every caller of the batch left.
+// A caller whose ctx ended before it started leaves unapplied; a failed
+// transaction's error is every call's.
+func (m *Manager) apply(ctx context.Context, sku string, _ *struct{}, batch []*call) {
+	live := make([]*call, 0, len(batch))
+	steps := make([]sqldialect.Step, 0, len(batch))
+	for _, c := range batch {
+		if err := c.Ctx.Err(); err != nil {
+			c.Ans = sqldialect.Outcome{Err: m.t.Err(c.Ctx, string(c.Req.Dir), err)}
+			continue
+		}
+		live, steps = append(live, c), append(steps, c.Req)
+	}
+	if len(live) == 0 {
+		return
+	}
+	out, err := m.o.MoveBatch(ctx, sku, steps)
+	for i, c := range live {
+		if err == nil {
+			c.Ans = out[i]
+			continue
+		}
+		c.Ans = sqldialect.Outcome{Err: err}
+		if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			c.Ans.Err = fmt.Errorf("%w: %w", err, cerr)
+		}
+	}
 }

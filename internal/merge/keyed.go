@@ -59,6 +59,17 @@ func (k *Keyed[K, S, Q, A]) Do(ctx context.Context, key K, req Q) (A, error) {
 	return wait(&k.mu, &g.queue, c, "taken into a batch, outcome unknown (it may take effect)")
 }
 
+// Len returns how many calls of key wait, not yet taken into a batch
+// (for tests that build a batch).
+func (k *Keyed[K, S, Q, A]) Len(key K) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if g := k.groups[key]; g != nil {
+		return len(g.queue)
+	}
+	return 0
+}
+
 // drain sends the queue of g in batches until it is empty, then deletes g.
 func (k *Keyed[K, S, Q, A]) drain(key K, g *keyed[S, Q, A]) {
 	var batch []*Call[Q, A]
