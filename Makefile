@@ -34,15 +34,15 @@ BANNED := github.com/Shopify/toxiproxy github.com/prometheus/ github.com/rs/zero
 # -race needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: services test bench bench-check microbench soak lint overlay modules banned
+.PHONY: services test norace bench bench-check microbench soak lint overlay modules banned
 
 services:
 	bash scripts/services.sh
 
 # Tests behind //go:build !race (a data race inside go-zookeeper itself,
-# zk PR #35) run in a second pass without the race detector.
-NORACE_TESTS ?= ^TestFlakyConnection$$
-NORACE_PKGS ?= ./zklock/
+# zk PR #35, on reconnection) run in a second pass without the race
+# detector: NORACE lists module:package:test-regex triples.
+NORACE ?= .:./zklock/:^TestFlakyConnection$$ integration:./zklock/:^TestStall$$
 
 # overlay writes the overlay file (absolute paths, so it works from every module).
 overlay:
@@ -56,7 +56,11 @@ modules:
 
 test: services overlay modules banned
 	set -e; for m in $(MODULES); do (cd $$m && $(GOTEST) -race -count=1 -timeout 25m $(PKG)); done
-	$(GOTEST) -count=1 -timeout 5m -run '$(NORACE_TESTS)' $(NORACE_PKGS)
+	$(MAKE) --no-print-directory norace
+
+# norace runs the NORACE tests (make test's second pass).
+norace: overlay
+	set -e; for t in $(NORACE); do m=$${t%%:*}; t=$${t#*:}; (cd $$m && $(GOTEST) -count=1 -timeout 10m -run "$${t#*:}" $${t%%:*}); done
 
 # bench runs the comparisons of integration/bench (integration/internal/benchcmp:
 # each strategy against its baseline in BENCH_ROUNDS alternating rounds of
