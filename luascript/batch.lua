@@ -15,8 +15,10 @@
 --   3 the key's record says an earlier call took effect, value its remaining
 --   4 the stock key does not hold a number
 -- The stock of each SKU moves once, at the end, by DECRBY of the sum of its
--- calls' moves; numbers are formatted with %.0f, so they stay exact. A keyed
+-- calls' moves; numbers are formatted with %d where C's long has 64 bits,
+-- %.0f elsewhere (as in move.lua), so they stay exact. A keyed
 -- call that fits records itself with one SET NX GET (Redis 7.0 or later).
+local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 local stock, start, order = {}, {}, {}
 local out = {}
 for i = 2, #ARGV, 3 do
@@ -44,7 +46,7 @@ for i = 2, #ARGV, 3 do
   local first
   if k > 0 then
     if fits then -- record the call unless an earlier one did, in one command
-      first = redis.call('SET', KEYS[k], string.format('%.0f', cur - q), 'NX', 'GET', 'PX', ARGV[1])
+      first = redis.call('SET', KEYS[k], string.format(numfmt, cur - q), 'NX', 'GET', 'PX', ARGV[1])
     else
       first = redis.call('GET', KEYS[k])
     end
@@ -67,7 +69,7 @@ end
 for _, s in ipairs(order) do
   local cur = stock[s]
   if type(cur) == 'number' and cur ~= start[s] then
-    redis.call('DECRBY', KEYS[s], string.format('%.0f', start[s] - cur))
+    redis.call('DECRBY', KEYS[s], string.format(numfmt, start[s] - cur))
   end
 end
 return out

@@ -372,3 +372,40 @@ func TestRingMergesOneSKUPerBatch(t *testing.T) {
 		require.Equal(t, 1000-sold[j].Load(), left, sku)
 	}
 }
+
+// TestMergedExactNearMaxStock merges keyed Reduces of stock near MaxStock
+// (2^53-1), where a double formatted by Lua's tostring (%.14g) loses
+// digits: the stock batch.lua leaves, each call's remaining and the
+// remaining its key recorded (which a repeat returns) must be exact.
+func TestMergedExactNearMaxStock(t *testing.T) {
+	ctx := context.Background()
+	var s scripts
+	m := newManager(t, counted(t, &s))
+	const workers, calls, start = 64, 20, inventory.MaxStock - 1000
+	require.NoError(t, m.Init(ctx, "big", start))
+	var taken atomic.Int64
+	left := make([][]int64, workers)
+	concurrently(workers, calls, func(w, i int) {
+		n, err := m.Reduce(ctx, "big", 1+int64(w+i)%3, inventory.WithKey(fmt.Sprint(w, "-", i)))
+		require.NoError(t, err)
+		taken.Add(1 + int64(w+i)%3)
+		left[w] = append(left[w], n)
+	})
+	got, err := m.Get(ctx, "big")
+	require.NoError(t, err)
+	require.Equal(t, start-taken.Load(), got)
+	seen := map[int64]bool{}
+	concurrently(workers, calls, func(w, i int) {
+		n, err := m.Reduce(ctx, "big", 1, inventory.WithKey(fmt.Sprint(w, "-", i)))
+		require.ErrorIs(t, err, inventory.ErrDuplicate)
+		require.Equal(t, left[w][i], n, "the repeat of %d-%d gets the remaining its first call got", w, i)
+	})
+	for _, l := range left {
+		for _, n := range l {
+			require.False(t, seen[n], "remaining %d returned twice", n)
+			seen[n] = true
+		}
+	}
+	_, batches := s.counts()
+	require.NotEmpty(t, batches)
+}

@@ -12,9 +12,11 @@
 -- when the SKU was never initialised; {record} when the key's record says
 -- an earlier call took effect (its remaining, then perhaps ":" and more).
 -- Stock moves by DECRBY (DECRBY of -n adds n), never by a SET of a number
--- Lua computed, and numbers are formatted with %.0f, never tostring
--- (%.14g), so values up to 2^53 stay exact. A move that fits costs GET,
--- DECRBY and, with a key, one SET NX GET (so it needs Redis 7.0 or later).
+-- Lua computed, and numbers are formatted with %d where C's long has 64
+-- bits (every 64-bit Redis; an integer printf, far cheaper than %.0f's
+-- floating one), with %.0f elsewhere, never with tostring (%.14g), so
+-- values up to 2^53 stay exact. A move that fits costs GET, DECRBY and,
+-- with a key, one SET NX GET (so it needs Redis 7.0 or later).
 -- A hook that must run before every move (a later hold marker, say) can
 -- take the keys after these, at KEYS[keyed and 3 or 2].
 local keyed = ARGV[2] ~= nil
@@ -47,7 +49,8 @@ if q > cur or -q > 9007199254740991 - cur then
 end
 if keyed then
   -- Record the call unless an earlier one did, in one command (Redis 7).
-  local first = redis.call('SET', KEYS[2], string.format('%.0f', cur - q), 'NX', 'GET', 'PX', ARGV[2])
+  local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
+  local first = redis.call('SET', KEYS[2], string.format(numfmt, cur - q), 'NX', 'GET', 'PX', ARGV[2])
   if first then
     return {first}
   end

@@ -60,8 +60,8 @@ func hash(sku string) uint64 {
 
 const tagLen = 18 // "{" + 16 hex digits + "}"
 
-// writeTag writes sku's hash tag, {%016x} of its hash, to b.
-func writeTag(b *strings.Builder, sku string) {
+// tagOf returns sku's hash tag, {%016x} of its hash.
+func tagOf(sku string) [tagLen]byte {
 	const digits = "0123456789abcdef"
 	var t [tagLen]byte
 	t[0], t[tagLen-1] = '{', '}'
@@ -70,6 +70,12 @@ func writeTag(b *strings.Builder, sku string) {
 		t[i] = digits[h&0xf]
 		h >>= 4
 	}
+	return t
+}
+
+// writeTag writes sku's hash tag, {%016x} of its hash, to b.
+func writeTag(b *strings.Builder, sku string) {
+	t := tagOf(sku)
 	b.Write(t[:])
 }
 
@@ -127,17 +133,18 @@ func MoveKeys(prefix, sku string, dir inventory.Direction, key string) (stock, m
 	if key != "" {
 		size += len(prefix) + tagLen + 3 + len(dir) + 1 + len(l) + 1 + len(sku) + 1 + len(key)
 	}
+	t := tagOf(sku) // hashed once for the two or three keys
 	var b strings.Builder
 	b.Grow(size)
 	for _, kind := range [2]string{":s:", ":m:"} {
 		b.WriteString(prefix)
-		writeTag(&b, sku)
+		b.Write(t[:])
 		b.WriteString(kind)
 		b.WriteString(sku)
 	}
 	if key != "" {
 		b.WriteString(prefix)
-		writeTag(&b, sku)
+		b.Write(t[:])
 		b.WriteString(":k:")
 		b.WriteString(string(dir))
 		b.WriteByte(':')
