@@ -14,7 +14,6 @@ import (
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
-	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/optimistic"
 	"github.com/stockkit/inventory/rowlock"
@@ -37,16 +36,14 @@ func refuses(reduce func(ctx context.Context) error) benchcmp.Op {
 // a strategy with WithRefusals(50ms), which refuses in the process once
 // its backend refused, against the bare call that asks the server every
 // time (the check-and-DECRBY script; the conditional UPDATE, which matches
-// no row), at 64 goroutines: luascript on Redis, optimistic and rowlock on
-// each SQL engine.
+// no row), at 64 goroutines: luascript on a private Redis (privateRedis),
+// optimistic and rowlock on each SQL engine.
 func BenchmarkSoldOut(b *testing.B) {
 	const g = 64
 	ctx := context.Background()
 	b.Run("redis", func(b *testing.B) {
-		c := testenv.Redis(b)
-		prefix := testenv.RedisPrefix(b, c)
-		client := redis.NewClient(&redis.Options{Addr: c.Options().Addr, PoolSize: g, ContextTimeoutEnabled: true})
-		b.Cleanup(func() { client.Close() })
+		const prefix = "bench"
+		client := privateRedis(b, g)
 		m, err := luascript.New(client, luascript.WithPrefix(prefix), luascript.WithRefusals(refusalTTL))
 		if err != nil {
 			b.Fatal(err)
