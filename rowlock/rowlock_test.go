@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/refusals/refusalstest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
@@ -141,5 +142,17 @@ func TestCustomSchema(t *testing.T) {
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		sqltest.KeyExpiry(t, newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond)))
+	})
+}
+
+// TestRefusals checks WithRefusals on every engine (refusalstest.Run):
+// stale refusals for at most the TTL, a Manager's own Return and Init end
+// them, keyed calls always reach the database, and nothing is sold that
+// the database did not sell.
+func TestRefusals(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		schema := sqltest.Schema(t, db)
+		const ttl = 300 * time.Millisecond
+		refusalstest.Run(t, newManager(t, db, schema, rowlock.WithRefusals(ttl)), newManager(t, db, schema), testenv.Prefix(), ttl)
 	})
 }
