@@ -22,12 +22,12 @@ if op == 'read' then
   if not stock then
     return {}
   end
-  local held = redis.call('GET', KEYS[4]) or '0'
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local out = {stock, held}
+  local out = {stock, redis.call('GET', KEYS[4]) or '0'}
   local max = tonumber(ARGV[2])
-  if max > 0 then
+  -- No lines, no expired ones: the clock is not needed then.
+  if max > 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, max)
     for _, id in ipairs(ids) do
       out[#out + 1] = id

@@ -94,13 +94,7 @@ func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn
 		werr := l.withdraw(ctx, dir, node)
 		return nil, l.lockErr(ctx, actx, name, errors.Join(err, werr))
 	}
-	le := &lease{l: l, turn: turn, dir: dir, node: node, next: nextNode{name: next, ok: known}, down: down, sid: sid}
-	if !known && turn.Alone() {
-		// Release will want the node after this one; look it up while the
-		// caller works. (With others of this process behind, Release
-		// leaves dir to them and needs no successor.)
-		le.nextc = l.successor(dir, node)
-	}
+	le := &lease{l: l, turn: turn, dir: dir, node: node, next: next, known: known, down: down, sid: sid}
 	l.busy.set(dir, next != "" || !known)
 	return le, nil
 }
@@ -155,8 +149,8 @@ type lease struct {
 	l         *locker
 	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
-	next      nextNode        // the node after it in line when it came first, if known
-	nextc     <-chan nextNode // or where the lookup of next sends it
+	next      string          // the node after it in line when it came first ("" when none), if known
+	known     bool            // whether next is known
 	down      <-chan struct{} // closed when the session was (maybe) lost
 	sid       int64           // the session that made node
 }
@@ -168,55 +162,45 @@ type lease struct {
 //
 // The node goes in one write (a multi-op) that first writes released to
 // it, which tells the next in line that it comes first (see wait). When
-// the lease saw nobody after it, node and dir go in that write; otherwise
-// the write is on condition that the node after it is still in line, which
-// leaves dir to that node: it deletes dir, or leaves it to its own
-// successor, when it leaves in its turn. With others of this process
-// behind, node goes alone and dir is left to them. The write fails as a whole when the line
-// changed (someone joined, or the successor left); the release then
-// deletes node and checks whether dir is empty.
+// the lease knows who is after it (it listed the line when it came first),
+// that write deletes dir too when nobody is, and otherwise is on condition
+// that the node after it is still in line, which leaves dir to that node:
+// it deletes dir, or leaves it to its own successor, when it leaves in its
+// turn. A lease that came first on its predecessor's release does not know:
+// it leaves in the write that marks and deletes node, and then looks at
+// dir, deleting it if it is empty. Either way, the next in line is woken by
+// that one write, with no listing before it. With others of this process
+// behind, node goes alone and dir is left to them. A write that fails as a
+// whole (the line changed: someone joined, or the successor left) is
+// followed by a delete of node and a look at dir.
 func (le *lease) Release(ctx context.Context) error {
 	l := le.l
-	mark := &zk.SetDataRequest{Path: le.node, Data: released, Version: -1}
 	del := &zk.DeleteRequest{Path: le.node, Version: -1}
-	shared := le.turn.Share() // the next caller of this process reuses dir
-	var ops []any
-	if !shared { // shared: the next in line is most likely this process's, right behind node
-		switch next := le.successor(ctx); {
-		case !next.ok: // unknown: delete and check below
-		case next.name == "":
-			ops = []any{del, &zk.DeleteRequest{Path: le.dir, Version: -1}}
-		default:
-			ops = []any{mark, del, &zk.CheckVersionRequest{Path: le.dir + "/" + next.name, Version: -1}}
+	if le.turn.Share() {
+		// The next caller of this process reuses dir: the next in line is
+		// most likely theirs, right behind node.
+		if err := l.delete(ctx, le.node); err != nil {
+			return fmt.Errorf("zklock: unlock: %w", err)
 		}
+		return nil
 	}
-	if ops != nil {
-		if _, err := l.conn.Multi(ops...); err == nil {
-			return nil
-		}
+	mark := &zk.SetDataRequest{Path: le.node, Data: released, Version: -1}
+	ops := []any{mark, del}
+	switch {
+	case le.known && le.next == "":
+		ops = []any{del, &zk.DeleteRequest{Path: le.dir, Version: -1}}
+	case le.known:
+		ops = append(ops, &zk.CheckVersionRequest{Path: le.dir + "/" + le.next, Version: -1})
 	}
-	var err error
-	if shared {
-		err = l.delete(ctx, le.node)
-	} else {
+	_, err := l.conn.Multi(ops...)
+	switch {
+	case err == nil && !le.known:
+		l.removeDir(ctx, le.dir)
+	case err != nil:
 		err = l.remove(ctx, le.dir, le.node)
 	}
 	if err != nil {
 		return fmt.Errorf("zklock: unlock: %w", err)
 	}
 	return nil
-}
-
-// successor returns the node after the lease's in line, waiting for its
-// lookup while ctx lives.
-func (le *lease) successor(ctx context.Context) nextNode {
-	if le.nextc == nil {
-		return le.next
-	}
-	select {
-	case n := <-le.nextc:
-		return n
-	case <-ctx.Done():
-		return nextNode{}
-	}
 }

@@ -234,27 +234,6 @@ func (l *locker) wait(ctx context.Context, dir, node string, down <-chan struct{
 	}
 }
 
-// successor lists dir in the background and sends on the channel it
-// returns the node after node in line, "" when none, or ok false when the
-// listing failed or node is not in it. The request ends on its own, as
-// every go-zookeeper request does (answered, or failed with the
-// connection).
-func (l *locker) successor(dir, node string) <-chan nextNode {
-	c := make(chan nextNode, 1)
-	go func() {
-		children, _, err := l.conn.Children(dir)
-		_, next, _, mine := place(children, dir, node)
-		c <- nextNode{name: next, ok: err == nil && mine}
-	}()
-	return c
-}
-
-// nextNode is the outcome of successor.
-type nextNode struct {
-	name string
-	ok   bool
-}
-
 // withdraw deletes node, then dir if it is empty, as remove, waiting for it
 // while ctx lives; past that it goes on in the background, until it is
 // done, CleanupTimeout passes or the connection is closed.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,11 @@ import (
 )
 
 // requests counts the ZooKeeper requests that pass a proxy, by opcode
-// name (pings left out).
+// name (pings left out), and keeps them in the order they passed.
 type requests struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu  sync.Mutex
+	n   map[string]int
+	seq []string
 }
 
 // take returns the counts so far and starts again from zero.
@@ -28,8 +30,29 @@ func (r *requests) take() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.n
-	r.n = map[string]int{}
+	r.n, r.seq = map[string]int{}, nil
 	return n
+}
+
+// mark returns how many requests passed since the last take, for since.
+func (r *requests) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seq)
+}
+
+// since returns the requests that passed after mark, in order.
+func (r *requests) since(mark int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seq[mark:])
+}
+
+func (r *requests) add(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[name]++
+	r.seq = append(r.seq, name)
 }
 
 var opNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData",
@@ -101,13 +124,9 @@ func (r *requests) forward(client, server net.Conn) {
 		if op := int32(0); !first && len(body) >= 8 {
 			op = int32(binary.BigEndian.Uint32(body[4:8]))
 			if name, ok := opNames[op]; ok {
-				r.mu.Lock()
-				r.n[name]++
-				r.mu.Unlock()
+				r.add(name)
 			} else if op != 11 { // ping
-				r.mu.Lock()
-				r.n["other"]++
-				r.mu.Unlock()
+				r.add("other")
 			}
 		}
 		if _, err := server.Write(append(size[:], body...)); err != nil {
@@ -118,10 +137,10 @@ func (r *requests) forward(client, server net.Conn) {
 
 // TestRequestsPerTurn pins what a turn costs ZooKeeper, counted at a proxy.
 // Alone, a turn is two writes and no read. In a line of Lockers (as of
-// separate processes), each waiter lists the line once to join it and once
-// more as the holder, and leaves in one write. (That the second listing
-// runs while the holder works, not before it comes first, is not visible
-// in the counts.)
+// separate processes), each waiter lists the line once to join it, and
+// leaves in one write followed by a look at the directory. (That the look
+// comes after the write that wakes the next in line, not before it, is not
+// visible in the counts.)
 func TestRequestsPerTurn(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	conn, reqs := countingSession(t)
@@ -164,7 +183,11 @@ func TestRequestsPerTurn(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	next := <-leases
 	require.NotNil(t, next)
+	// b came first on a's delete with no request of its own, and wakes c
+	// with its first request: the look at the directory comes after.
+	mark := reqs.mark()
 	require.NoError(t, next.Release(ctx))
+	require.Equal(t, []string{"multi", "exists"}, reqs.since(mark), "b's release")
 	last := <-leases
 	require.NotNil(t, last)
 	require.NoError(t, last.Release(ctx))
@@ -173,14 +196,14 @@ func TestRequestsPerTurn(t *testing.T) {
 		// (they have not been there), which fails, a create, a listing
 		// and a watch on the node before.
 		// a leaves: the failed multi, a delete and a look at the directory.
-		// b holds: a listing for its successor; it leaves in a multi on
-		// condition c is in line. c holds: a listing; it leaves in a
-		// multi with the directory.
+		// b and c come first on their predecessor's leaving, without a
+		// listing: each leaves in a multi that marks and deletes its node,
+		// then looks at the directory, which c, the last, deletes.
 		"multi":    2 + 1 + 2,
 		"create":   2,
-		"children": 2 + 2,
-		"exists":   2 + 1,
-		"delete":   1,
+		"children": 2,
+		"exists":   2 + 1 + 2,
+		"delete":   1 + 1,
 	}, reqs.take(), "a line of three")
 	require.Empty(t, nodes(t, conn, r, name))
 }

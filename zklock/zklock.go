@@ -29,15 +29,19 @@
 // behind, deletes it together with its node: each in one write (a
 // ZooKeeper multi-op, which fails as a whole, harmlessly, when someone else
 // came in between; the caller then falls back to the plain step). A holder
-// that saw a successor in line deletes its node on condition that the
-// successor is still there (one multi-op again), and so leaves the
-// directory to it; failing that, it deletes its node and then the
-// directory once it sees it empty. An uncontended lock thus costs two
-// writes and no read, where a bare create, listing and delete cost three
-// requests; a turn in a line of other processes' callers costs as many
-// requests as go-zookeeper's zk.Lock: a create, two listings, a watch and
-// one write to leave, and the second listing (the new holder's look for
-// its successor) runs while the holder works.
+// that saw a successor in line when it came first deletes its node on
+// condition that the successor is still there (one multi-op again), and so
+// leaves the directory to it. A holder that came first on its
+// predecessor's release has not listed the line since it joined: it leaves
+// in the write that marks and deletes its node, and only then looks at the
+// directory, deleting it if it is empty; so the next in line takes over
+// one write after the holder is done, with no read in between. An
+// uncontended lock thus costs two writes and no read, where a bare create,
+// listing and delete cost three requests; a turn in a line of other
+// processes' callers costs as many requests as go-zookeeper's zk.Lock: a
+// create, a listing and a watch to join, one write to leave and a look at
+// the directory after it (where zk.Lock's holder lists the line again
+// before it comes first).
 //
 // Callers of one Manager stand in ZooKeeper's line for a SKU at most
 // [DefaultQueueDepth] at a time (see [WithQueueDepth]); the others queue
