@@ -423,7 +423,7 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 	}
 	var after int64
 	if p.keyed == 0 {
-		if after, ok, err = m.t.Move(ctx, m.t.DB, sku, p.net, p.lo, p.hi); err != nil || !ok {
+		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
 	} else {
@@ -447,4 +447,70 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil
+}
+
+// move is the conditional UPDATE of a batch of unkeyed calls that all fit
+// ([sqldialect.Tables.Move]); moved is its outcome.
+type (
+	move struct {
+		sku           string
+		delta, lo, hi int64
+	}
+	moved struct {
+		after int64
+		ok    bool
+		err   error
+	}
+)
+
+// move1 runs mv through the pool: on SQLite through m.moves, which runs
+// the moves of several SKUs that are ready together in one transaction.
+// SQLite's writers take turns on the database's one write lock and pay one
+// fsync per commit, so there one commit for several moves is that many
+// fewer turns and fsyncs; a move that finds no other in flight runs at
+// once, alone.
+func (m *Manager) move1(ctx context.Context, mv move) (after int64, ok bool, err error) {
+	if m.moves == nil {
+		return m.t.Move(ctx, m.t.DB, mv.sku, mv.delta, mv.lo, mv.hi)
+	}
+	a, err := m.moves.Do(ctx, 0, mv)
+	if err != nil {
+		return 0, false, m.t.Err(ctx, "update", err)
+	}
+	return a.after, a.ok, a.err
+}
+
+// moveOne runs one move alone.
+func (m *Manager) moveOne(ctx context.Context, mv move) moved {
+	after, ok, err := m.t.Move(ctx, m.t.DB, mv.sku, mv.delta, mv.lo, mv.hi)
+	return moved{after, ok, err}
+}
+
+// moveAll runs the moves of calls in one transaction, in order. A move
+// that matches no row changes nothing and leaves the others be; any error
+// rolls them all back, and every call gets it.
+func (m *Manager) moveAll(calls []*merge.Call[move, moved]) {
+	if len(calls) == 1 {
+		calls[0].Ans = m.moveOne(calls[0].Ctx, calls[0].Req)
+		return
+	}
+	ctx, cancel := merge.Context(calls)
+	defer cancel()
+	m.together.Add(int64(len(calls)))
+	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		for _, c := range calls {
+			mv := c.Req
+			after, ok, err := m.t.Move(ctx, tx, mv.sku, mv.delta, mv.lo, mv.hi)
+			if err != nil {
+				return err
+			}
+			c.Ans = moved{after, ok, nil}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, c := range calls {
+			c.Ans = moved{err: fmt.Errorf("moved with %d other SKUs' calls: %w", len(calls)-1, err)}
+		}
+	}
 }

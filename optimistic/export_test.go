@@ -11,6 +11,10 @@ func (m *Manager) Counts() (attempts, conflicts int64) {
 	return m.writes.Load(), m.conflicts.Load()
 }
 
+// Together returns how many moves ran in a transaction with others (on
+// SQLite).
+func (m *Manager) Together() int64 { return m.together.Load() }
+
 // SetBeforeCAS makes f run before each write of a batch, in the combining
 // mode: between the reads of an attempt on the read path and its write, or
 // before the conditional UPDATE of the direct path; set it before any call.

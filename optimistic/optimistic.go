@@ -25,7 +25,11 @@
 // Reduces and Returns mixed, fits after the ones before it. It reads no
 // version, so the writes of other processes do not make it fail (the row
 // lock makes them take turns), and a lone call is one round trip. Each
-// call's remaining is counted from the stock it returns.
+// call's remaining is counted from the stock it returns. On SQLite, whose
+// writers take turns on the database's one write lock and pay one fsync per
+// commit, the UPDATEs of unkeyed batches of different SKUs that are ready
+// together run in one transaction, one commit for all (an error fails them
+// all, and nothing of them is written).
 //
 // When that UPDATE matches no row (a call does not fit, the SKU is unknown,
 // expired holds are due for release, a key is in the ledger already), or a
@@ -133,10 +137,12 @@ type Manager struct {
 	o   *sqldialect.Orders
 	cfg config
 
-	comb *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
+	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
+	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
 
-	// writes tried after a read, and those that lost; for tests
-	writes, conflicts atomic.Int64
+	// writes tried after a read, and those that lost; moves run in a
+	// transaction with others (SQLite); for tests
+	writes, conflicts, together atomic.Int64
 
 	// beforeCAS, set by tests before any call, runs before each write of a
 	// batch: between an attempt's reads and its write, or before the
@@ -232,6 +238,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
 	m.f = t.Front(m.move)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
+	if t.Engine == sqldialect.SQLite {
+		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
+	}
 	return m, nil
 }
 

@@ -145,6 +145,61 @@ func TestHotRow(t *testing.T) {
 	})
 }
 
+// TestSpread: 64 goroutines over 16 SKUs and an unknown one, unkeyed
+// Reduces: on SQLite the moves of different SKUs that are ready together
+// share a transaction (elsewhere none does); each SKU's successful calls
+// return distinct remainings and its stock ends exact, and the unknown
+// SKU's calls alone fail, with ErrNotFound.
+func TestSpread(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		m := newManager(t, db, sqltest.Schema(t, db))
+		p := testenv.Prefix()
+		const skus, stock, calls = 16, 1000, 20
+		for i := range skus {
+			require.NoError(t, m.Init(ctx, fmt.Sprint(p, i), stock))
+		}
+		var mu sync.Mutex
+		rems := map[string]map[int64]bool{}
+		var wg sync.WaitGroup
+		for w := range 64 {
+			wg.Go(func() {
+				for i := range calls {
+					sku := fmt.Sprint(p, (w+i)%(skus+1)) // sku p+"16" is unknown
+					rem, err := m.Reduce(ctx, sku, 1)
+					if sku == fmt.Sprint(p, skus) {
+						assert.ErrorIs(t, err, inventory.ErrNotFound)
+						continue
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					if rems[sku] == nil {
+						rems[sku] = map[int64]bool{}
+					}
+					assert.False(t, rems[sku][rem], "%s: remaining %d twice", sku, rem)
+					rems[sku][rem] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for sku, rs := range rems {
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			require.EqualValues(t, stock-len(rs), n, sku)
+		}
+		t.Logf("%d moves ran in a transaction with others", m.Together())
+		if db.DriverName() == "sqlite" {
+			require.Positive(t, m.Together())
+		} else {
+			require.Zero(t, m.Together())
+		}
+	})
+}
+
 // TestGivesUp: on the read path, with one attempt and a rival that keeps
 // taking all the stock and giving it back, a call whose write finds the
 // stock moved out of the range its outcome needs ends in ErrContention and
