@@ -43,10 +43,10 @@ func (m *Manager) combine(ctx context.Context, sku string, r req) (int64, error)
 	return a.rem, a.err
 }
 
-// apply runs batch to completion: the conditional UPDATE of its total
-// where that can answer every call (see [Manager.direct]); otherwise read,
-// compute every call's result in order, compare-and-set, retrying on
-// conflict. A caller may have left by then; its result is dropped. ctx is
+// apply runs batch to completion: the conditional UPDATE of its net
+// change where every call fits (see [Manager.direct]); otherwise read,
+// plan every call's outcome in order and write it conditionally, retrying
+// when the write lost (see [Manager.attempt]). A caller may have left by then; its result is dropped. ctx is
 // cancelled once every caller of the batch gave up. short is the SKU's:
 // the last read of the SKU refused a call for want of stock, so the next
 // batch reads first rather than try the conditional UPDATE, which would
@@ -66,9 +66,11 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 		if len(batch) == 0 {
 			return
 		}
-		conflict, err := m.attempt(ctx, sku, short, batch)
+		// The last attempt of several reads under the row lock: it
+		// cannot lose.
+		conflict, err := m.attempt(ctx, sku, short, batch, attempt > 1 && attempt == m.cfg.attempts)
 		if err == nil && conflict && attempt >= m.cfg.attempts {
-			err = fmt.Errorf("optimistic: %q: %w after %d compare-and-set attempts", sku, inventory.ErrContention, attempt)
+			err = fmt.Errorf("optimistic: %q: %w after %d attempts", sku, inventory.ErrContention, attempt)
 		}
 		if err != nil || !conflict {
 			for _, c := range batch {
@@ -87,163 +89,349 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 	}
 }
 
-// errConflict rolls back a transaction whose compare-and-set lost.
+type ledgerKey struct {
+	dir inventory.Direction
+	key string
+}
+
+// errConflict rolls back a transaction whose write lost.
 var errConflict = errors.New("optimistic: conflict")
 
-// attempt applies batch with the conditional UPDATE of its total if it
-// can ([Manager.direct]); if not, it reads the row (and the keys of the
-// batch), computes each call's result into it, and writes the outcome with
-// one compare-and-set. conflict=true: another writer got there first;
-// nothing was written.
-func (m *Manager) attempt(ctx context.Context, sku string, short *bool, batch []*call) (conflict bool, err error) {
-	if !*short && !m.casOnly {
+// How a call of a batch ends (step.kind).
+const (
+	took    = iota // applied
+	refused        // refused for want of stock or room (ErrInsufficientStock, MaxStock)
+	dupCall        // its key was taken by an earlier call of the batch: ErrDuplicate
+	dupRow         // its key is in the ledger: ErrDuplicate with the remaining recorded
+)
+
+// step is one call's part of a plan.
+type step struct {
+	kind int
+	// off is the call's remaining less the stock before the batch; for
+	// dupRow, the remaining recorded in the ledger.
+	off     int64
+	expired bool // took, keyed: its key's ledger row has expired and is replaced
+}
+
+// plan is how a batch applies to s, the SKU's stock before it: every
+// call's outcome, each remaining relative to s, and the range lo..hi of s
+// in which each of those outcomes holds. A write of the batch's net change,
+// conditional on the stock being in that range, applies the batch exactly
+// as planned whatever the stock is then: other writers may have moved it
+// (and the version) in between, as long as every call's outcome stays.
+type plan struct {
+	steps  []step
+	lo, hi int64
+	net    int64 // the batch's change to the stock
+	keyed  int   // calls that took with a key: ledger rows to write
+	short  bool  // a call was refused for want of stock
+}
+
+func newPlan(n int) plan {
+	return plan{steps: make([]step, n), hi: inventory.MaxStock}
+}
+
+// take plans call i, c, as applied after the calls before it.
+func (p *plan) take(i int, c *call, expired bool) {
+	q := c.Req.qty
+	if c.Req.dir == inventory.DirReduce {
+		p.lo = max(p.lo, q-p.net) // s + net >= q
+		p.net -= q
+	} else {
+		p.hi = min(p.hi, inventory.MaxStock-q-p.net) // s + net + q <= MaxStock
+		p.net += q
+	}
+	p.steps[i] = step{kind: took, off: p.net, expired: expired}
+	if c.Req.key != "" {
+		p.keyed++
+	}
+}
+
+// refuse plans call i, c, as refused after the calls before it.
+func (p *plan) refuse(i int, c *call) {
+	q := c.Req.qty
+	if c.Req.dir == inventory.DirReduce {
+		p.hi = min(p.hi, q-p.net-1) // s + net < q
+		p.short = true
+	} else {
+		p.lo = max(p.lo, inventory.MaxStock-q-p.net+1) // s + net + q > MaxStock
+	}
+	p.steps[i] = step{kind: refused, off: p.net}
+}
+
+// fits returns the plan of batch in which every call takes effect; ok is
+// false when no stock lets them all (or a key repeats in the batch, which
+// the read path tells apart).
+func fits(batch []*call) (p plan, ok bool) {
+	p = newPlan(len(batch))
+	for i, c := range batch {
+		if c.Req.key != "" {
+			for _, d := range batch[:i] {
+				if d.Req.key == c.Req.key {
+					return p, false
+				}
+			}
+		}
+		p.take(i, c, false) // at most 128 calls of MaxStock each: no overflow
+	}
+	return p, p.lo <= p.hi
+}
+
+// split returns the plan of batch on stock s, the SKU's stock as read, with
+// seen the ledger rows of the batch's keys: each call is checked in order,
+// as if alone, after the calls before it.
+func split(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) plan {
+	p := newPlan(len(batch))
+	taken := map[ledgerKey]int{} // keyed calls of the batch that took, by key
+	for i, c := range batch {
+		k := ledgerKey{c.Req.dir, c.Req.key}
+		if c.Req.key != "" {
+			if j, ok := taken[k]; ok {
+				p.steps[i] = step{kind: dupCall, off: p.steps[j].off}
+				continue
+			}
+			if e, ok := seen[k]; ok && !e.Expired {
+				p.steps[i] = step{kind: dupRow, off: e.Remaining}
+				continue
+			}
+		}
+		if !fitsOne(c.Req.dir, s+p.net, c.Req.qty) {
+			p.refuse(i, c)
+			continue
+		}
+		p.take(i, c, seen[k].Expired)
+		if c.Req.key != "" {
+			taken[k] = i
+		}
+	}
+	return p
+}
+
+// fitsOne reports whether qty units can move in dir on stock cur, as
+// [sqldialect.Tables.Check] does.
+func fitsOne(dir inventory.Direction, cur, qty int64) bool {
+	if dir == inventory.DirReduce {
+		return cur >= qty
+	}
+	return inventory.CheckReturn(cur, qty) == nil
+}
+
+// answer sets each call's answer from the plan, s being the stock before
+// the batch.
+func (p *plan) answer(m *Manager, sku string, batch []*call, s int64) {
+	for i, c := range batch {
+		st := p.steps[i]
+		switch st.kind {
+		case took:
+			c.Ans = ans{s + st.off, nil}
+		case refused:
+			c.Ans = ans{s + st.off, m.t.Check(sku, c.Req.dir, s+st.off, c.Req.qty)}
+		case dupCall:
+			c.Ans = ans{s + st.off, m.t.Duplicate(sku, c.Req.dir, c.Req.key)}
+		case dupRow:
+			c.Ans = ans{st.off, m.t.Duplicate(sku, c.Req.dir, c.Req.key)}
+		}
+	}
+}
+
+// records returns the ledger rows of the keyed calls that took, s being the
+// stock before the batch.
+func (p *plan) records(batch []*call, s int64) []sqldialect.Entry {
+	rs := make([]sqldialect.Entry, 0, p.keyed)
+	for i, c := range batch {
+		if st := p.steps[i]; st.kind == took && c.Req.key != "" {
+			rs = append(rs, sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: s + st.off, Expired: st.expired})
+		}
+	}
+	return rs
+}
+
+// attempt applies batch with one conditional UPDATE of its net change if
+// every call fits ([Manager.direct]); if not, it reads the row (and the
+// keys of the batch), plans each call's outcome on it, and writes the
+// outcome with one UPDATE conditional on the stock still being in the
+// range where every outcome holds (in a transaction with the expired holds
+// it releases and the ledger rows). conflict=true: another writer moved
+// the stock out of that range first; nothing was written. With locked, the
+// batch is read and written in one transaction that locks the row first,
+// so that no other writer can move it in between: that attempt cannot
+// lose.
+func (m *Manager) attempt(ctx context.Context, sku string, short *bool, batch []*call, locked bool) (conflict bool, err error) {
+	if !*short && !m.casOnly && !locked {
 		if done, err := m.direct(ctx, sku, batch); done || err != nil {
 			return false, err
 		}
 	}
-	rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
-	if err != nil {
-		return false, err
+	if locked {
+		keyed := 0
+		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+			ok, err := m.readWrite(ctx, tx, tx, sku, short, batch)
+			if err == nil && !ok {
+				err = errConflict
+			}
+			keyed = countKeyed(batch)
+			return err
+		})
+		if err == nil && keyed > 0 {
+			m.t.Tidy(ctx, keyed) // after the commit: on SQLite the transaction held the write lock
+		}
+	} else {
+		var ok bool
+		ok, err = m.readWrite(ctx, m.t.DB, nil, sku, short, batch)
+		if err == nil && !ok {
+			err = errConflict
+		}
 	}
-	r, ok := rs[sku]
-	if !ok {
-		return false, m.t.NotFound(sku)
+	if errors.Is(err, errConflict) {
+		m.conflicts.Add(1)
+		return true, nil
 	}
-	stock, version := r.Stock, r.Version
+	return false, err
+}
+
+// readWrite reads the row of sku, its expired holds and the ledger rows of
+// the batch's keys through q, plans the batch on them ([split]) and writes
+// the plan: through tx if it is not nil (a transaction whose first
+// statement locks the row), otherwise as one UPDATE, or a transaction of
+// its own when there are holds to release or keys to record. ok=false:
+// the write found the stock outside the plan's range, or a key recorded
+// meanwhile; nothing was written. On success every call's answer is set.
+func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, sku string, short *bool, batch []*call) (ok bool, err error) {
+	var r sqldialect.Row
+	if tx != nil {
+		if r, err = m.t.LockHolds(ctx, tx, sku); err != nil {
+			return false, err
+		}
+	} else {
+		rs, err := m.t.ReadHolds(ctx, q, []string{sku})
+		if err != nil {
+			return false, err
+		}
+		if r, ok = rs[sku]; !ok {
+			return false, m.t.NotFound(sku)
+		}
+	}
 	var expired []sqldialect.Ref // lines past their TTL, released with the write
+	var units int64
 	if r.Expired {
-		var units int64
-		if expired, units, err = m.t.Expired(ctx, m.t.DB, sku); err != nil {
-			return false, err
-		}
-		stock += units
-	}
-	steps := make([]sqldialect.Step, len(batch))
-	for i, c := range batch {
-		steps[i] = sqldialect.Step{Qty: c.Req.qty, Dir: c.Req.dir, Key: c.Req.key}
-	}
-	var entries []sqldialect.Entry
-	if keys := sqldialect.Keys(steps); len(keys) > 0 {
-		// Read after the row: if a write lands in between, the CAS fails.
-		if entries, err = m.t.Entries(ctx, m.t.DB, sku, keys); err != nil {
+		if expired, units, err = m.t.Expired(ctx, q, sku); err != nil {
 			return false, err
 		}
 	}
-	out, cur, records, wrote, sh := m.t.Apply(sku, stock, entries, steps)
-	*short = sh
-	for i, c := range batch {
-		c.Ans = ans{out[i].Remaining, out[i].Err}
+	stock := r.Stock + units
+	seen := map[ledgerKey]sqldialect.Entry{}
+	var keys []string
+	for _, c := range batch {
+		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
+			keys = append(keys, c.Req.key)
+		}
 	}
-	if !wrote {
-		return false, nil
+	if len(keys) > 0 {
+		// Read after the row: a key recorded in between makes the write
+		// of its ledger row fail, and the batch read again.
+		es, err := m.t.Entries(ctx, q, sku, keys)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range es {
+			seen[ledgerKey{e.Dir, e.Key}] = e
+		}
+	}
+	p := split(stock, batch, seen)
+	*short = p.short
+	if !slices.ContainsFunc(p.steps, func(st step) bool { return st.kind == took }) {
+		p.answer(m, sku, batch, stock) // nothing to write: as read
+		return true, nil
 	}
 	if m.beforeCAS != nil {
 		m.beforeCAS(sku)
 	}
 	m.writes.Add(1)
-	if len(records) == 0 && len(expired) == 0 {
-		ok, err := m.t.Set(ctx, m.t.DB, sku, version, cur)
-		if err == nil && !ok {
-			m.conflicts.Add(1)
-		}
-		return !ok, err
-	}
-	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-		ok, err := m.t.Set(ctx, tx, sku, version, cur)
+	// The bounds and change of the row's own stock, which the released
+	// units join.
+	lo, hi, delta := max(p.lo-units, 0), p.hi-units, p.net+units
+	var after int64
+	write := func(e sqlx.ExtContext) error {
+		after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
 		if err == nil && ok {
-			ok, err = m.t.Release(ctx, tx, sku, expired)
+			ok, err = m.t.Release(ctx, e, sku, expired)
 		}
-		if err == nil && ok && len(records) > 0 {
-			ok, err = m.t.RecordAll(ctx, tx, sku, records)
-		}
-		if err == nil && !ok {
-			err = errConflict
+		if err == nil && ok && p.keyed > 0 {
+			ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
 		}
 		return err
-	})
-	if errors.Is(err, errConflict) {
-		m.conflicts.Add(1)
-		return true, nil
 	}
-	if err == nil {
-		m.t.Tidy(ctx, len(records))
-	}
-	return false, err
-}
-
-// direct applies batch with one conditional UPDATE of its total (see
-// [sqldialect.Tables.Move]) when that answers every call: the calls are all
-// in one direction, no key repeats in the batch, the total is at most
-// MaxStock. Keyed calls' ledger rows go in the same transaction, which
-// rolls back if any key is in the ledger already. The UPDATE reads no
-// version, so writers of other processes do not make it fail: the row lock
-// makes them take turns. Each call's remaining is counted back from the
-// stock the UPDATE returns, the calls in batch order.
-//
-// done=false with a nil error: nothing was written (the total does not
-// fit, the SKU is unknown or has expired holds to release first, a key was
-// seen, or the batch is not one for this path); the caller's read and
-// compare-and-set split the batch exactly.
-func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done bool, err error) {
-	dir := batch[0].Req.dir
-	var total int64
-	keyed := false
-	for i, c := range batch {
-		if c.Req.dir != dir {
+	switch {
+	case tx != nil:
+		err = write(tx)
+	case p.keyed == 0 && len(expired) == 0:
+		err = write(m.t.DB)
+	default:
+		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+			err := write(tx)
+			if err == nil && !ok {
+				err = errConflict
+			}
+			return err
+		})
+		if errors.Is(err, errConflict) {
 			return false, nil
 		}
-		total += c.Req.qty // at most 128 calls of MaxStock each: no overflow
-		if c.Req.key != "" {
-			keyed = true
-			for _, d := range batch[:i] {
-				if d.Req.key == c.Req.key {
-					return false, nil // a duplicate within the batch
-				}
-			}
+	}
+	if err != nil || !ok {
+		return false, err
+	}
+	if tx == nil && p.keyed > 0 {
+		m.t.Tidy(ctx, p.keyed)
+	}
+	p.answer(m, sku, batch, after-p.net)
+	return true, nil
+}
+
+// countKeyed returns how many calls of batch took effect with a key, once
+// answered.
+func countKeyed(batch []*call) int {
+	n := 0
+	for _, c := range batch {
+		if c.Req.key != "" && c.Ans.err == nil {
+			n++
 		}
 	}
-	if total > inventory.MaxStock {
+	return n
+}
+
+// direct applies batch with one conditional UPDATE of its net change (see
+// [sqldialect.Tables.Move]) when every call fits: the UPDATE matches only
+// if the stock lets each call, in batch order, take effect after the ones
+// before it ([fits]), and no key repeats in the batch. Keyed calls' ledger
+// rows go in the same transaction, which rolls back if any key is in the
+// ledger already. The UPDATE reads no version, so writers of other
+// processes do not make it fail: the row lock makes them take turns. Each
+// call's remaining is counted from the stock the UPDATE returns.
+//
+// done=false with a nil error: nothing was written (the calls do not all
+// fit, the SKU is unknown or has expired holds to release first, a key was
+// seen); the caller's read splits the batch exactly.
+func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done bool, err error) {
+	p, ok := fits(batch)
+	if !ok {
 		return false, nil
 	}
 	if m.beforeCAS != nil {
 		m.beforeCAS(sku)
 	}
-	delta, lo, hi := bounds(dir, total)
-	// remaining fills in each call's remaining, counted back from after,
-	// the stock after the whole batch.
-	remaining := func(after int64) {
-		cur := after
-		for i := len(batch) - 1; i >= 0; i-- {
-			c := batch[i]
-			c.Ans.rem = cur
-			if dir == inventory.DirReduce {
-				cur += c.Req.qty
-			} else {
-				cur -= c.Req.qty
-			}
-		}
-	}
-	var rem int64
-	var ok bool
-	if !keyed {
-		if rem, ok, err = m.t.Move(ctx, m.t.DB, sku, delta, lo, hi); err != nil || !ok {
+	var after int64
+	if p.keyed == 0 {
+		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
-		remaining(rem)
 	} else {
-		var records []sqldialect.Entry
 		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-			if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
+			if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
 				return err
 			}
-			remaining(rem)
-			records = records[:0]
-			for _, c := range batch {
-				if c.Req.key != "" {
-					records = append(records, sqldialect.Entry{Dir: dir, Key: c.Req.key, Remaining: c.Ans.rem})
-				}
-			}
-			written, err := m.t.RecordAll(ctx, tx, sku, records)
+			written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
 			if err == nil && !written {
 				err = errConflict // a key in the ledger: the read path tells which
 			}
@@ -255,10 +443,74 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		if err != nil || !ok {
 			return false, err
 		}
-		m.t.Tidy(ctx, len(records))
+		m.t.Tidy(ctx, p.keyed)
 	}
-	for _, c := range batch {
-		c.Ans.err = nil
-	}
+	p.answer(m, sku, batch, after-p.net)
 	return true, nil
+}
+
+// move is the conditional UPDATE of a batch of unkeyed calls that all fit
+// ([sqldialect.Tables.Move]); moved is its outcome.
+type (
+	move struct {
+		sku           string
+		delta, lo, hi int64
+	}
+	moved struct {
+		after int64
+		ok    bool
+		err   error
+	}
+)
+
+// move1 runs mv through the pool: on SQLite through m.moves, which runs
+// the moves of several SKUs that are ready together in one transaction.
+// SQLite's writers take turns on the database's one write lock and pay one
+// fsync per commit, so there one commit for several moves is that many
+// fewer turns and fsyncs; a move that finds no other in flight runs at
+// once, alone.
+func (m *Manager) move1(ctx context.Context, mv move) (after int64, ok bool, err error) {
+	if m.moves == nil {
+		return m.t.Move(ctx, m.t.DB, mv.sku, mv.delta, mv.lo, mv.hi)
+	}
+	a, err := m.moves.Do(ctx, 0, mv)
+	if err != nil {
+		return 0, false, m.t.Err(ctx, "update", err)
+	}
+	return a.after, a.ok, a.err
+}
+
+// moveOne runs one move alone.
+func (m *Manager) moveOne(ctx context.Context, mv move) moved {
+	after, ok, err := m.t.Move(ctx, m.t.DB, mv.sku, mv.delta, mv.lo, mv.hi)
+	return moved{after, ok, err}
+}
+
+// moveAll runs the moves of calls in one transaction, in order. A move
+// that matches no row changes nothing and leaves the others be; any error
+// rolls them all back, and every call gets it.
+func (m *Manager) moveAll(calls []*merge.Call[move, moved]) {
+	if len(calls) == 1 {
+		calls[0].Ans = m.moveOne(calls[0].Ctx, calls[0].Req)
+		return
+	}
+	ctx, cancel := merge.Context(calls)
+	defer cancel()
+	m.together.Add(int64(len(calls)))
+	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		for _, c := range calls {
+			mv := c.Req
+			after, ok, err := m.t.Move(ctx, tx, mv.sku, mv.delta, mv.lo, mv.hi)
+			if err != nil {
+				return err
+			}
+			c.Ans = moved{after, ok, nil}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, c := range calls {
+			c.Ans = moved{err: fmt.Errorf("moved with %d other SKUs' calls: %w", len(calls)-1, err)}
+		}
+	}
 }

@@ -5,40 +5,46 @@
 // [github.com/stockkit/inventory/sqlstore], which the rowlock strategy and
 // the lock strategies' SQL store share.
 //
-// # Version compare-and-set (the default)
+// # Combined conditional writes (the default)
 //
-// A call reads (stock, version), checks, and writes back with
+// The textbook optimistic write reads (stock, version), checks, and writes
+// back with
 //
 //	UPDATE stock SET stock = ?, version = version + 1 WHERE sku = ? AND version = ?
 //
-// If another writer moved the version first, nothing is written; the call
-// reads again, each read a fresh autocommit statement (never a stale
-// REPEATABLE READ snapshot), after a decorrelated-jitter backoff, and gives
-// up with [inventory.ErrContention] after [WithMaxAttempts] attempts or when
-// ctx is done.
+// which collapses on a hot row: with 64 goroutines on one SKU almost every
+// write loses the race. So calls of one Manager on one SKU combine: while
+// one batch of the SKU is being written, the calls that arrive queue up,
+// and the next batch takes them all, in order, at once. Each call still
+// gets its own result (its own remaining value, or ErrInsufficientStock,
+// ErrDuplicate...), as if the calls had run one by one in that order.
 //
-// Naive version CAS collapses on a hot row: with 64 goroutines on one SKU
-// almost every write loses the race. So calls of one Manager on one SKU
-// combine: while one goroutine holds the SKU, the calls that arrive queue
-// up, and the holder applies the whole queue, in order, at once. Each call
-// still gets its own result (its own remaining value, or
-// ErrInsufficientStock, ErrDuplicate...).
+// A batch is first tried as one conditional UPDATE of its net change (the
+// single-statement UPDATE below, in a transaction with the ledger rows
+// when keyed), whose range lets it match only if every call of the batch,
+// Reduces and Returns mixed, fits after the ones before it. It reads no
+// version, so the writes of other processes do not make it fail (the row
+// lock makes them take turns), and a lone call is one round trip. Each
+// call's remaining is counted from the stock it returns. On SQLite, whose
+// writers take turns on the database's one write lock and pay one fsync per
+// commit, the UPDATEs of unkeyed batches of different SKUs that are ready
+// together run in one transaction, one commit for all (an error fails them
+// all, and nothing of them is written).
 //
-// A batch whose calls are all Reduce or all Return, with no key twice, is
-// first tried as one conditional UPDATE of its total (the single-statement
-// UPDATE below, in a transaction with the ledger rows when keyed): it
-// reads no version, so the writes of other processes do not make it fail
-// (the row lock makes them take turns), and a lone call is one round trip.
-// Each call's remaining is counted back from the stock it returns. When
-// that UPDATE matches no row (the total does not fit, the SKU is unknown,
-// expired holds are due for release, a key is in the ledger already), or
-// the batch mixes directions, the batch takes the read and version
-// compare-and-set, which splits it exactly (one transaction with the
-// ledger rows when keys are used); after a read that refused a call for
-// want of stock, the SKU's next batch reads first. Only there do processes
-// race: on one hot SKU each process has at most one write in flight, and a
-// batch that loses every attempt returns ErrContention to all its calls,
-// to be retried.
+// When that UPDATE matches no row (a call does not fit, the SKU is unknown,
+// expired holds are due for release, a key is in the ledger already), or a
+// key repeats in the batch, the batch reads the row (fresh autocommit
+// statements, never a stale REPEATABLE READ snapshot), the ledger rows of
+// its keys and the SKU's expired holds, works out every call's outcome in
+// order, and writes them with one UPDATE of the net change conditional on
+// the stock still lying in the range where every one of those outcomes
+// holds (in one transaction with the ledger rows and the holds it
+// releases). A writer of another process that moved the row in between
+// makes that write fail only if it moved the stock out of that range; the
+// batch then reads again after a decorrelated-jitter backoff, and the last
+// of [WithMaxAttempts] attempts reads and writes in one transaction that
+// locks the row first, which no other writer can make fail. After a read
+// that refused a call for want of stock, the SKU's next batch reads first.
 //
 // # Single statement
 //
@@ -79,9 +85,9 @@
 // An expired hold of a SKU is released by the next call that moves the
 // SKU, in the same transaction: single calls read, with the stock, whether
 // the SKU has lines held past their TTL, and only then write them released
-// along with the compare-and-set (in single-statement mode the UPDATE
-// matches no row while such lines exist, and the call takes the
-// compare-and-set path). Confirm and Cancel of the hold release it too, and
+// along with the conditional write (the first UPDATE of a batch, and in
+// single-statement mode every UPDATE, matches no row while such lines
+// exist, and the call takes the read path). Confirm and Cancel of the hold release it too, and
 // Sweep releases up to [WithSweepLimit] holds per call (see
 // [inventory.Reap]). A move releases the expired lines of its own SKUs;
 // the other lines of such a hold stay counted in [Manager.Held] until a
@@ -132,16 +138,18 @@ type Manager struct {
 	o   *sqldialect.Orders
 	cfg config
 
-	comb *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
+	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
+	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
 
-	// compare-and-set writes tried, and those that lost; for benchmarks
-	writes, conflicts atomic.Int64
+	// writes tried after a read, and those that lost; moves run in a
+	// transaction with others (SQLite); for tests
+	writes, conflicts, together atomic.Int64
 
 	// beforeCAS, set by tests before any call, runs before each write of a
-	// batch: between an attempt's reads and its compare-and-set, or before
-	// the conditional UPDATE of the direct path.
+	// batch: between an attempt's reads and its write, or before the
+	// conditional UPDATE of the direct path.
 	beforeCAS func(sku string)
-	// casOnly, set by tests, makes every batch read and compare-and-set.
+	// casOnly, set by tests, makes every batch take the read path.
 	casOnly bool
 }
 
@@ -179,22 +187,25 @@ func WithSchema(s sqlstore.Schema) Option { return func(c *config) { c.schema = 
 func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithMaxAttempts sets how many times a call tries its write before giving
-// up with [inventory.ErrContention]; at least 1. In single-statement mode it
-// bounds the retries of an UPDATE that found the row changed under it. The
-// default is 10.
+// up with [inventory.ErrContention]; at least 1. With two or more, the last
+// attempt locks the row for its read and write and cannot lose, so a call
+// then gives up only if that lock wait fails (the server's lock wait
+// timeout or deadlock detection). In single-statement mode it bounds the
+// retries of an UPDATE that found the row changed under it. The default is
+// 10.
 func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 
 // WithBackoff sets the bounds of the decorrelated-jitter backoff between
-// compare-and-set attempts: each pause is drawn from base up to three times
+// the attempts of a batch whose write lost: each pause is drawn from base up to three times
 // the previous one, capped at max. base must be positive and max at least
 // base. The default is 1ms to 100ms.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) { c.base, c.cap = base, max }
 }
 
-// WithSingleStatement makes each call one conditional UPDATE (a transaction
-// with the ledger row when keyed) instead of a read and a version
-// compare-and-set. The default is the version compare-and-set.
+// WithSingleStatement makes each call one conditional UPDATE of its own (a
+// transaction with the ledger row when keyed), with no combining. The
+// default combines the calls of a SKU.
 func WithSingleStatement() Option { return func(c *config) { c.single = true } }
 
 // WithRefusals makes the Manager refuse an unkeyed Reduce without a round
@@ -261,6 +272,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 		m.f = m.f.WithRefusals(refusals.New(c.refusals))
 	}
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
+	if t.Engine == sqldialect.SQLite {
+		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
+	}
 	return m, nil
 }
 
@@ -400,7 +414,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 		case !ok:
 			return 0, m.t.NotFound(sku)
 		case r.Expired:
-			// Expired holds to release first: a compare-and-set does both.
+			// Expired holds to release first: the lines call does both.
 			return m.o.Move(ctx, nil, sku, qty, dir, key)
 		}
 		cur := r.Stock

@@ -101,8 +101,109 @@ func TestProcesses(t *testing.T) {
 	})
 }
 
-// TestGivesUp: on the compare-and-set path, with one attempt and a rival
-// that always moves the version first, a call ends in ErrContention and
+// TestHotRow: four Managers (four processes) with default options, 16
+// goroutines each, sell one hot SKU for 2 s with mixed calls (Reduces,
+// Returns, some keyed; sqltest.HotRow) from more stock than the run takes
+// down to 0 and about there, where batches are refused in part and other
+// Managers' writes land between a batch's read and its write: no call may
+// end in ErrContention, and the stock left must be exact.
+func TestHotRow(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		schema := sqltest.Schema(t, db)
+		sku := testenv.Prefix()
+		const initial = 2000
+		ms := make([]*optimistic.Manager, 4)
+		for i := range ms {
+			ms[i] = newManager(t, db, schema)
+		}
+		require.NoError(t, ms[0].Init(ctx, sku, initial))
+		var mu sync.Mutex
+		var total sqltest.Mix
+		var wg sync.WaitGroup
+		for i, m := range ms {
+			wg.Go(func() {
+				x, err := sqltest.HotRow(ctx, m, sku, 16, 2*time.Second, uint64(i), fmt.Sprint("m", i))
+				assert.NoError(t, err)
+				mu.Lock()
+				total.Add(x)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		var writes, lost int64
+		for _, m := range ms {
+			w, l := m.Counts()
+			writes, lost = writes+w, lost+l
+		}
+		t.Logf("%+v; %d writes after a read, %d lost", total, writes, lost)
+		require.Zero(t, total.Contention, "calls that gave up")
+		require.Positive(t, total.Refused, "the stock ran out: batches took the read path")
+		n, err := ms[0].Get(ctx, sku)
+		require.NoError(t, err)
+		require.Equal(t, initial-total.Reduced+total.Returned, n)
+	})
+}
+
+// TestSpread: 64 goroutines over 16 SKUs and an unknown one, unkeyed
+// Reduces: on SQLite the moves of different SKUs that are ready together
+// share a transaction (elsewhere none does); each SKU's successful calls
+// return distinct remainings and its stock ends exact, and the unknown
+// SKU's calls alone fail, with ErrNotFound.
+func TestSpread(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		m := newManager(t, db, sqltest.Schema(t, db))
+		p := testenv.Prefix()
+		const skus, stock, calls = 16, 1000, 20
+		for i := range skus {
+			require.NoError(t, m.Init(ctx, fmt.Sprint(p, i), stock))
+		}
+		var mu sync.Mutex
+		rems := map[string]map[int64]bool{}
+		var wg sync.WaitGroup
+		for w := range 64 {
+			wg.Go(func() {
+				for i := range calls {
+					sku := fmt.Sprint(p, (w+i)%(skus+1)) // sku p+"16" is unknown
+					rem, err := m.Reduce(ctx, sku, 1)
+					if sku == fmt.Sprint(p, skus) {
+						assert.ErrorIs(t, err, inventory.ErrNotFound)
+						continue
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					if rems[sku] == nil {
+						rems[sku] = map[int64]bool{}
+					}
+					assert.False(t, rems[sku][rem], "%s: remaining %d twice", sku, rem)
+					rems[sku][rem] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for sku, rs := range rems {
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			require.EqualValues(t, stock-len(rs), n, sku)
+		}
+		t.Logf("%d moves ran in a transaction with others", m.Together())
+		if db.DriverName() == "sqlite" {
+			require.Positive(t, m.Together())
+		} else {
+			require.Zero(t, m.Together())
+		}
+	})
+}
+
+// TestGivesUp: on the read path, with one attempt and a rival that keeps
+// taking all the stock and giving it back, a call whose write finds the
+// stock moved out of the range its outcome needs ends in ErrContention and
 // changes nothing.
 func TestGivesUp(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
@@ -117,34 +218,53 @@ func TestGivesUp(t *testing.T) {
 
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Go(func() { // the rival: a tight loop of version bumps
+		wg.Go(func() { // the rival: takes everything, gives it back, in a tight loop
+			var holding int64
 			for {
 				select {
 				case <-stop:
-					return
+					if holding == 0 {
+						return
+					}
 				default:
 				}
 				stock, v, err := store.Read(ctx, sku)
-				if assert.NoError(t, err) {
-					_, err = store.CompareAndSet(ctx, sku, v, stock, inventory.DirReduce, "")
-					if !errors.Is(err, inventory.ErrContention) {
-						assert.NoError(t, err)
-					}
+				if !assert.NoError(t, err) {
+					return
+				}
+				next := int64(0)
+				if holding > 0 {
+					next = stock + holding
+				}
+				ok, err := store.CompareAndSet(ctx, sku, v, next, inventory.DirReduce, "")
+				if errors.Is(err, inventory.ErrContention) || (err == nil && !ok) {
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				if holding > 0 {
+					holding = 0
+				} else {
+					holding = stock
 				}
 			}
 		})
-		var gaveUp, ok int
+		var gaveUp, ok, refused int
 		for range 200 {
 			_, err := m.Reduce(ctx, sku, 1)
-			if errors.Is(err, inventory.ErrContention) {
+			switch {
+			case errors.Is(err, inventory.ErrContention):
 				gaveUp++
-			} else if assert.NoError(t, err) {
+			case errors.Is(err, inventory.ErrInsufficientStock):
+				refused++
+			case assert.NoError(t, err):
 				ok++
 			}
 		}
 		close(stop)
 		wg.Wait()
-		t.Logf("%d calls gave up, %d took effect", gaveUp, ok)
+		t.Logf("%d calls gave up, %d took effect, %d refused", gaveUp, ok, refused)
 		n, err := m.Get(ctx, sku)
 		require.NoError(t, err)
 		require.EqualValues(t, 1_000_000-ok, n, "a call that gave up changed nothing")
@@ -196,11 +316,16 @@ func TestKeyExpiry(t *testing.T) {
 	})
 }
 
-// TestRetrySeesNewVersion: a rival moves the version once between a call's
-// read and its compare-and-set; with two attempts the call must succeed,
-// which it can only if its second read is a fresh statement that sees the
-// rival's commit, not a re-read inside one REPEATABLE READ snapshot.
-func TestRetrySeesNewVersion(t *testing.T) {
+// TestRetrySeesRival: on the read path, a rival that moves the row
+// between a call's read and its write without changing the call's outcome
+// (the version, and stock the call still fits in) does not make the write
+// lose; a rival that takes the stock the call needed does, and with two
+// attempts the call must then end refused with the rival's stock as its
+// remaining, which it can only if its second read is a fresh statement
+// that sees the rival's commit, not a re-read inside one REPEATABLE READ
+// snapshot (which would plan the same write, lose again and end in
+// ErrContention).
+func TestRetrySeesRival(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -209,35 +334,42 @@ func TestRetrySeesNewVersion(t *testing.T) {
 		require.NoError(t, err)
 		m := newManager(t, db, schema, optimistic.WithMaxAttempts(2))
 		optimistic.SetReadFirst(m)
-		var bumps int
+		var rivals int
+		var leave int64 // the stock the rival leaves
 		optimistic.SetBeforeCAS(m, func(sku string) {
-			if bumps++; bumps > 1 {
+			if rivals++; rivals > 1 {
 				return
 			}
 			stock, version, err := store.Read(ctx, sku)
 			if assert.NoError(t, err) {
-				ok, err := store.CompareAndSet(ctx, sku, version, stock-1, inventory.DirReduce, "")
+				ok, err := store.CompareAndSet(ctx, sku, version, min(leave, stock), inventory.DirReduce, "")
 				assert.NoError(t, err)
 				assert.True(t, ok, "the rival's write")
 			}
 		})
 		sku := testenv.Prefix()
-		require.NoError(t, m.Init(ctx, sku, 10))
 		for _, opts := range [][]inventory.Option{nil, {inventory.WithKey("k")}} {
-			bumps = 0
+			require.NoError(t, m.Init(ctx, sku, 10))
+			a0, c0 := m.Counts()
+
+			rivals, leave = 0, 8 // the call still fits
 			rem, err := m.Reduce(ctx, sku, 2, opts...)
-			require.NoError(t, err, "keyed %v: the retry must see the rival's version", opts != nil)
-			require.Equal(t, 2, bumps, "two attempts, the first lost")
+			require.NoError(t, err, "keyed %v", opts != nil)
+			require.EqualValues(t, 6, rem)
+			require.Equal(t, 1, rivals, "one attempt: the rival did not make it lose")
+
+			rivals, leave = 0, 1 // the call no longer fits
+			rem, err = m.Reduce(ctx, sku, 2, append(opts, inventory.WithKey("k2"))...)
+			require.ErrorIs(t, err, inventory.ErrInsufficientStock, "keyed %v: the retry must see the rival's stock", opts != nil)
+			require.EqualValues(t, 1, rem)
+			require.Equal(t, 1, rivals, "the retry read, refused, and wrote nothing")
 			n, err := m.Get(ctx, sku)
 			require.NoError(t, err)
-			require.Equal(t, n, rem)
+			require.EqualValues(t, 1, n)
+			a, c := m.Counts()
+			require.EqualValues(t, 2, a-a0, "two writes tried")
+			require.EqualValues(t, 1, c-c0, "one lost")
 		}
-		n, err := m.Get(ctx, sku)
-		require.NoError(t, err)
-		require.EqualValues(t, 10-2*(1+2), n, "both rivals' and both calls' units are gone")
-		a, c := m.Counts()
-		require.EqualValues(t, 4, a)
-		require.EqualValues(t, 2, c)
 	})
 }
 

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -9,7 +10,8 @@ import (
 // Keyed merges concurrent calls into batches per key, as optimistic and
 // tiered's fallback write one SKU's calls to SQL: one batch of a key in
 // flight at a time, and the calls that arrive meanwhile sent together, in
-// arrival order, up to the batch bound, when it returns.
+// arrival order, up to the batch bound, when it returns (after a few
+// scheduler rounds for its callers to come back: see Keyed.gather).
 //
 // Unlike [Queue], a key's group is made by its first call and deleted as
 // soon as its queue is empty, so the keys seen once (100,000 SKUs) are not
@@ -22,6 +24,7 @@ type Keyed[K comparable, S, Q, A any] struct {
 	groups map[K]*keyed[S, Q, A]
 	max    int
 	send   func(ctx context.Context, key K, state *S, batch []*Call[Q, A])
+	yield  func() // runtime.Gosched; tests replace it
 }
 
 // keyed is the group of one key.
@@ -37,7 +40,7 @@ type keyed[S, Q, A any] struct {
 // batch has left (its ctx ended). state is the key's own, kept from batch
 // to batch while the group lives (its zero value once the key was idle).
 func NewKeyed[K comparable, S, Q, A any](max int, send func(ctx context.Context, key K, state *S, batch []*Call[Q, A])) *Keyed[K, S, Q, A] {
-	return &Keyed[K, S, Q, A]{groups: map[K]*keyed[S, Q, A]{}, max: max, send: send}
+	return &Keyed[K, S, Q, A]{groups: map[K]*keyed[S, Q, A]{}, max: max, send: send, yield: runtime.Gosched}
 }
 
 // Do queues req in the group of key, starting its drain if it has none,
@@ -88,7 +91,36 @@ func (k *Keyed[K, S, Q, A]) drain(key K, g *keyed[S, Q, A]) {
 		for _, c := range batch {
 			close(c.done)
 		}
+		n := len(batch)
 		clear(batch)
+		k.gather(g, n)
+	}
+}
+
+// gatherRounds bounds how often a drain yields to let the callers it just
+// answered come back (see Keyed.gather).
+const gatherRounds = 2
+
+// gather lets the callers of the batch of n calls just answered queue their
+// next calls before the next batch is taken, when the key is contended
+// (n > 1) and fewer than n calls wait: it yields the processor (k.yield),
+// at most gatherRounds times. Callers that call again as soon as they are
+// answered (a worker loop) then ride one batch together, instead of
+// splitting into two halves that take turns, each waiting for the other's
+// batch as well as its own. A key whose callers do not come back at once
+// loses a few scheduler rounds, no timer.
+func (k *Keyed[K, S, Q, A]) gather(g *keyed[S, Q, A], n int) {
+	if n < 2 {
+		return
+	}
+	for range gatherRounds {
+		k.mu.Lock()
+		q := len(g.queue)
+		k.mu.Unlock()
+		if q >= n {
+			return
+		}
+		k.yield()
 	}
 }
 

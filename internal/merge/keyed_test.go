@@ -209,3 +209,52 @@ func TestKeyedLeaveTaken(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { _, ok := r.queued("k"); return !ok }, 5*time.Second, time.Millisecond, "the idle group is deleted")
 }
+
+// TestKeyedGather: after a batch of several calls, the drain yields while
+// fewer calls than that wait, at most gatherRounds times, so that callers
+// coming back at once ride the next batch together; after a batch of one
+// it does not yield.
+func TestKeyedGather(t *testing.T) {
+	r := newKeyedRig(8)
+	ctx := context.Background()
+	var yields int
+	var back []<-chan result // the calls that "come back" during a yield
+	next := 4
+	r.k.yield = func() { // runs on the drain goroutine, between batches
+		yields++
+		if next <= 5 {
+			back = append(back, r.do(ctx, "k", next))
+			next++
+			want := len(back)
+			require.Eventually(t, func() bool { n, _ := r.queued("k"); return n == want }, 5*time.Second, time.Millisecond)
+		}
+	}
+	gate := make(chan struct{})
+	r.hold = func(_ context.Context, batch []*Call[int, int]) {
+		if batch[0].Req == 0 {
+			<-gate
+		}
+	}
+	first := r.do(ctx, "k", 0)
+	require.Eventually(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.batches) == 1 }, 5*time.Second, time.Millisecond)
+	var chs []<-chan result
+	for i := 1; i <= 3; i++ {
+		chs = append(chs, r.do(ctx, "k", i))
+		require.Eventually(t, func() bool { n, _ := r.queued("k"); return n == i }, 5*time.Second, time.Millisecond)
+	}
+	close(gate)
+	require.NoError(t, recv(t, first).err)
+	for _, ch := range chs {
+		require.NoError(t, recv(t, ch).err)
+	}
+	require.Eventually(t, func() bool { _, ok := r.queued("k"); return !ok }, 5*time.Second, time.Millisecond, "the group ends")
+	for i, ch := range back {
+		res := recv(t, ch)
+		require.NoError(t, res.err)
+		assert.Equal(t, (4+i)*10, res.ans)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	assert.Equal(t, [][]int{{0}, {1, 2, 3}, {4, 5}}, r.batches, "4 and 5, back during the yields after 1-3, in one batch")
+	assert.Equal(t, 2*gatherRounds, yields, "none after the lone 0; after 1-3 and after 4-5, gatherRounds each, as fewer calls came back")
+}

@@ -43,7 +43,7 @@ func TestSlotTakenOver(t *testing.T) {
 	r := New(time.Hour)
 	var a, b string
 	for i := 0; b == ""; i++ {
-		s := string(rune('a' + i%26)) + time.Duration(i).String()
+		s := string(rune('a'+i%26)) + time.Duration(i).String()
 		if a == "" {
 			a = s
 		} else if s != a && r.slot(s) == r.slot(a) {

@@ -449,7 +449,7 @@ func (t *Tables) Shift(ctx context.Context, e sqlx.ExtContext, sku string, delta
 
 func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
 	if t.Engine != MySQL {
-		err = e.QueryRowxContext(ctx, stmt, delta, sku, lo, hi).Scan(&remaining)
+		err = t.scanPrepared(ctx, e, stmt, []any{delta, sku, lo, hi}, &remaining)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
