@@ -178,6 +178,14 @@ type config struct {
 // value makes New fail with an error wrapping [inventory.ErrInvalidArgument].
 type Option func(*config)
 
+// LockWait bounds the wait of a batch's last attempt, which locks the row
+// (see [WithMaxAttempts]): past it the batch's calls fail with
+// [inventory.ErrContention]. The server applies it where it can, as
+// rowlock's lock timeout (PostgreSQL's lock_timeout; MariaDB's FOR UPDATE
+// WAIT, in whole seconds); MySQL keeps its innodb_lock_wait_timeout, and
+// SQLite its busy_timeout. The caller's ctx bounds it too.
+const LockWait = 5 * time.Second
+
 // WithSchema names the tables and columns; see [sqlstore.Schema]. The
 // default is the zero Schema: sqlstore's default names.
 func WithSchema(s sqlstore.Schema) Option { return func(c *config) { c.schema = s } }
@@ -189,8 +197,8 @@ func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 // WithMaxAttempts sets how many times a call tries its write before giving
 // up with [inventory.ErrContention]; at least 1. With two or more, the last
 // attempt locks the row for its read and write and cannot lose, so a call
-// then gives up only if that lock wait fails (the server's lock wait
-// timeout or deadlock detection). In single-statement mode it bounds the
+// then gives up only if that lock wait fails: after [LockWait], or at the
+// server's deadlock detection. In single-statement mode it bounds the
 // retries of an UPDATE that found the row changed under it. The default is
 // 10.
 func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
@@ -259,7 +267,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 			return nil, err
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
+	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait})
 	if err != nil {
 		return nil, err
 	}
