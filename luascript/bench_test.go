@@ -13,19 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/baseline"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/luascript"
 )
 
-// bareLua is the baseline of every luascript benchmark: a bare
-// check-and-DECRBY script, safe (it never oversells) but with no keys, no
-// errors told apart and no protection against resends.
-const bareLua = `local v = tonumber(redis.call('GET', KEYS[1]))
-if v and v >= tonumber(ARGV[1]) then return redis.call('DECRBY', KEYS[1], ARGV[1]) end
-return -1`
-
-var bareScript = redis.NewScript(bareLua)
+// bareScript is the baseline of every luascript benchmark.
+var bareScript = baseline.RedisScript
 
 // contender is one way of calling: op makes call i (from many goroutines).
 type contender struct {

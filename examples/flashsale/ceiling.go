@@ -8,20 +8,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/baseline"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// ceilingLua is the ceiling row's whole strategy: a bare check-and-DECRBY,
-// the script integration/bench compares luascript with. It never oversells
-// (Redis runs it alone), but it has no idempotency keys, no resend
-// protection and no errors told apart: a missing SKU is "sold out" too.
-const ceilingLua = `local v = tonumber(redis.call('GET', KEYS[1]))
-if v and v >= tonumber(ARGV[1]) then return redis.call('DECRBY', KEYS[1], ARGV[1]) end
-return -1`
+// ceilingScript is the ceiling row's whole strategy: the bare
+// check-and-DECRBY make bench compares luascript with (package baseline).
+// It never oversells, but it has no idempotency keys, no resend protection
+// and no errors told apart: a missing SKU is "sold out" too.
+var ceilingScript = baseline.RedisScript
 
-var ceilingScript = redis.NewScript(ceilingLua)
-
-// ceiling is the ceiling row: one EVALSHA of ceilingLua per Reduce, on the
+// ceiling is the ceiling row: one EVALSHA of ceilingScript per Reduce, on the
 // same client (pool and all) as luascript's row. It is a ceiling to compare
 // the Redis strategies with, not a strategy: it ignores idempotency keys
 // (the sale calls it without them), so a buyer who clicks twice buys twice.
@@ -44,7 +41,7 @@ func (c *ceiling) Init(ctx context.Context, sku string, qty int64) error {
 	return c.client.Set(ctx, c.key(sku), qty, 0).Err()
 }
 
-// Reduce implements inventory.StockManager with one EVALSHA of ceilingLua
+// Reduce implements inventory.StockManager with one EVALSHA of ceilingScript
 // (an EVAL only if Redis lost the script).
 // It ignores opts: the ceiling has no idempotency keys.
 func (c *ceiling) Reduce(ctx context.Context, sku string, qty int64, _ ...inventory.Option) (int64, error) {

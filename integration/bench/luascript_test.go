@@ -18,20 +18,14 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
+	"github.com/stockkit/inventory/internal/baseline"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/luascript"
 )
 
-// bareLua is luascript's baseline: a bare check-and-DECRBY script, safe (it
-// never oversells) but with no idempotency keys, no errors told apart and
-// no protection against resends.
-const bareLua = `local v = tonumber(redis.call('GET', KEYS[1]))
-if v and v >= tonumber(ARGV[1]) then return redis.call('DECRBY', KEYS[1], ARGV[1]) end
-return -1`
-
-// keyedLua is the cheapest keyed script: bareLua plus the record of the
+// keyedLua is the cheapest keyed script: baseline.RedisLua plus the record of the
 // call's key, written as luascript writes it (SET NX GET PX, the same key
 // layout and TTL), and no more: no hold marker, no errors told apart. It is
 // the floor of a call that records its key, the baseline that shows what
@@ -68,7 +62,7 @@ func BenchmarkLuascript(b *testing.B) {
 		return m
 	}
 	perCall, merged := newManager(luascript.WithMaxBatch(1)), newManager()
-	bare, keyedFloor := redis.NewScript(bareLua), redis.NewScript(keyedLua)
+	bare, keyedFloor := baseline.RedisScript, redis.NewScript(keyedLua)
 	for _, s := range []*redis.Script{bare, keyedFloor} {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			b.Fatal(err)

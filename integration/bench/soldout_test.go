@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
+	"github.com/stockkit/inventory/internal/baseline"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/luascript"
@@ -51,7 +50,7 @@ func BenchmarkSoldOut(b *testing.B) {
 		if err := m.Init(ctx, "gone", 0); err != nil {
 			b.Fatal(err)
 		}
-		bare := redis.NewScript(bareLua)
+		bare := baseline.RedisScript
 		if err := bare.Load(ctx, client).Err(); err != nil {
 			b.Fatal(err)
 		}
