@@ -68,7 +68,7 @@ norace: overlay
 # README's generated block from it. bench-check runs them again into
 # check.json and rewrites the block from run.json, each row checked against
 # the second run (unstable when either median lies outside the other run's
-# min-max). Regenerate the table with `make bench bench-check` (about 26 min
+# min-max). Regenerate the table with `make bench bench-check` (about 31 min
 # on 2 cores). With a BENCH filter, bench writes partial.json and prints
 # the table of the rows it ran, leaving run.json and README alone.
 BENCH_ROUNDS ?= 10
