@@ -104,21 +104,39 @@ func Stock(prefix, sku string) string {
 // a token; readers take the digits before any ":"):
 // PREFIX{tag}:k:DIR:LEN:SKU:KEY. The length makes it unambiguous.
 func Key(prefix, sku string, dir inventory.Direction, key string) string {
-	var n [20]byte
-	l := strconv.AppendInt(n[:0], int64(len(sku)), 10)
 	var b strings.Builder
-	b.Grow(len(prefix) + tagLen + 3 + len(dir) + 1 + len(l) + 1 + len(sku) + 1 + len(key))
+	b.Grow(keyLen(prefix, sku, dir, key))
+	writeKey(&b, prefix, tagOf(sku), sku, dir, key)
+	return b.String()
+}
+
+// keyLen is the length of [Key]'s result.
+func keyLen(prefix, sku string, dir inventory.Direction, key string) int {
+	return len(prefix) + tagLen + 3 + len(dir) + 1 + decimalLen(len(sku)) + 1 + len(sku) + 1 + len(key)
+}
+
+// decimalLen is the number of decimal digits of n >= 0.
+func decimalLen(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
+// writeKey writes [Key] to b, with t the hash tag of sku.
+func writeKey(b *strings.Builder, prefix string, t [tagLen]byte, sku string, dir inventory.Direction, key string) {
+	var n [20]byte
 	b.WriteString(prefix)
-	writeTag(&b, sku)
+	b.Write(t[:])
 	b.WriteString(":k:")
 	b.WriteString(string(dir))
 	b.WriteByte(':')
-	b.Write(l)
+	b.Write(strconv.AppendInt(n[:0], int64(len(sku)), 10))
 	b.WriteByte(':')
 	b.WriteString(sku)
 	b.WriteByte(':')
 	b.WriteString(key)
-	return b.String()
 }
 
 // MoveKeys returns the keys one Reduce or Return of sku names, built in one
@@ -126,12 +144,10 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 // [HoldMarker]) and, when key is not "", the record of key (as [Key]; ""
 // otherwise).
 func MoveKeys(prefix, sku string, dir inventory.Direction, key string) (stock, marker, rec string) {
-	var n [20]byte
-	l := strconv.AppendInt(n[:0], int64(len(sku)), 10)
 	head := len(prefix) + tagLen + 3 + len(sku) // PREFIX{tag}:s:SKU
 	size := 2 * head
 	if key != "" {
-		size += len(prefix) + tagLen + 3 + len(dir) + 1 + len(l) + 1 + len(sku) + 1 + len(key)
+		size += keyLen(prefix, sku, dir, key)
 	}
 	t := tagOf(sku) // hashed once for the two or three keys
 	var b strings.Builder
@@ -143,16 +159,7 @@ func MoveKeys(prefix, sku string, dir inventory.Direction, key string) (stock, m
 		b.WriteString(sku)
 	}
 	if key != "" {
-		b.WriteString(prefix)
-		b.Write(t[:])
-		b.WriteString(":k:")
-		b.WriteString(string(dir))
-		b.WriteByte(':')
-		b.Write(l)
-		b.WriteByte(':')
-		b.WriteString(sku)
-		b.WriteByte(':')
-		b.WriteString(key)
+		writeKey(&b, prefix, t, sku, dir, key)
 	}
 	all := b.String()
 	return all[:head], all[head : 2*head], all[2*head:]
