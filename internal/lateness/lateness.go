@@ -38,16 +38,32 @@ func Late(d time.Duration, call func(ctx context.Context) error) (late, sched ti
 	deadline, _ := ctx.Deadline()
 	var timerLate, doneLate time.Duration
 	var wg sync.WaitGroup
+	early := make(chan struct{}) // closed when call returned before the deadline
 	wg.Go(func() {
-		<-time.After(time.Until(deadline))
-		timerLate = time.Since(deadline)
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			timerLate = time.Since(deadline)
+		case <-early:
+		}
 	})
 	wg.Go(func() {
-		<-ctx.Done() // ends at the deadline: cancel runs after wg.Wait
-		doneLate = time.Since(deadline)
+		select {
+		case <-ctx.Done(): // ends at the deadline: cancel runs after wg.Wait
+			doneLate = time.Since(deadline)
+		case <-early:
+		}
 	})
 	err = call(ctx)
 	returned := time.Now()
+	if returned.Before(deadline) {
+		// In time: the probes have nothing to measure, and waiting for them
+		// would make every call last its whole deadline.
+		close(early)
+		wg.Wait()
+		return returned.Sub(deadline), 0, err
+	}
 	wg.Wait()
 	watch.wake() // a stall that spans returned is recorded once the watcher runs again
 	return returned.Sub(deadline), max(timerLate, doneLate, watch.stalled(deadline, returned), 0), err

@@ -43,3 +43,23 @@ func TestLateOnTime(t *testing.T) {
 		t.Fatal("the call's ctx did not end")
 	}
 }
+
+// TestLateEarlyReturn checks that a call that returns before its deadline
+// ends Late at once: Late does not hold it until the deadline (an hour
+// here) to probe the scheduler, and reports it as in time.
+func TestLateEarlyReturn(t *testing.T) {
+	done := make(chan struct{})
+	var late, sched time.Duration
+	go func() {
+		defer close(done)
+		late, sched, _ = Late(time.Hour, func(ctx context.Context) error { return nil })
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Late waited for the deadline of a call that had returned")
+	}
+	if late >= 0 || sched != 0 {
+		t.Errorf("an early return: late %v, scheduler delay %v; want negative and 0", late, sched)
+	}
+}
