@@ -755,7 +755,13 @@ func TestReaperReleasesHolds(t *testing.T) {
 		return s == 3 && h == 0
 	}, 10*time.Second, 20*time.Millisecond, "the reaper gives the expired hold's units back: stock %d, held %d", s, h)
 
-	text := scrape(t, c)
+	// The units are back once the Sweep commits; its metrics are recorded
+	// after it returns, a moment later.
+	var text string
+	require.Eventually(t, func() bool {
+		text = scrape(t, c)
+		return metric(t, text, "inventory_client_released_holds_total") >= 0
+	}, 10*time.Second, 20*time.Millisecond, "no released-holds metric")
 	const calls = "inventory_client_operations_total"
 	assert.Equal(t, 1.0, metric(t, text, calls, `inventory_operation="reserve"`, `inventory_outcome="ok"`), text)
 	assert.Positive(t, metric(t, text, calls, `inventory_operation="sweep"`, `inventory_outcome="ok"`), "the reaper's Sweeps")
