@@ -247,7 +247,7 @@ func (r *racy) move(ctx context.Context, sku string, delta, qty int64, dir strin
 	if err := inventory.CheckReturn(cur, delta); delta > 0 && err != nil {
 		return cur, err
 	}
-	time.Sleep(100 * time.Microsecond) // the window every real backend has
+	time.Sleep(time.Millisecond) // the window every real backend has (a round trip)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stock[sku] = cur + delta
