@@ -15,8 +15,7 @@ import (
 // starts while Stalled is true runs under [CheckLate] with the deadline D
 // (from the moment of the call, in place of the caller's ctx), failing T
 // when it returns more than inventory.DeadlineSlack late. Other calls, and
-// Init and Get, go straight through with the caller's ctx: CheckLate waits
-// out the whole deadline, which would slow a sale's retries down.
+// Init and Get, go straight through with the caller's ctx.
 type Deadlined struct {
 	inventory.StockManager
 	T testing.TB

@@ -277,8 +277,10 @@ func RedisFaults(latency time.Duration) []RedisFault {
 }
 
 // StallSale sells from a while a server is stopped for 2.5s: pause stops
-// it, resume starts it again. Every call from 300ms before the stall to
-// 300ms after it runs with a 1s deadline and must return within
+// it, resume starts it again. Every call from 20ms before the stall (long
+// enough for the calls in flight to be ones that started checked, short
+// enough that the sale is not over first) to 300ms after it runs with a 1s
+// deadline and must return within
 // inventory.DeadlineSlack of it, though the server answers nothing
 // ([faulttest.Deadlined]); outside, calls have 2s. a.Faulted is on during
 // the stall. After it the sale's keyed retries settle every failed call and
@@ -293,7 +295,7 @@ func StallSale(t *testing.T, a *Audit, buyers, workers int, pause, resume func()
 	res := sale.Run(t, func() {
 		t.Logf("stall %v into the sale", time.Since(start).Round(time.Millisecond))
 		d.Stalled.Store(true) // check the calls in flight as the stall strikes, too
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 		pause()
 		a.Faulted.Store(true)
 		time.Sleep(2500 * time.Millisecond)
