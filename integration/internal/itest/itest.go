@@ -280,9 +280,8 @@ func RedisFaults(latency time.Duration) []RedisFault {
 // it, resume starts it again. Every call from 20ms before the stall (long
 // enough for the calls in flight to be ones that started checked, short
 // enough that the sale is not over first) to 300ms after it runs with a 1s
-// deadline and must return within
-// inventory.DeadlineSlack of it, though the server answers nothing
-// ([faulttest.Deadlined]); outside, calls have 2s. a.Faulted is on during
+// deadline and must return within inventory.DeadlineSlack of it, though the
+// server answers nothing ([faulttest.Deadlined]); outside, calls have 2s. a.Faulted is on during
 // the stall. After it the sale's keyed retries settle every failed call and
 // the invariant must hold exactly; StallSale then requires that calls ran
 // during the stall, that none was refused as sold out, and a.Check.
