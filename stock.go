@@ -3,8 +3,8 @@
 // A service depends on the [StockManager] interface and picks a strategy with
 // one constructor call; swapping strategy changes that one line. Every
 // strategy in this module (luascript, optimistic, rowlock, redislock,
-// redlock, zklock) passes the same public conformance suite,
-// [github.com/stockkit/inventory/inventorytest].
+// redlock, zklock, sqllock and tiered) passes the same public conformance
+// suite, [github.com/stockkit/inventory/inventorytest].
 //
 // # The contract
 //
@@ -28,6 +28,24 @@
 //
 // Test every error with [errors.Is]: an error may carry both a sentinel of
 // this package and the backend's own cause, reachable with [errors.As].
+//
+// # Orders
+//
+// A shop sells orders, not counters: several SKUs at once, held while the
+// buyer pays, released when the payment never comes, and written in the
+// same transaction as the order row. [OrderManager] is that contract.
+// Every strategy of this module but tiered implements it beside
+// [StockManager]; test for it with a type assertion, as for any optional
+// interface:
+//
+//	om, ok := m.(inventory.OrderManager)
+//
+// The stock of a SKU is then split three ways: available (what Get
+// returns, what Reduce takes from), held (in live or not yet released
+// holds, see [OrderManager.Held]) and gone (sold). For every SKU, at every
+// moment:
+//
+//	initial - available == sold - returned + held
 //
 // # Options
 //
@@ -159,7 +177,7 @@ type CallOptions struct {
 	keyed bool // WithKey was given, even with an empty key
 }
 
-// Option configures one Reduce or Return call.
+// Option configures one call: Reduce, Return, ReduceLines or ReturnLines.
 type Option func(*CallOptions)
 
 // WithKey makes the call take effect at most once per (SKU, key,
@@ -252,21 +270,6 @@ func CheckReturn(cur, qty int64) error {
 	return nil
 }
 
-// # Orders
-//
-// A shop sells orders, not counters: several SKUs at once, held while the
-// buyer pays, released when the payment never comes, and written in the
-// same transaction as the order row. [OrderManager] is that contract.
-// Every strategy of this module implements it beside [StockManager]; test
-// for it with a type assertion, as for any optional interface:
-//
-//	om, ok := m.(inventory.OrderManager)
-//
-// The stock of a SKU is then split three ways: available (what Get
-// returns, what Reduce takes from), held (in live or not yet released
-// holds, see [OrderManager.Held]) and gone (sold). For every SKU, at every
-// moment, initial - available == sold - returned + held.
-
 // MaxLines is the most lines one multi-SKU call takes.
 const MaxLines = 100
 
@@ -293,7 +296,18 @@ var (
 	// units are sold, and giving them back is a Return (a refund). Nothing
 	// changed.
 	ErrHoldConfirmed = errors.New("inventory: hold already confirmed")
+
+	// ErrHoldNotFound reports that Confirm or Cancel found no hold with
+	// its id: never reserved, or ended more than the key TTL ago. It
+	// wraps [ErrNotFound], so errors.Is(err, ErrNotFound) holds too.
+	ErrHoldNotFound error = &notFound{"inventory: hold not found"}
 )
+
+// notFound is a sentinel of its own that wraps ErrNotFound.
+type notFound struct{ msg string }
+
+func (e *notFound) Error() string { return e.msg }
+func (e *notFound) Unwrap() error { return ErrNotFound }
 
 // Shortfall is one line of a multi-SKU call that did not fit, with the
 // available stock the strategy saw for its SKU.
@@ -393,8 +407,8 @@ type OrderManager interface {
 	//   - ErrDuplicate: the hold is already confirmed; nothing changed.
 	//   - ErrHoldReleased: the hold expired or was cancelled; its units
 	//     are back; nothing changed.
-	//   - ErrNotFound: no hold has id (or it ended more than the key TTL
-	//     ago).
+	//   - ErrHoldNotFound (wraps ErrNotFound): no hold has id (or it
+	//     ended more than the key TTL ago).
 	//   - ErrInvalidArgument, ErrContention, backend errors: as above.
 	Confirm(ctx context.Context, id string) error
 
@@ -404,8 +418,8 @@ type OrderManager interface {
 	// Errors:
 	//   - ErrHoldConfirmed: the hold is confirmed (a refund is a Return);
 	//     nothing changed.
-	//   - ErrNotFound: no hold has id (or it ended more than the key TTL
-	//     ago).
+	//   - ErrHoldNotFound (wraps ErrNotFound): no hold has id (or it
+	//     ended more than the key TTL ago).
 	//   - ErrInvalidArgument, ErrContention, backend errors: as above.
 	Cancel(ctx context.Context, id string) error
 

@@ -397,3 +397,12 @@ func FuzzValidateLines(f *testing.F) {
 		}
 	})
 }
+
+func TestErrHoldNotFound(t *testing.T) {
+	require.Equal(t, "inventory: hold not found", inventory.ErrHoldNotFound.Error())
+	err := fmt.Errorf("redlock: confirm %q: %w", "h1", inventory.ErrHoldNotFound)
+	require.ErrorIs(t, err, inventory.ErrHoldNotFound)
+	require.ErrorIs(t, err, inventory.ErrNotFound, "a hold not found is a not found")
+	require.NotErrorIs(t, fmt.Errorf("x: %w", inventory.ErrNotFound), inventory.ErrHoldNotFound, "an unknown SKU is not an unknown hold")
+	require.NotContains(t, err.Error(), "sku", "a hold's message does not speak of SKUs")
+}
