@@ -290,6 +290,6 @@ func (m *Manager) checkReplicas(acked int64) error {
 	if acked >= int64(m.cfg.replicas) {
 		return nil
 	}
-	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown (retry with the same key)",
+	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
 		rediskeys.ErrReplicas, acked, m.cfg.replicas, m.cfg.replicaTO)
 }

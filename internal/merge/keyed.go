@@ -59,7 +59,7 @@ func (k *Keyed[K, S, Q, A]) Do(ctx context.Context, key K, req Q) (A, error) {
 	}
 	g.queue = append(g.queue, c)
 	k.mu.Unlock()
-	return wait(&k.mu, &g.queue, c, "taken into a batch, outcome unknown (it may take effect)")
+	return wait(&k.mu, &g.queue, c)
 }
 
 // Len returns how many calls of key wait, not yet taken into a batch

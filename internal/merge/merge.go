@@ -90,14 +90,18 @@ func (qu *Queue[Q, A]) Do(ctx context.Context, i int, req Q) (A, error) {
 	c := &Call[Q, A]{Ctx: ctx, Req: req, done: make(chan struct{})}
 	g.queue = append(g.queue, c)
 	g.mu.Unlock()
-	return wait(&g.mu, &g.queue, c, "sent to Redis merged with other calls, outcome unknown (retry with the same key)")
+	return wait(&g.mu, &g.queue, c)
 }
+
+// Unknown is the text of the error of a call whose ctx ended after its
+// batch was sent: true of keyed and unkeyed calls alike.
+const Unknown = "merged into a batch that was sent, outcome unknown: it may have taken effect, so only a call with an idempotency key may be retried safely (with the same key)"
 
 // wait waits for the answer of c, queued in *queue (both guarded by mu),
 // until its ctx ends; then it takes c out of the queue if no batch took it
-// and returns ctx's error, wrapped with unknown if its batch was sent and
+// and returns ctx's error, wrapped with [Unknown] if its batch was sent and
 // has not returned.
-func wait[Q, A any](mu *sync.Mutex, queue *[]*Call[Q, A], c *Call[Q, A], unknown string) (A, error) {
+func wait[Q, A any](mu *sync.Mutex, queue *[]*Call[Q, A], c *Call[Q, A]) (A, error) {
 	select {
 	case <-c.done:
 		return c.Ans, nil
@@ -120,7 +124,7 @@ func wait[Q, A any](mu *sync.Mutex, queue *[]*Call[Q, A], c *Call[Q, A], unknown
 		return c.Ans, nil
 	default:
 	}
-	return zero, fmt.Errorf("%w: %s", c.Ctx.Err(), unknown)
+	return zero, fmt.Errorf("%w: %s", c.Ctx.Err(), Unknown)
 }
 
 // take appends to batch the calls of *queue that go in the next batch, in
