@@ -160,7 +160,7 @@ const releaseTimeout = 5 * time.Second
 // Manager is an [inventory.StockManager] that moves stock under a lock with
 // a conditional write. It is safe for concurrent use.
 type Manager struct {
-	f           front.Front // validates, checks ctx, wraps errors; calls *backend
+	f           front.Stock // validates, checks ctx, wraps errors; calls *backend
 	locker      Locker
 	store       Store
 	maxAttempts int

@@ -71,7 +71,7 @@ var moveScript = rediskeys.NewScript(holdsLua + moveLua)
 // Manager is an [inventory.StockManager] over Redis. It is safe for
 // concurrent use.
 type Manager struct {
-	f      front.Front // validates, checks ctx, wraps errors; calls *backend
+	f      front.Stock // validates, checks ctx, wraps errors; calls *backend
 	client redis.UniversalClient
 	config
 	ttlMs  int64                      // keyTTL in ms, as the scripts take it

@@ -133,7 +133,7 @@ import (
 // Manager implements [inventory.StockManager] with optimistic concurrency
 // over SQL. It is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f   front.Front // validates, checks ctx, wraps errors; calls m.move
+	f   front.Stock // validates, checks ctx, wraps errors; calls m.move
 	t   *sqldialect.Tables
 	o   *sqldialect.Orders
 	cfg config

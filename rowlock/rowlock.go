@@ -122,7 +122,7 @@ const DefaultLockTimeout = 5 * time.Second
 // transaction, which applies the calls of a SKU that arrived together. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f front.Front // validates, checks ctx, wraps errors; calls m.move
+	f front.Stock // validates, checks ctx, wraps errors; calls m.move
 	t *sqldialect.Tables
 	o *sqldialect.Orders
 

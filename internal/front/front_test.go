@@ -151,3 +151,104 @@ func TestRefusals(t *testing.T) {
 		require.False(t, local(4), "after a %s: asked", name)
 	}
 }
+
+// orders is a fake OrderBackend that counts the calls reaching it and
+// fails them with err.
+type orders struct {
+	calls int
+	key   string
+	dir   inventory.Direction
+	err   error
+}
+
+func (o *orders) MoveLines(_ context.Context, _ []inventory.Line, dir inventory.Direction, key string) error {
+	o.calls++
+	o.dir, o.key = dir, key
+	return o.err
+}
+func (o *orders) Reserve(context.Context, string, []inventory.Line, time.Duration) error {
+	o.calls++
+	return o.err
+}
+func (o *orders) Confirm(context.Context, string) error { o.calls++; return o.err }
+func (o *orders) Cancel(context.Context, string) error  { o.calls++; return o.err }
+func (o *orders) Held(context.Context, string) (int64, error) {
+	o.calls++
+	return 4, o.err
+}
+func (o *orders) Sweep(context.Context) (int, error) { o.calls++; return 2, o.err }
+
+// TestOrdersBadInputNeverReachesTheBackend: every order call checks its
+// arguments first, and a done ctx, before the backend sees it.
+func TestOrdersBadInputNeverReachesTheBackend(t *testing.T) {
+	o := &orders{}
+	f := front.NewFront("strat", &fake{}, o)
+	ctx := context.Background()
+	line := []inventory.Line{{SKU: "a", Qty: 1}}
+	for name, err := range map[string]error{
+		"no lines":        f.ReduceLines(ctx, nil),
+		"twice":           f.ReturnLines(ctx, []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "a", Qty: 2}}),
+		"zero qty":        f.ReduceLines(ctx, []inventory.Line{{SKU: "a", Qty: 0}}),
+		"empty key":       f.ReduceLines(ctx, line, inventory.WithKey("")),
+		"reserve id":      f.Reserve(ctx, "", line, time.Minute),
+		"reserve ttl":     f.Reserve(ctx, "h", line, 0),
+		"reserve lines":   f.Reserve(ctx, "h", nil, time.Minute),
+		"confirm id":      f.Confirm(ctx, "a\x00"),
+		"cancel id":       f.Cancel(ctx, string(make([]byte, inventory.MaxSKULen+1))),
+		"held sku":        func() error { _, err := f.Held(ctx, ""); return err }(),
+		"reserve \xff id": f.Reserve(ctx, "\xff", line, time.Minute),
+	} {
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, name)
+		require.True(t, strings.HasPrefix(err.Error(), "strat: "), "%s: %v", name, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for name, err := range map[string]error{
+		"reduce lines": f.ReduceLines(done, line),
+		"return lines": f.ReturnLines(done, line),
+		"reserve":      f.Reserve(done, "h", line, time.Minute),
+		"confirm":      f.Confirm(done, "h"),
+		"cancel":       f.Cancel(done, "h"),
+		"held":         func() error { _, err := f.Held(done, "a"); return err }(),
+		"sweep":        func() error { _, err := f.Sweep(done); return err }(),
+	} {
+		require.ErrorIs(t, err, context.Canceled, name)
+	}
+	require.Zero(t, o.calls)
+}
+
+// TestOrdersWrap: the order calls reach the backend with the key and
+// direction, and their errors are wrapped once, naming the call and the
+// hold id or SKU.
+func TestOrdersWrap(t *testing.T) {
+	o := &orders{err: inventory.ErrHoldNotFound}
+	f := front.NewFront("strat", &fake{}, o)
+	ctx := context.Background()
+	line := []inventory.Line{{SKU: "a", Qty: 1}}
+
+	err := f.Confirm(ctx, "h1")
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	require.Equal(t, `strat: confirm "h1": inventory: hold not found`, err.Error())
+	var fe *front.Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, front.Error{Strategy: "strat", Op: "confirm", Subject: "h1", Err: inventory.ErrHoldNotFound}, *fe)
+
+	o.err = &front.Error{Strategy: "strat", Op: "deep", Err: inventory.ErrContention}
+	err = f.ReturnLines(ctx, line, inventory.WithKey("k"))
+	require.Equal(t, "strat: deep: inventory: contention, gave up", err.Error(), "an error of the strategy's own is not wrapped again")
+	require.Equal(t, "k", o.key)
+	require.Equal(t, inventory.DirReturn, o.dir)
+
+	o.err = nil
+	require.NoError(t, f.ReduceLines(ctx, line))
+	require.Equal(t, inventory.DirReduce, o.dir)
+	require.Empty(t, o.key)
+	n, err := f.Held(ctx, "a")
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n)
+	released, err := f.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, released)
+	require.NoError(t, f.Reserve(ctx, "h", line, time.Minute))
+	require.NoError(t, f.Cancel(ctx, "h"))
+}

@@ -19,7 +19,7 @@ import (
 type Tx struct {
 	o  *Orders
 	tx *sqlx.Tx
-	f  front.Front
+	f  front.Stock
 }
 
 // BindTx returns the calls of o bound to tx, a transaction of the caller's
@@ -97,7 +97,7 @@ type Mover func(ctx context.Context, sku string, qty int64, dir inventory.Direct
 
 // Front returns the front of t's strategy over t's own pool: Init and Get
 // run on t.DB, Reduce and Return through move.
-func (t *Tables) Front(move Mover) front.Front {
+func (t *Tables) Front(move Mover) front.Stock {
 	return front.New(t.Pkg(), poolBackend{t, move})
 }
 
