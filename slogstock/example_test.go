@@ -36,5 +36,5 @@ func ExampleWrap() {
 	}
 	_, _ = m.Reduce(ctx, "sneaker-42", 1, inventory.WithKey("buyer-17"))
 	// Output:
-	// level=ERROR msg="inventory: reduce error" op=reduce strategy=luascript sku=sneaker-42 qty=1 keyed=true outcome=error err="dial tcp 127.0.0.1:6379: connection refused"
+	// level=ERROR msg="inventory: reduce error" op=reduce strategy=luascript sku=sneaker-42 qty=1 key=buyer-17 outcome=error err="dial tcp 127.0.0.1:6379: connection refused"
 }

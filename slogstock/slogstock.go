@@ -5,8 +5,8 @@
 //
 // What is logged, one record per call, with the attributes op, strategy,
 // sku and qty (or skus and qty, the sum of the lines, for multi-SKU calls;
-// hold for the hold calls), keyed (whether an idempotency key was given:
-// the key, often a buyer id, is not logged), outcome, duration and err:
+// hold for the hold calls), key (the idempotency key, when one was given),
+// outcome, duration and err:
 //
 //	error        level ERROR  the backend failed, a timeout (INFO when ctx was
 //	                          cancelled: the caller gave up, not the backend)
@@ -14,6 +14,9 @@
 //	the verdicts level DEBUG  insufficient (sold out), duplicate, not_found,
 //	                          invalid, released, confirmed: answers, not failures
 //	ok           not logged
+//
+// The key of a flash sale is often the buyer's id, personal data in some
+// deployments: [WithoutKeys] logs keyed=true in its place.
 //
 // Sold out is the point of a flash sale, not an error: it is logged at
 // DEBUG, like the other verdicts, and only when the logger enables DEBUG.
@@ -43,6 +46,7 @@ type config struct {
 	logger   *slog.Logger
 	strategy string
 	named    bool
+	noKeys   bool
 }
 
 // WithLogger sets the logger. The default is slog.Default() at the time of
@@ -56,6 +60,13 @@ func WithLogger(l *slog.Logger) Option {
 // decorators. An empty name is refused.
 func WithStrategy(name string) Option {
 	return func(c *config) { c.strategy, c.named = name, true }
+}
+
+// WithoutKeys logs keyed=true instead of the idempotency key itself, for
+// deployments where the key (a buyer id, say) is personal data. The
+// default logs the key.
+func WithoutKeys() Option {
+	return func(c *config) { c.noKeys = true }
 }
 
 // Level is the level a call's outcome is logged at, and false when it is
@@ -77,6 +88,7 @@ type logger struct {
 	inner    inventory.StockManager
 	log      *slog.Logger
 	strategy slog.Attr
+	noKeys   bool
 }
 
 // Wrap returns m with its failures logged. The result implements
@@ -100,7 +112,7 @@ func Wrap(m inventory.StockManager, opts ...Option) (inventory.StockManager, err
 	case !c.named:
 		c.strategy = unwrap.Strategy(m)
 	}
-	l := &logger{inner: m, log: c.logger, strategy: slog.String("strategy", c.strategy)}
+	l := &logger{inner: m, log: c.logger, strategy: slog.String("strategy", c.strategy), noKeys: c.noKeys}
 	if om, ok := m.(inventory.OrderManager); ok {
 		return orders{l, om}, nil
 	}
@@ -125,25 +137,37 @@ func (l *logger) record(ctx context.Context, op string, t0 time.Time, err error,
 	l.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
-func single(sku string, qty int64, opts []inventory.Option) func() []slog.Attr {
+func (l *logger) single(sku string, qty int64, opts []inventory.Option) func() []slog.Attr {
 	return func() []slog.Attr {
-		return []slog.Attr{slog.String("sku", sku), slog.Int64("qty", qty), slog.Bool("keyed", keyed(opts))}
+		return l.key([]slog.Attr{slog.String("sku", sku), slog.Int64("qty", qty)}, opts)
 	}
 }
 
-func lines(ls []inventory.Line, opts []inventory.Option) func() []slog.Attr {
+func (l *logger) lines(ls []inventory.Line, opts []inventory.Option) func() []slog.Attr {
 	return func() []slog.Attr {
 		skus := make([]string, len(ls))
 		var total int64
 		for i, l := range ls {
 			skus[i], total = l.SKU, total+l.Qty
 		}
-		return []slog.Attr{slog.Any("skus", skus), slog.Int64("qty", total), slog.Bool("keyed", keyed(opts))}
+		return l.key([]slog.Attr{slog.Any("skus", skus), slog.Int64("qty", total)}, opts)
 	}
 }
 
-func keyed(opts []inventory.Option) bool {
-	return len(opts) > 0 && inventory.Apply(opts).Key != ""
+// key appends the call's idempotency key to as, if it has one: the key, or
+// keyed=true under WithoutKeys.
+func (l *logger) key(as []slog.Attr, opts []inventory.Option) []slog.Attr {
+	if len(opts) == 0 {
+		return as
+	}
+	switch k := inventory.Apply(opts).Key; {
+	case k == "":
+		return as
+	case l.noKeys:
+		return append(as, slog.Bool("keyed", true))
+	default:
+		return append(as, slog.String("key", k))
+	}
 }
 
 func attrs(as ...slog.Attr) func() []slog.Attr { return func() []slog.Attr { return as } }
@@ -156,7 +180,7 @@ func (l *logger) Init(ctx context.Context, sku string, qty int64) error {
 	t0 := time.Now()
 	err := l.inner.Init(ctx, sku, qty)
 	if err != nil {
-		l.record(ctx, "init", t0, err, single(sku, qty, nil))
+		l.record(ctx, "init", t0, err, l.single(sku, qty, nil))
 	}
 	return err
 }
@@ -166,7 +190,7 @@ func (l *logger) Reduce(ctx context.Context, sku string, qty int64, opts ...inve
 	t0 := time.Now()
 	n, err := l.inner.Reduce(ctx, sku, qty, opts...)
 	if err != nil {
-		l.record(ctx, "reduce", t0, err, single(sku, qty, opts))
+		l.record(ctx, "reduce", t0, err, l.single(sku, qty, opts))
 	}
 	return n, err
 }
@@ -176,7 +200,7 @@ func (l *logger) Return(ctx context.Context, sku string, qty int64, opts ...inve
 	t0 := time.Now()
 	n, err := l.inner.Return(ctx, sku, qty, opts...)
 	if err != nil {
-		l.record(ctx, "return", t0, err, single(sku, qty, opts))
+		l.record(ctx, "return", t0, err, l.single(sku, qty, opts))
 	}
 	return n, err
 }
@@ -202,7 +226,7 @@ func (o orders) ReduceLines(ctx context.Context, ls []inventory.Line, opts ...in
 	t0 := time.Now()
 	err := o.om.ReduceLines(ctx, ls, opts...)
 	if err != nil {
-		o.record(ctx, "reduce_lines", t0, err, lines(ls, opts))
+		o.record(ctx, "reduce_lines", t0, err, o.lines(ls, opts))
 	}
 	return err
 }
@@ -212,7 +236,7 @@ func (o orders) ReturnLines(ctx context.Context, ls []inventory.Line, opts ...in
 	t0 := time.Now()
 	err := o.om.ReturnLines(ctx, ls, opts...)
 	if err != nil {
-		o.record(ctx, "return_lines", t0, err, lines(ls, opts))
+		o.record(ctx, "return_lines", t0, err, o.lines(ls, opts))
 	}
 	return err
 }
@@ -223,7 +247,7 @@ func (o orders) Reserve(ctx context.Context, id string, ls []inventory.Line, ttl
 	err := o.om.Reserve(ctx, id, ls, ttl)
 	if err != nil {
 		o.record(ctx, "reserve", t0, err, func() []slog.Attr {
-			return append(lines(ls, nil)(), slog.String("hold", id), slog.Duration("ttl", ttl))
+			return append(o.lines(ls, nil)(), slog.String("hold", id), slog.Duration("ttl", ttl))
 		})
 	}
 	return err

@@ -81,14 +81,35 @@ func TestLevels(t *testing.T) {
 	assert.Equal(t, "down", rs[0]["strategy"])
 	assert.Equal(t, "shoe", rs[0]["sku"])
 	assert.EqualValues(t, 2, rs[0]["qty"])
-	assert.Equal(t, true, rs[0]["keyed"])
+	assert.Equal(t, "buyer-secret", rs[0]["key"], "the key is logged by default")
+	assert.NotContains(t, rs[0], "keyed")
 	assert.Equal(t, "error", rs[0]["outcome"])
 	assert.Contains(t, rs[0]["err"], "connection refused")
 	assert.Contains(t, rs[0], "duration")
-	assert.NotContains(t, buf.String(), "buyer-secret", "the key (a buyer id) is not logged")
 	assert.Equal(t, "WARN", rs[1]["level"])
 	assert.Equal(t, "contention", rs[1]["outcome"])
 	assert.Equal(t, "slogstock_test", rs[1]["strategy"], "the strategy defaults to the manager's package")
+}
+
+// TestWithoutKeys: where a buyer id is personal data, the key is not
+// logged, only that the call had one; an unkeyed call says neither.
+func TestWithoutKeys(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	down, err := slogstock.Wrap(failing{inventorytest.NewMemory(0), errors.New("dial tcp: connection refused")},
+		slogstock.WithLogger(logger(&buf, slog.LevelInfo)), slogstock.WithoutKeys())
+	require.NoError(t, err)
+	_, err = down.Reduce(ctx, "shoe", 2, inventory.WithKey("buyer-secret"))
+	require.Error(t, err)
+	_, err = down.Reduce(ctx, "shoe", 2)
+	require.Error(t, err)
+	rs := records(t, &buf)
+	require.Len(t, rs, 2)
+	assert.Equal(t, true, rs[0]["keyed"])
+	assert.NotContains(t, rs[0], "key")
+	assert.NotContains(t, buf.String(), "buyer-secret", "the key (a buyer id) is not logged")
+	assert.NotContains(t, rs[1], "keyed")
+	assert.NotContains(t, rs[1], "key")
 }
 
 func TestVerdictsAtDebug(t *testing.T) {
