@@ -18,8 +18,24 @@
 // a buyer id, is not recorded), inventory.remaining
 // (Reduce and Return that answered a stock level), inventory.hold.id and
 // inventory.released (Sweep). The span's status is Error for the outcomes
-// error and contention, with the error recorded; sold out, duplicates and
-// the other verdicts are answers, not failures.
+// error and contention, with the error recorded and the error.type
+// attribute of OpenTelemetry's semantic conventions; sold out, duplicates
+// and the other verdicts are answers, not failures, and leave the status
+// unset, as a success does.
+//
+// error.type is one of: contention (ErrContention: locks, retries, a rate
+// limit); timeout (a deadline passed: context.DeadlineExceeded or a
+// network timeout); canceled (the caller's ctx was cancelled); otherwise the
+// type of the innermost error with a type of its own in the chain the
+// backend returned, as semconv.ErrorType names it ("*net.OpError",
+// "*pgconn.PgError"), or _OTHER when the chain has none (errors.New and
+// fmt.Errorf all the way down).
+//
+// Where the backend is known, the spans and the duration histogram carry
+// db.system.name ([WithDBSystem]; luascript's is redis without it) and
+// server.address and server.port ([WithServer]). The tracer and meter
+// are named [ScopeName], with the version of this module in the program's
+// build information ([Version]).
 //
 // # Metrics
 //
@@ -77,9 +93,12 @@ package otelstock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,9 +107,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/outcome"
 	"github.com/stockkit/inventory/internal/unwrap"
 )
@@ -111,6 +132,14 @@ const (
 	KeyRemaining = attribute.Key("inventory.remaining")
 	KeyHoldID    = attribute.Key("inventory.hold.id")
 	KeyReleased  = attribute.Key("inventory.released")
+)
+
+// Attribute keys of OpenTelemetry's semantic conventions.
+const (
+	KeyErrorType     = attribute.Key("error.type")
+	KeyDBSystem      = attribute.Key("db.system.name")
+	KeyServerAddress = attribute.Key("server.address")
+	KeyServerPort    = attribute.Key("server.port")
 )
 
 // Metric names.
@@ -135,6 +164,11 @@ type config struct {
 	mp       metric.MeterProvider
 	strategy string
 	named    bool
+	system   string
+	systemed bool // WithDBSystem was given
+	address  string
+	port     int
+	server   bool
 }
 
 // WithTracerProvider sets where the spans go. The default is
@@ -155,6 +189,23 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // ratelimit wrapper). An empty name is refused.
 func WithStrategy(name string) Option {
 	return func(c *config) { c.strategy, c.named = name, true }
+}
+
+// WithDBSystem sets the db.system.name attribute, one of the values of
+// OpenTelemetry's semantic conventions: "redis", "mariadb", "mysql",
+// "postgresql", "sqlite". The default is "redis" for luascript, and none
+// for the strategies whose backend the manager does not tell (the lock
+// strategies over a Redis or SQL store, optimistic and rowlock on any
+// engine, tiered on two). An empty name is refused.
+func WithDBSystem(name string) Option {
+	return func(c *config) { c.system, c.systemed = name, true }
+}
+
+// WithServer sets the server.address and server.port attributes: the
+// backend's host name or IP address, and its port (1..65535). The default
+// is none.
+func WithServer(address string, port int) Option {
+	return func(c *config) { c.address, c.port, c.server = address, port, true }
 }
 
 // The operations, the values of inventory.operation.
@@ -192,6 +243,9 @@ type instruments struct {
 
 	// The counters, observed at each collection.
 	counts *counts
+	// The backend's attributes (db.system.name, server.*), on every span
+	// and measurement.
+	backend []attribute.KeyValue
 
 	// Measurement options and span attributes made once, so that a call
 	// allocates none of them.
@@ -376,6 +430,9 @@ func Wrap(m inventory.StockManager, opts ...Option) (inventory.StockManager, err
 	case !c.named:
 		c.strategy = unwrap.Strategy(m)
 	}
+	if err := c.backend(); err != nil {
+		return nil, err
+	}
 	in, err := newInstruments(m, c)
 	if err != nil {
 		return nil, err
@@ -386,9 +443,60 @@ func Wrap(m inventory.StockManager, opts ...Option) (inventory.StockManager, err
 	return in, nil
 }
 
+// backend checks the backend's options and fills in the default system.
+func (c *config) backend() error {
+	switch {
+	case c.systemed && c.system == "":
+		return fmt.Errorf("%w: otelstock: empty db system name", inventory.ErrInvalidArgument)
+	case c.server && (c.address == "" || c.port < 1 || c.port > 65535):
+		return fmt.Errorf("%w: otelstock: WithServer(%q, %d): want an address and a port in 1..65535", inventory.ErrInvalidArgument, c.address, c.port)
+	case c.system == "" && c.strategy == "luascript":
+		c.system = "redis"
+	}
+	return nil
+}
+
+func (c config) attributes() []attribute.KeyValue {
+	var kvs []attribute.KeyValue
+	if c.system != "" {
+		kvs = append(kvs, KeyDBSystem.String(c.system))
+	}
+	if c.server {
+		kvs = append(kvs, KeyServerAddress.String(c.address), KeyServerPort.Int(c.port))
+	}
+	return kvs
+}
+
+// Version is the version of this module in the program's build
+// information ("v1.2.3" where a program depends on a release; "(devel)"
+// in this repository's own builds), the version of the instrumentation
+// scope.
+var Version = moduleVersion()
+
+func moduleVersion() string {
+	const path = "github.com/stockkit/inventory"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	if bi.Main.Path == path {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == path {
+			if d.Replace != nil && d.Replace.Version != "" {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "(devel)"
+}
+
 func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
-	meter := c.mp.Meter(ScopeName)
-	in := &instruments{inner: m, strategy: c.strategy, tracer: c.tp.Tracer(ScopeName)}
+	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	in := &instruments{inner: m, strategy: c.strategy, tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		backend: c.attributes()}
 	var err error
 	in.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of stock calls, by operation and outcome."),
@@ -408,7 +516,8 @@ func newInstruments(m inventory.StockManager, c config) (*instruments, error) {
 		operation := KeyOperation.String(opNames[o])
 		in.spanNames[o] = "inventory " + opNames[o]
 		for _, oc := range outcome.All {
-			set := metric.WithAttributeSet(attribute.NewSet(operation, strategy, KeyOutcome.String(oc)))
+			kvs := append([]attribute.KeyValue{operation, strategy, KeyOutcome.String(oc)}, in.backend...)
+			set := metric.WithAttributeSet(attribute.NewSet(kvs...))
 			in.record[o] = append(in.record[o], []metric.RecordOption{set})
 		}
 	}
@@ -454,7 +563,7 @@ type timedSpan interface {
 
 // attrBufs are the buffers of the span attributes set at the end of a
 // call (the SDK copies them), so that a call allocates no buffer.
-var attrBufs = sync.Pool{New: func() any { return new([8]attribute.KeyValue) }}
+var attrBufs = sync.Pool{New: func() any { return new([12]attribute.KeyValue) }}
 
 // end records the call's outcome; moved is the units it moved (or held)
 // if it took effect. The span ends first, so that the histogram takes its
@@ -480,7 +589,11 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 	} else {
 		d = time.Since(c.t0)
 	}
-	in.duration.Record(ctx, d.Seconds(), in.record[c.op][oi]...)
+	if outcome.Failed(oc) {
+		in.duration.Record(ctx, d.Seconds(), in.failed(c.op, oc, err))
+	} else {
+		in.duration.Record(ctx, d.Seconds(), in.record[c.op][oi]...)
+	}
 	cs := in.counts
 	cs.calls[int(c.op)*len(outcome.All)+oi].Add(1)
 	cs.flight[c.op].Add(-1)
@@ -494,13 +607,75 @@ func (c *call) end(ctx context.Context, err error, moved int64) {
 	}
 }
 
+// failed is the record option of a failed call: the attributes of its
+// operation and outcome, and its error.type. It is made per call: a
+// failure is not the hot path.
+func (in *instruments) failed(o op, oc string, err error) metric.RecordOption {
+	kvs := append([]attribute.KeyValue{KeyOperation.String(opNames[o]), in.strategyKV, KeyOutcome.String(oc), ErrorType(err)}, in.backend...)
+	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+}
+
+// ErrorType returns the error.type attribute of a failed call's err (see
+// the package documentation for its values).
+func ErrorType(err error) attribute.KeyValue {
+	if errors.Is(err, inventory.ErrContention) {
+		return KeyErrorType.String("contention")
+	}
+	var nerr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout() {
+		return KeyErrorType.String("timeout")
+	}
+	if errors.Is(err, context.Canceled) {
+		return KeyErrorType.String("canceled")
+	}
+	typed := innermostTyped(err)
+	if typed == nil {
+		return semconv.ErrorTypeOther
+	}
+	return KeyErrorType.String(semconv.ErrorType(typed).Value.AsString())
+}
+
+// plain are the error types that name no class of failure: errors.New's,
+// fmt.Errorf's wrappers, errors.Join's and this module's face's.
+var plain = map[reflect.Type]bool{
+	reflect.TypeOf(errors.New("")):                                      true,
+	reflect.TypeOf(fmt.Errorf("%w", errors.New(""))):                    true,
+	reflect.TypeOf(fmt.Errorf("%w %w", errors.New(""), errors.New(""))): true,
+	reflect.TypeOf(errors.Join(errors.New(""))):                         true,
+	reflect.TypeOf(&front.Error{}):                                      true,
+}
+
+// innermostTyped follows err's chain (the first of a join's) and returns
+// the last error on it whose type is not plain, or nil.
+func innermostTyped(err error) error {
+	var typed error
+	for err != nil {
+		if !plain[reflect.TypeOf(err)] {
+			typed = err
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			es := u.Unwrap()
+			if len(es) == 0 {
+				return typed
+			}
+			err = es[0]
+		default:
+			return typed
+		}
+	}
+	return typed
+}
+
 // setAttributes gives the span what it says of the call; oc is the
 // outcome, oi its index in outcome.All.
 func (c *call) setAttributes(err error, oc string, oi int) {
 	in := c.in
-	buf := attrBufs.Get().(*[8]attribute.KeyValue)
+	buf := attrBufs.Get().(*[12]attribute.KeyValue)
 	// The operation is in the span's name; keyed only when true.
-	attrs := append(buf[:0], in.strategyKV, in.outcomeKV[oi])
+	attrs := append(append(buf[:0], in.strategyKV, in.outcomeKV[oi]), in.backend...)
 	switch {
 	case c.sku != "":
 		attrs = append(attrs, KeySKU.String(c.sku))
@@ -530,6 +705,7 @@ func (c *call) setAttributes(err error, oc string, oi int) {
 	clear(attrs) // hold no SKU in the pool
 	attrBufs.Put(buf)
 	if outcome.Failed(oc) {
+		c.span.SetAttributes(ErrorType(err))
 		c.span.RecordError(err)
 		c.span.SetStatus(codes.Error, err.Error())
 	}
