@@ -14,7 +14,9 @@
 //	}
 //
 // The suite checks every rule of the contract: each call's semantics, bad
-// input, odd but valid SKUs, values at MaxStock, cancelled contexts,
+// input (refused, and refused without writing anything: not the SKU named,
+// nor a cleaned-up copy of it, trimmed, cut short, case-folded or
+// normalised, which the suite seeds and checks), odd but valid SKUs, values at MaxStock, cancelled contexts,
 // idempotency keys, and concurrency: thousands of buyers on little stock,
 // Reduce/Return mixes and several SKUs selling out at once, each checked
 // against the invariant initial - final == taken - returned and stock never
@@ -55,6 +57,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"slices"
@@ -375,40 +378,79 @@ func (s *suite) testMaxStock(t *testing.T, m inventory.StockManager) {
 	requireStock(t, ctx, m, sku, 0)
 }
 
-// badSKUs are refused with ErrInvalidArgument by every call.
-func badSKUs() map[string]string {
-	return map[string]string{
-		"empty":          "",
-		"256 bytes":      strings.Repeat("x", 256),
-		"256 bytes CJK":  strings.Repeat("鞋", 85) + "x", // 3*85+1
-		"invalid UTF-8":  "shoe\xff",
-		"lone surrogate": "a\xed\xa0\x80",
-		"truncated rune": "鞋"[:2],
-		"NUL":            "a\x00b",
-		"newline":        "a\nb",
-		"tab":            "a\tb",
-		"carriage ret":   "a\r",
-		"DEL":            "a\x7f",
-		"C1 control":     "a\u0085b",
-		"escape":         "\x1b[31m",
-	}
-}
+// badSKUs are refused with ErrInvalidArgument by every call: badSKUsOn
+// with no base.
+func badSKUs() map[string]string { return badSKUsOn("") }
 
+// testInvalidArguments makes every call with every bad SKU, quantity and
+// key, and checks after each group of refused calls that nothing changed:
+// not the SKU named, and not any other. A manager that cleans a bad SKU up
+// (trims it, drops its control characters or invalid bytes, cuts it to
+// MaxSKULen, folds its case, normalises it) and writes the result before it
+// refuses the call changes a SKU the caller never named: the subtest seeds
+// those cleaned-up SKUs (cleanedUp) of one copy of the bad SKUs with known
+// stock, leaves those of another copy never initialised, and checks that
+// the first keep their stock and the second stay ErrNotFound.
 func (s *suite) testInvalidArguments(t *testing.T, m inventory.StockManager) {
 	ctx := quick(t)
 	good := s.sku(t, "good")
 	mustInit(t, ctx, m, good, 10)
 	inv := inventory.ErrInvalidArgument
 
-	for name, bad := range badSKUs() {
+	// Each bad SKU on a base of its own, so that no two share a variant.
+	names := slices.Sorted(maps.Keys(badSKUs()))
+	seeded, unseeded := make(map[string]string), make(map[string]string)
+	for i, name := range names {
+		seeded[name] = badSKUsOn(s.sku(t, fmt.Sprintf("seeded/%d/", i)))[name]
+		unseeded[name] = badSKUsOn(s.sku(t, fmt.Sprintf("unseeded/%d/", i)))[name]
+	}
+	_, seededVariants, how := cleanedSKUs(seeded)
+	_, unseededVariants, unseededHow := cleanedSKUs(unseeded)
+	maps.Copy(how, unseededHow)
+	want := make(map[string]int64) // the seeded variants' stock
+	for _, name := range names {
+		for _, v := range seededVariants[name] {
+			if _, ok := want[v]; !ok {
+				want[v] = int64(1000 + len(want))
+				mustInit(t, ctx, m, v, want[v])
+			}
+		}
+	}
+	// unchanged checks that the refused calls on the bad SKUs named
+	// changed nothing: good and the variants keep their stock, the
+	// unseeded variants stay unknown.
+	unchanged := func(t *testing.T, after string, names ...string) {
+		t.Helper()
+		requireStock(t, ctx, m, good, 10)
+		for _, name := range names {
+			for _, v := range seededVariants[name] {
+				got, err := m.Get(ctx, v)
+				require.NoError(t, err, "Get(%q)", v)
+				require.Equal(t, want[v], got,
+					"%s: the stock of %q (%s) changed: the manager wrote a cleaned-up copy of a SKU it refused", after, v, how[v])
+			}
+			for _, v := range unseededVariants[name] {
+				got, err := m.Get(ctx, v)
+				require.ErrorIs(t, err, inventory.ErrNotFound,
+					"%s: %q (%s) exists with stock %d: the manager created a cleaned-up copy of a SKU it refused", after, v, how[v], got)
+			}
+		}
+	}
+
+	for _, name := range names {
 		t.Run("sku "+name, func(t *testing.T) {
-			require.ErrorIs(t, m.Init(ctx, bad, 1), inv, "Init")
-			_, err := m.Reduce(ctx, bad, 1)
-			require.ErrorIs(t, err, inv, "Reduce")
-			_, err = m.Return(ctx, bad, 1)
-			require.ErrorIs(t, err, inv, "Return")
-			_, err = m.Get(ctx, bad)
-			require.ErrorIs(t, err, inv, "Get")
+			for _, bad := range []string{seeded[name], unseeded[name]} {
+				require.ErrorIs(t, m.Init(ctx, bad, 1), inv, "Init")
+				_, err := m.Reduce(ctx, bad, 1)
+				require.ErrorIs(t, err, inv, "Reduce")
+				_, err = m.Return(ctx, bad, 1)
+				require.ErrorIs(t, err, inv, "Return")
+				_, err = m.Reduce(ctx, bad, 1, inventory.WithKey("k"))
+				require.ErrorIs(t, err, inv, "keyed Reduce")
+				_, err = m.Get(ctx, bad)
+				require.ErrorIs(t, err, inv, "Get")
+			}
+			unchanged(t, "after Init, Reduce, Return and Get of the bad SKU "+name, name)
 		})
 	}
 	for _, q := range []int64{0, -1, inventory.MaxStock + 1, math.MaxInt64, math.MinInt64} {
@@ -444,6 +486,8 @@ func (s *suite) testInvalidArguments(t *testing.T, m inventory.StockManager) {
 	require.ErrorIs(t, err, inv)
 	_, err = m.Get(ctx, unknown)
 	require.ErrorIs(t, err, inventory.ErrNotFound)
+	// And, once every call was made, no SKU changed.
+	unchanged(t, "after every refused call", names...)
 }
 
 // oddSKUs are valid SKUs that tend to break naive backends: each must work

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,17 +36,21 @@ func TestMemoryShared(t *testing.T) {
 	})
 }
 
-// brokenManagers each break one rule of the contract. The suite must catch
-// every one of them: a suite that cannot fail proves nothing. The
-// StockManager bugs hide Memory's order methods (stockOnly), so that each
-// failure stays targeted; the order bugs keep them.
-var brokenManagers = map[string]struct {
+// broken is a manager that breaks a rule, and what the suite must report.
+type broken struct {
 	make          func() inventory.StockManager
 	requireOrders bool
 	mustFail      []string // subtests that must fail
 	mustPass      []string // subtests that must still pass: the failure is targeted
 	mustLog       string   // text the run must print
-}{
+	run           string   // the subtests the child runs (a -test.run pattern under TestBrokenChild); all if empty
+}
+
+// brokenManagers each break one rule of the contract. The suite must catch
+// every one of them: a suite that cannot fail proves nothing. The
+// StockManager bugs hide Memory's order methods (stockOnly), so that each
+// failure stays targeted; the order bugs keep them.
+var brokenManagers = map[string]broken{
 	"racy": {
 		make:     func() inventory.StockManager { return newRacy() },
 		mustFail: []string{"FlashSale", "ConcurrentSameKey", "ManySKUsSellOut"},
@@ -107,6 +112,26 @@ var brokenManagers = map[string]struct {
 		mustFail: []string{"Orders/ConfirmRacesExpiry"},
 		mustPass: []string{"Orders/AllOrNothing", "Orders/Confirm", "Orders/ExpiryWithTraffic", "Orders/Carts"},
 	},
+	// The cleaning managers write a cleaned-up copy of a SKU they refuse,
+	// each cleaning it its own way. Only the subtests named run.
+	"cleaning-trim": cleaningManager(strings.TrimSpace),
+	"cleaning-controls": cleaningManager(func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return -1
+			}
+			return r
+		}, s)
+	}),
+	"cleaning-truncate":     cleaningManager(func(s string) string { return s[:min(len(s), inventory.MaxSKULen)] }),
+	"cleaning-utf8-replace": cleaningManager(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }),
+	"cleaning-utf8-drop":    cleaningManager(func(s string) string { return strings.ToValidUTF8(s, "") }),
+	"cleaning-lower": cleaningManager(func(s string) string {
+		return strings.ToLower(strings.TrimFunc(strings.ToValidUTF8(s, ""), unicode.IsControl))
+	}),
+	"cleaning-nfc": cleaningManager(func(s string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), "e\u0301", "\u00e9")
+	}),
 	"double-release": {
 		make:     func() inventory.StockManager { return newDoubleRelease() },
 		mustFail: []string{"Orders/CancelAfterExpiry", "Orders/Carts"},
@@ -135,7 +160,11 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 	for name, b := range brokenManagers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenChild$", "-test.v", "-test.count=1", "-test.timeout=5m")
+			run := "^TestBrokenChild$"
+			if b.run != "" {
+				run += "/" + b.run
+			}
+			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v", "-test.count=1", "-test.timeout=5m")
 			cmd.Env = append(os.Environ(), brokenEnv+"="+name)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "the suite passed a %s manager:\n%s", name, out)
@@ -319,6 +348,56 @@ func (k *keyBurner) Reduce(ctx context.Context, sku string, qty int64, opts ...i
 		}
 	}
 	return k.Memory.Reduce(ctx, sku, qty)
+}
+
+// cleaning cleans an invalid SKU up and, if that gives a valid SKU, applies
+// the call to it before refusing the call: a bug that changes a SKU the
+// caller never named.
+type cleaning struct {
+	*inventorytest.Memory
+	clean func(string) string
+}
+
+// cleaningManager is the brokenManagers entry of a cleaning manager: the
+// suite must catch it in InvalidArguments, and nowhere else.
+func cleaningManager(clean func(string) string) broken {
+	return broken{
+		make:     func() inventory.StockManager { return stockOnly{cleaning{inventorytest.NewMemory(0), clean}} },
+		mustFail: []string{"InvalidArguments"},
+		mustPass: []string{"Reduce", "OddSKUs", "DistinctSKUs"},
+		run:      "^(InvalidArguments|Reduce|OddSKUs|DistinctSKUs)$",
+	}
+}
+
+// cleaned returns the cleaned-up SKU cleaning writes for sku, if sku is
+// invalid and cleaning it gives a valid SKU.
+func (c cleaning) cleaned(sku string) (string, bool) {
+	if inventory.ValidateSKU(sku) == nil {
+		return "", false
+	}
+	v := c.clean(sku)
+	return v, inventory.ValidateSKU(v) == nil
+}
+
+func (c cleaning) Init(ctx context.Context, sku string, qty int64) error {
+	if v, ok := c.cleaned(sku); ok {
+		_ = c.Memory.Init(ctx, v, max(qty, 0))
+	}
+	return c.Memory.Init(ctx, sku, qty)
+}
+
+func (c cleaning) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if v, ok := c.cleaned(sku); ok {
+		_, _ = c.Memory.Reduce(ctx, v, qty, opts...)
+	}
+	return c.Memory.Reduce(ctx, sku, qty, opts...)
+}
+
+func (c cleaning) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if v, ok := c.cleaned(sku); ok {
+		_, _ = c.Memory.Return(ctx, v, qty, opts...)
+	}
+	return c.Memory.Return(ctx, sku, qty, opts...)
 }
 
 // stockOnly hides every method but StockManager's.
