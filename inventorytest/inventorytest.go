@@ -142,6 +142,17 @@ type Config struct {
 	// Races is how many Confirm-versus-expiry races the suite runs. The
 	// default is 200.
 	Races int
+
+	// StallTimeout is how long a concurrent subtest of the StockManager
+	// calls (the flash sales, the Reduce/Return mix, ConcurrentSameKey)
+	// waits while calls are out and none of them finishes (returns
+	// anything but ErrContention, which the suite retries) before it calls
+	// the manager stuck: it fails, saying how many calls are out and how
+	// many ErrContention retries came meanwhile, and cancels the calls'
+	// context rather than wait out Timeout. The default is 15s: a healthy
+	// manager finishes some call far more often, however loaded the
+	// machine.
+	StallTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -172,6 +183,9 @@ func (c *Config) defaults() {
 	}
 	if c.Races <= 0 {
 		c.Races = 200
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 15 * time.Second
 	}
 }
 
@@ -697,8 +711,20 @@ func (s *suite) testFailedCallKeepsKey(t *testing.T, m inventory.StockManager) {
 	require.EqualValues(t, 2, rem)
 }
 
+// noOversell fails t, naming the oversell, when calls that took effect
+// took more units than the stock had, or the stock of sku is below zero.
+func noOversell(t *testing.T, ctx context.Context, m inventory.StockManager, sku string, stock, sold int64) {
+	t.Helper()
+	got, err := m.Get(ctx, sku)
+	require.NoError(t, err, "Get(%q)", sku)
+	if sold > stock || got < 0 {
+		t.Fatalf("oversold %q: the successful calls took %d units of %d in stock, and %d are left", sku, sold, stock, got)
+	}
+}
+
 // tally counts the outcomes of concurrent calls.
 type tally struct {
+	w            *watchdog // nil: none
 	mu           sync.Mutex
 	ok           int64 // successful calls
 	units        int64 // units they moved
@@ -713,7 +739,7 @@ type tally struct {
 
 func (tl *tally) report(t *testing.T) {
 	t.Helper()
-	assert.Empty(t, tl.negative, "calls returned negative remaining stock")
+	assert.Empty(t, tl.negative, "oversold: calls returned negative remaining stock")
 	if len(tl.unexpected) > 0 {
 		t.Errorf("%d calls failed unexpectedly; first: %v", len(tl.unexpected), tl.unexpected[0])
 	}
@@ -723,6 +749,8 @@ func (tl *tally) report(t *testing.T) {
 // outcome. It returns op's final result.
 func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) (int64, error) {
 	start := time.Now()
+	tl.w.begin()
+	defer tl.w.end()
 	var rem int64
 	var err error
 	for {
@@ -730,6 +758,7 @@ func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) 
 		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
 			break
 		}
+		tl.w.retried()
 		tl.mu.Lock()
 		tl.contention++
 		tl.mu.Unlock()
@@ -754,6 +783,87 @@ func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) 
 		tl.unexpected = append(tl.unexpected, err)
 	}
 	return rem, err
+}
+
+// watchdog ends a concurrent subtest whose calls stopped finishing: see
+// Config.StallTimeout. Its methods do nothing on a nil watchdog.
+type watchdog struct {
+	out, retries atomic.Int64 // calls out; ErrContention retries
+	last         atomic.Int64 // when a call last began or finished, Unix ns
+	lastRetries  atomic.Int64 // retries then
+}
+
+func (w *watchdog) begin() {
+	if w != nil {
+		w.out.Add(1)
+		w.moved()
+	}
+}
+
+func (w *watchdog) end() {
+	if w != nil {
+		w.out.Add(-1)
+		w.moved()
+	}
+}
+
+func (w *watchdog) moved() {
+	w.lastRetries.Store(w.retries.Load())
+	w.last.Store(time.Now().UnixNano())
+}
+
+func (w *watchdog) retried() {
+	if w != nil {
+		w.retries.Add(1)
+	}
+}
+
+// errStalled is the cause of a concurrent subtest's context cancelled by
+// its watchdog.
+var errStalled = errors.New("inventorytest: no call finished within Config.StallTimeout: the manager is stuck")
+
+// concurrent returns the context of a concurrent subtest, which ends after
+// Timeout, or once calls are out and none has finished for StallTimeout
+// (the subtest then fails, saying so), and the watchdog its tallies report
+// to.
+func (s *suite) concurrent(t *testing.T) (context.Context, *watchdog) {
+	ctx, cancel := context.WithCancelCause(ctxFor(t, s.cfg.Timeout))
+	w := &watchdog{}
+	w.moved()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	})
+	stall := s.cfg.StallTimeout
+	wg.Go(func() {
+		tick := time.NewTicker(min(stall/10, time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if w.out.Load() == 0 {
+				w.moved() // between calls: nothing is stuck
+				continue
+			}
+			if idle := time.Since(time.Unix(0, w.last.Load())); idle >= stall {
+				t.Errorf("stuck: no call finished for %v (Config.StallTimeout) while %d calls were out, "+
+					"with %d ErrContention retries meanwhile: a call that never returns, or a manager that never stops "+
+					"reporting ErrContention; cancelling the calls",
+					idle.Round(time.Millisecond), w.out.Load(), w.retries.Load()-w.lastRetries.Load())
+				cancel(errStalled)
+				return
+			}
+		}
+	})
+	return ctx, w
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -787,10 +897,10 @@ func start(n int, fn func(i int)) time.Duration {
 }
 
 func (s *suite) testConcurrentSameKey(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "a")
 	mustInit(t, ctx, m, sku, 100)
-	var tl tally
+	tl := tally{w: w}
 	var firstRem atomic.Int64
 	firstRem.Store(-1)
 	dupRems := make([]int64, 200)
@@ -824,11 +934,11 @@ func (s *suite) logSale(t *testing.T, what string, buyers int, elapsed time.Dura
 }
 
 func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "hot-shoe")
 	stock := s.cfg.Stock
 	mustInit(t, ctx, m, sku, stock)
-	var tl tally
+	tl := tally{w: w}
 	elapsed := start(s.cfg.Buyers, func(i int) {
 		_, _ = tl.call(ctx, 1, func() (int64, error) {
 			return m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%d", i)))
@@ -836,6 +946,7 @@ func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
 	})
 	s.logSale(t, "flash sale", s.cfg.Buyers, elapsed, &tl)
 	tl.report(t)
+	noOversell(t, ctx, m, sku, stock, tl.units)
 	require.Equal(t, stock, tl.ok, "exactly the stock is sold")
 	require.EqualValues(t, int64(s.cfg.Buyers)-stock, tl.insufficient, "every other buyer is told the stock ran out")
 	requireStock(t, ctx, m, sku, 0)
@@ -847,12 +958,12 @@ func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
 }
 
 func (s *suite) testFlashSaleMultiUnit(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "bundle")
 	const stock = 97
 	mustInit(t, ctx, m, sku, stock)
 	buyers := min(s.cfg.Buyers, 500)
-	var tl tally
+	tl := tally{w: w}
 	elapsed := start(buyers, func(i int) {
 		qty := int64(1 + i%3)
 		_, _ = tl.call(ctx, qty, func() (int64, error) { return m.Reduce(ctx, sku, qty) })
@@ -861,17 +972,17 @@ func (s *suite) testFlashSaleMultiUnit(t *testing.T, m inventory.StockManager) {
 	tl.report(t)
 	got, err := m.Get(ctx, sku)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, got, int64(0))
+	noOversell(t, ctx, m, sku, stock, tl.units)
 	require.Equal(t, int64(stock)-tl.units, got, "initial - final == units taken")
 	require.EqualValues(t, buyers, tl.ok+tl.insufficient, "every buyer either bought or was refused")
 }
 
 func (s *suite) testReduceReturnMix(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "churn")
 	const initial = 40
 	mustInit(t, ctx, m, sku, initial)
-	var taken, returned tally
+	taken, returned := tally{w: w}, tally{w: w}
 	const workers, ops = 50, 20
 	start(workers, func(w int) {
 		rng := mrand.New(mrand.NewPCG(uint64(w), 7))
@@ -896,7 +1007,7 @@ func (s *suite) testReduceReturnMix(t *testing.T, m inventory.StockManager) {
 }
 
 func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	const nSKU, stock = 8, 25
 	skus := make([]string, nSKU)
 	for i := range skus {
@@ -907,6 +1018,9 @@ func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
 	mustInit(t, ctx, m, bystander, 1000)
 	buyers := min(s.cfg.Buyers, 800)
 	tallies := make([]tally, nSKU)
+	for k := range tallies {
+		tallies[k].w = w
+	}
 	elapsed := start(buyers, func(i int) {
 		k := i % nSKU
 		_, _ = tallies[k].call(ctx, 1, func() (int64, error) { return m.Reduce(ctx, skus[k], 1) })
@@ -914,6 +1028,7 @@ func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
 	t.Logf("%d SKUs, %d buyers: %v", nSKU, buyers, elapsed.Round(time.Millisecond))
 	for k := range tallies {
 		tallies[k].report(t)
+		noOversell(t, ctx, m, skus[k], stock, tallies[k].units)
 		assert.EqualValues(t, stock, tallies[k].ok, "SKU %d sells exactly its stock", k)
 		requireStock(t, ctx, m, skus[k], 0)
 	}

@@ -40,10 +40,11 @@ func TestMemoryShared(t *testing.T) {
 type broken struct {
 	make          func() inventory.StockManager
 	requireOrders bool
-	mustFail      []string // subtests that must fail
-	mustPass      []string // subtests that must still pass: the failure is targeted
-	mustLog       string   // text the run must print
-	run           string   // the subtests the child runs (a -test.run pattern under TestBrokenChild); all if empty
+	mustFail      []string      // subtests that must fail
+	mustPass      []string      // subtests that must still pass: the failure is targeted
+	mustLog       []string      // texts the run must print
+	stall         time.Duration // Config.StallTimeout, if not 0
+	run           string        // the subtests the child runs (a -test.run pattern under TestBrokenChild); all if empty
 }
 
 // brokenManagers each break one rule of the contract. The suite must catch
@@ -55,7 +56,7 @@ var brokenManagers = map[string]broken{
 		make:     func() inventory.StockManager { return newRacy() },
 		mustFail: []string{"FlashSale", "ConcurrentSameKey", "ManySKUsSellOut"},
 		mustPass: []string{"Reduce", "IdempotentReduce", "InvalidArguments"},
-		mustLog:  "is not an inventory.OrderManager; the order subtests did not run",
+		mustLog:  []string{"is not an inventory.OrderManager; the order subtests did not run", "oversold"},
 	},
 	"lenient": {
 		make:     func() inventory.StockManager { return stockOnly{lenient{inventorytest.NewMemory(0)}} },
@@ -84,7 +85,7 @@ var brokenManagers = map[string]broken{
 		make:          func() inventory.StockManager { return stockOnly{inventorytest.NewMemory(0)} },
 		requireOrders: true,
 		mustPass:      []string{"FlashSale", "Reduce"},
-		mustLog:       "Config.RequireOrders is set, but inventorytest_test.stockOnly does not implement inventory.OrderManager",
+		mustLog:       []string{"Config.RequireOrders is set, but inventorytest_test.stockOnly does not implement inventory.OrderManager"},
 	},
 	"partial-cart": {
 		make:     func() inventory.StockManager { return partialCart{inventorytest.NewMemory(0)} },
@@ -111,6 +112,24 @@ var brokenManagers = map[string]broken{
 		make:     func() inventory.StockManager { return expiresEarly{inventorytest.NewMemory(0)} },
 		mustFail: []string{"Orders/ConfirmRacesExpiry"},
 		mustPass: []string{"Orders/AllOrNothing", "Orders/Confirm", "Orders/ExpiryWithTraffic", "Orders/Carts"},
+	},
+	// The stuck managers make the concurrent subtests stall: the suite
+	// must say so within StallTimeout, not wait out Timeout.
+	"stuck-when-sold-out": {
+		make:     func() inventory.StockManager { return stockOnly{soldOutContention{inventorytest.NewMemory(0)}} },
+		mustFail: []string{"FlashSale", "FlashSaleMultiUnit", "ReduceInsufficient"},
+		mustPass: []string{"Reduce"},
+		mustLog:  []string{"stuck: no call finished for"},
+		stall:    time.Second,
+		run:      "^(FlashSale|FlashSaleMultiUnit|Reduce|ReduceInsufficient)$",
+	},
+	"hangs": {
+		make:     func() inventory.StockManager { return stockOnly{hanging{inventorytest.NewMemory(0)}} },
+		mustFail: []string{"FlashSale"},
+		mustPass: []string{"Reduce", "FlashSaleMultiUnit"},
+		mustLog:  []string{"stuck: no call finished for", "while 1 calls were out"},
+		stall:    time.Second,
+		run:      "^(FlashSale|FlashSaleMultiUnit|Reduce)$",
 	},
 	// The cleaning managers write a cleaned-up copy of a SKU they refuse,
 	// each cleaning it its own way. Only the subtests named run.
@@ -153,6 +172,7 @@ func TestBrokenChild(t *testing.T) {
 		NewManager:    func(*testing.T) inventory.StockManager { return b.make() },
 		Timeout:       time.Minute,
 		RequireOrders: b.requireOrders,
+		StallTimeout:  b.stall,
 	})
 }
 
@@ -177,8 +197,8 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 				require.Contains(t, string(out), "--- PASS: TestBrokenChild/"+sub+" ",
 					"%s should pass for the %s manager; the run failed:\n%s", sub, name, failed)
 			}
-			if b.mustLog != "" {
-				require.Contains(t, string(out), b.mustLog, "the run of the %s manager:\n%s", name, out)
+			for _, l := range b.mustLog {
+				require.Contains(t, string(out), l, "the run of the %s manager:\n%s", name, out)
 			}
 			t.Logf("%s manager failed:%s", name, strings.ReplaceAll("\n"+failed, "\n", " "))
 			for _, line := range strings.Split(string(out), "\n") {
@@ -398,6 +418,30 @@ func (c cleaning) Return(ctx context.Context, sku string, qty int64, opts ...inv
 		_, _ = c.Memory.Return(ctx, v, qty, opts...)
 	}
 	return c.Memory.Return(ctx, sku, qty, opts...)
+}
+
+// soldOutContention reports ErrContention where it should report
+// ErrInsufficientStock: a caller that retries contention, as the suite
+// does, retries for ever once the stock runs out.
+type soldOutContention struct{ *inventorytest.Memory }
+
+func (s soldOutContention) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := s.Memory.Reduce(ctx, sku, qty, opts...)
+	if errors.Is(err, inventory.ErrInsufficientStock) {
+		return 0, fmt.Errorf("%w (sold out, retry)", inventory.ErrContention)
+	}
+	return rem, err
+}
+
+// hanging never returns from one buyer's keyed Reduce until ctx ends.
+type hanging struct{ *inventorytest.Memory }
+
+func (h hanging) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if inventory.Apply(opts).Key == "buyer-7" {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return h.Memory.Reduce(ctx, sku, qty, opts...)
 }
 
 // stockOnly hides every method but StockManager's.
