@@ -21,7 +21,9 @@
 // Reduce/Return mixes and several SKUs selling out at once, each checked
 // against the invariant initial - final == taken - returned and stock never
 // below zero. The concurrent subtests are meant to run under the race
-// detector (go test -race); each has a deadline.
+// detector (go test -race); each has a deadline (Config.Timeout), and ends
+// sooner, saying the manager is stuck, once calls are out and none has
+// finished for Config.StallTimeout.
 //
 // When the manager also implements [inventory.OrderManager] (the suite
 // checks with a type assertion, as for any optional interface), Run adds the
