@@ -14,12 +14,16 @@
 //	}
 //
 // The suite checks every rule of the contract: each call's semantics, bad
-// input, odd but valid SKUs, values at MaxStock, cancelled contexts,
+// input (refused, and refused without writing anything: not the SKU named,
+// nor a cleaned-up copy of it, trimmed, cut short, case-folded or
+// normalised, which the suite seeds and checks), odd but valid SKUs, values at MaxStock, cancelled contexts,
 // idempotency keys, and concurrency: thousands of buyers on little stock,
 // Reduce/Return mixes and several SKUs selling out at once, each checked
 // against the invariant initial - final == taken - returned and stock never
 // below zero. The concurrent subtests are meant to run under the race
-// detector (go test -race); each has a deadline.
+// detector (go test -race); each has a deadline (Config.Timeout), and ends
+// sooner, saying the manager is stuck, once calls are out and none has
+// finished for Config.StallTimeout.
 //
 // When the manager also implements [inventory.OrderManager] (the suite
 // checks with a type assertion, as for any optional interface), Run adds the
@@ -55,6 +59,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"slices"
@@ -139,6 +144,17 @@ type Config struct {
 	// Races is how many Confirm-versus-expiry races the suite runs. The
 	// default is 200.
 	Races int
+
+	// StallTimeout is how long a concurrent subtest of the StockManager
+	// calls (the flash sales, the Reduce/Return mix, ConcurrentSameKey)
+	// waits while calls are out and none of them finishes (returns
+	// anything but ErrContention, which the suite retries) before it calls
+	// the manager stuck: it fails, saying how many calls are out and how
+	// many ErrContention retries came meanwhile, and cancels the calls'
+	// context rather than wait out Timeout. The default is 15s: a healthy
+	// manager finishes some call far more often, however loaded the
+	// machine.
+	StallTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -169,6 +185,9 @@ func (c *Config) defaults() {
 	}
 	if c.Races <= 0 {
 		c.Races = 200
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 15 * time.Second
 	}
 }
 
@@ -375,40 +394,79 @@ func (s *suite) testMaxStock(t *testing.T, m inventory.StockManager) {
 	requireStock(t, ctx, m, sku, 0)
 }
 
-// badSKUs are refused with ErrInvalidArgument by every call.
-func badSKUs() map[string]string {
-	return map[string]string{
-		"empty":          "",
-		"256 bytes":      strings.Repeat("x", 256),
-		"256 bytes CJK":  strings.Repeat("鞋", 85) + "x", // 3*85+1
-		"invalid UTF-8":  "shoe\xff",
-		"lone surrogate": "a\xed\xa0\x80",
-		"truncated rune": "鞋"[:2],
-		"NUL":            "a\x00b",
-		"newline":        "a\nb",
-		"tab":            "a\tb",
-		"carriage ret":   "a\r",
-		"DEL":            "a\x7f",
-		"C1 control":     "a\u0085b",
-		"escape":         "\x1b[31m",
-	}
-}
+// badSKUs are refused with ErrInvalidArgument by every call: badSKUsOn
+// with no base.
+func badSKUs() map[string]string { return badSKUsOn("") }
 
+// testInvalidArguments makes every call with every bad SKU, quantity and
+// key, and checks after each group of refused calls that nothing changed:
+// not the SKU named, and not any other. A manager that cleans a bad SKU up
+// (trims it, drops its control characters or invalid bytes, cuts it to
+// MaxSKULen, folds its case, normalises it) and writes the result before it
+// refuses the call changes a SKU the caller never named: the subtest seeds
+// those cleaned-up SKUs (cleanedUp) of one copy of the bad SKUs with known
+// stock, leaves those of another copy never initialised, and checks that
+// the first keep their stock and the second stay ErrNotFound.
 func (s *suite) testInvalidArguments(t *testing.T, m inventory.StockManager) {
 	ctx := quick(t)
 	good := s.sku(t, "good")
 	mustInit(t, ctx, m, good, 10)
 	inv := inventory.ErrInvalidArgument
 
-	for name, bad := range badSKUs() {
+	// Each bad SKU on a base of its own, so that no two share a variant.
+	names := slices.Sorted(maps.Keys(badSKUs()))
+	seeded, unseeded := make(map[string]string), make(map[string]string)
+	for i, name := range names {
+		seeded[name] = badSKUsOn(s.sku(t, fmt.Sprintf("seeded/%d/", i)))[name]
+		unseeded[name] = badSKUsOn(s.sku(t, fmt.Sprintf("unseeded/%d/", i)))[name]
+	}
+	_, seededVariants, how := cleanedSKUs(seeded)
+	_, unseededVariants, unseededHow := cleanedSKUs(unseeded)
+	maps.Copy(how, unseededHow)
+	want := make(map[string]int64) // the seeded variants' stock
+	for _, name := range names {
+		for _, v := range seededVariants[name] {
+			if _, ok := want[v]; !ok {
+				want[v] = int64(1000 + len(want))
+				mustInit(t, ctx, m, v, want[v])
+			}
+		}
+	}
+	// unchanged checks that the refused calls on the bad SKUs named
+	// changed nothing: good and the variants keep their stock, the
+	// unseeded variants stay unknown.
+	unchanged := func(t *testing.T, after string, names ...string) {
+		t.Helper()
+		requireStock(t, ctx, m, good, 10)
+		for _, name := range names {
+			for _, v := range seededVariants[name] {
+				got, err := m.Get(ctx, v)
+				require.NoError(t, err, "Get(%q)", v)
+				require.Equal(t, want[v], got,
+					"%s: the stock of %q (%s) changed: the manager wrote a cleaned-up copy of a SKU it refused", after, v, how[v])
+			}
+			for _, v := range unseededVariants[name] {
+				got, err := m.Get(ctx, v)
+				require.ErrorIs(t, err, inventory.ErrNotFound,
+					"%s: %q (%s) exists with stock %d: the manager created a cleaned-up copy of a SKU it refused", after, v, how[v], got)
+			}
+		}
+	}
+
+	for _, name := range names {
 		t.Run("sku "+name, func(t *testing.T) {
-			require.ErrorIs(t, m.Init(ctx, bad, 1), inv, "Init")
-			_, err := m.Reduce(ctx, bad, 1)
-			require.ErrorIs(t, err, inv, "Reduce")
-			_, err = m.Return(ctx, bad, 1)
-			require.ErrorIs(t, err, inv, "Return")
-			_, err = m.Get(ctx, bad)
-			require.ErrorIs(t, err, inv, "Get")
+			for _, bad := range []string{seeded[name], unseeded[name]} {
+				require.ErrorIs(t, m.Init(ctx, bad, 1), inv, "Init")
+				_, err := m.Reduce(ctx, bad, 1)
+				require.ErrorIs(t, err, inv, "Reduce")
+				_, err = m.Return(ctx, bad, 1)
+				require.ErrorIs(t, err, inv, "Return")
+				_, err = m.Reduce(ctx, bad, 1, inventory.WithKey("k"))
+				require.ErrorIs(t, err, inv, "keyed Reduce")
+				_, err = m.Get(ctx, bad)
+				require.ErrorIs(t, err, inv, "Get")
+			}
+			unchanged(t, "after Init, Reduce, Return and Get of the bad SKU "+name, name)
 		})
 	}
 	for _, q := range []int64{0, -1, inventory.MaxStock + 1, math.MaxInt64, math.MinInt64} {
@@ -444,6 +502,8 @@ func (s *suite) testInvalidArguments(t *testing.T, m inventory.StockManager) {
 	require.ErrorIs(t, err, inv)
 	_, err = m.Get(ctx, unknown)
 	require.ErrorIs(t, err, inventory.ErrNotFound)
+	// And, once every call was made, no SKU changed.
+	unchanged(t, "after every refused call", names...)
 }
 
 // oddSKUs are valid SKUs that tend to break naive backends: each must work
@@ -653,8 +713,20 @@ func (s *suite) testFailedCallKeepsKey(t *testing.T, m inventory.StockManager) {
 	require.EqualValues(t, 2, rem)
 }
 
+// noOversell fails t, naming the oversell, when calls that took effect
+// took more units than the stock had, or the stock of sku is below zero.
+func noOversell(t *testing.T, ctx context.Context, m inventory.StockManager, sku string, stock, sold int64) {
+	t.Helper()
+	got, err := m.Get(ctx, sku)
+	require.NoError(t, err, "Get(%q)", sku)
+	if sold > stock || got < 0 {
+		t.Fatalf("oversold %q: the successful calls took %d units of %d in stock, and %d are left", sku, sold, stock, got)
+	}
+}
+
 // tally counts the outcomes of concurrent calls.
 type tally struct {
+	w            *watchdog // nil: none
 	mu           sync.Mutex
 	ok           int64 // successful calls
 	units        int64 // units they moved
@@ -669,7 +741,7 @@ type tally struct {
 
 func (tl *tally) report(t *testing.T) {
 	t.Helper()
-	assert.Empty(t, tl.negative, "calls returned negative remaining stock")
+	assert.Empty(t, tl.negative, "oversold: calls returned negative remaining stock")
 	if len(tl.unexpected) > 0 {
 		t.Errorf("%d calls failed unexpectedly; first: %v", len(tl.unexpected), tl.unexpected[0])
 	}
@@ -679,6 +751,8 @@ func (tl *tally) report(t *testing.T) {
 // outcome. It returns op's final result.
 func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) (int64, error) {
 	start := time.Now()
+	tl.w.begin()
+	defer tl.w.end()
 	var rem int64
 	var err error
 	for {
@@ -686,6 +760,7 @@ func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) 
 		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
 			break
 		}
+		tl.w.retried()
 		tl.mu.Lock()
 		tl.contention++
 		tl.mu.Unlock()
@@ -710,6 +785,87 @@ func (tl *tally) call(ctx context.Context, qty int64, op func() (int64, error)) 
 		tl.unexpected = append(tl.unexpected, err)
 	}
 	return rem, err
+}
+
+// watchdog ends a concurrent subtest whose calls stopped finishing: see
+// Config.StallTimeout. Its methods do nothing on a nil watchdog.
+type watchdog struct {
+	out, retries atomic.Int64 // calls out; ErrContention retries
+	last         atomic.Int64 // when a call last began or finished, Unix ns
+	lastRetries  atomic.Int64 // retries then
+}
+
+func (w *watchdog) begin() {
+	if w != nil {
+		w.out.Add(1)
+		w.moved()
+	}
+}
+
+func (w *watchdog) end() {
+	if w != nil {
+		w.out.Add(-1)
+		w.moved()
+	}
+}
+
+func (w *watchdog) moved() {
+	w.lastRetries.Store(w.retries.Load())
+	w.last.Store(time.Now().UnixNano())
+}
+
+func (w *watchdog) retried() {
+	if w != nil {
+		w.retries.Add(1)
+	}
+}
+
+// errStalled is the cause of a concurrent subtest's context cancelled by
+// its watchdog.
+var errStalled = errors.New("inventorytest: no call finished within Config.StallTimeout: the manager is stuck")
+
+// concurrent returns the context of a concurrent subtest, which ends after
+// Timeout, or once calls are out and none has finished for StallTimeout
+// (the subtest then fails, saying so), and the watchdog its tallies report
+// to.
+func (s *suite) concurrent(t *testing.T) (context.Context, *watchdog) {
+	ctx, cancel := context.WithCancelCause(ctxFor(t, s.cfg.Timeout))
+	w := &watchdog{}
+	w.moved()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	})
+	stall := s.cfg.StallTimeout
+	wg.Go(func() {
+		tick := time.NewTicker(min(stall/10, time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if w.out.Load() == 0 {
+				w.moved() // between calls: nothing is stuck
+				continue
+			}
+			if idle := time.Since(time.Unix(0, w.last.Load())); idle >= stall {
+				t.Errorf("stuck: no call finished for %v (Config.StallTimeout) while %d calls were out, "+
+					"with %d ErrContention retries meanwhile: a call that never returns, or a manager that never stops "+
+					"reporting ErrContention; cancelling the calls",
+					idle.Round(time.Millisecond), w.out.Load(), w.retries.Load()-w.lastRetries.Load())
+				cancel(errStalled)
+				return
+			}
+		}
+	})
+	return ctx, w
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -743,10 +899,10 @@ func start(n int, fn func(i int)) time.Duration {
 }
 
 func (s *suite) testConcurrentSameKey(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "a")
 	mustInit(t, ctx, m, sku, 100)
-	var tl tally
+	tl := tally{w: w}
 	var firstRem atomic.Int64
 	firstRem.Store(-1)
 	dupRems := make([]int64, 200)
@@ -780,11 +936,11 @@ func (s *suite) logSale(t *testing.T, what string, buyers int, elapsed time.Dura
 }
 
 func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "hot-shoe")
 	stock := s.cfg.Stock
 	mustInit(t, ctx, m, sku, stock)
-	var tl tally
+	tl := tally{w: w}
 	elapsed := start(s.cfg.Buyers, func(i int) {
 		_, _ = tl.call(ctx, 1, func() (int64, error) {
 			return m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%d", i)))
@@ -792,6 +948,7 @@ func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
 	})
 	s.logSale(t, "flash sale", s.cfg.Buyers, elapsed, &tl)
 	tl.report(t)
+	noOversell(t, ctx, m, sku, stock, tl.units)
 	require.Equal(t, stock, tl.ok, "exactly the stock is sold")
 	require.EqualValues(t, int64(s.cfg.Buyers)-stock, tl.insufficient, "every other buyer is told the stock ran out")
 	requireStock(t, ctx, m, sku, 0)
@@ -803,12 +960,12 @@ func (s *suite) testFlashSale(t *testing.T, m inventory.StockManager) {
 }
 
 func (s *suite) testFlashSaleMultiUnit(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "bundle")
 	const stock = 97
 	mustInit(t, ctx, m, sku, stock)
 	buyers := min(s.cfg.Buyers, 500)
-	var tl tally
+	tl := tally{w: w}
 	elapsed := start(buyers, func(i int) {
 		qty := int64(1 + i%3)
 		_, _ = tl.call(ctx, qty, func() (int64, error) { return m.Reduce(ctx, sku, qty) })
@@ -817,17 +974,17 @@ func (s *suite) testFlashSaleMultiUnit(t *testing.T, m inventory.StockManager) {
 	tl.report(t)
 	got, err := m.Get(ctx, sku)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, got, int64(0))
+	noOversell(t, ctx, m, sku, stock, tl.units)
 	require.Equal(t, int64(stock)-tl.units, got, "initial - final == units taken")
 	require.EqualValues(t, buyers, tl.ok+tl.insufficient, "every buyer either bought or was refused")
 }
 
 func (s *suite) testReduceReturnMix(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	sku := s.sku(t, "churn")
 	const initial = 40
 	mustInit(t, ctx, m, sku, initial)
-	var taken, returned tally
+	taken, returned := tally{w: w}, tally{w: w}
 	const workers, ops = 50, 20
 	start(workers, func(w int) {
 		rng := mrand.New(mrand.NewPCG(uint64(w), 7))
@@ -852,7 +1009,7 @@ func (s *suite) testReduceReturnMix(t *testing.T, m inventory.StockManager) {
 }
 
 func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
-	ctx := ctxFor(t, s.cfg.Timeout)
+	ctx, w := s.concurrent(t)
 	const nSKU, stock = 8, 25
 	skus := make([]string, nSKU)
 	for i := range skus {
@@ -863,6 +1020,9 @@ func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
 	mustInit(t, ctx, m, bystander, 1000)
 	buyers := min(s.cfg.Buyers, 800)
 	tallies := make([]tally, nSKU)
+	for k := range tallies {
+		tallies[k].w = w
+	}
 	elapsed := start(buyers, func(i int) {
 		k := i % nSKU
 		_, _ = tallies[k].call(ctx, 1, func() (int64, error) { return m.Reduce(ctx, skus[k], 1) })
@@ -870,6 +1030,7 @@ func (s *suite) testManySKUs(t *testing.T, m inventory.StockManager) {
 	t.Logf("%d SKUs, %d buyers: %v", nSKU, buyers, elapsed.Round(time.Millisecond))
 	for k := range tallies {
 		tallies[k].report(t)
+		noOversell(t, ctx, m, skus[k], stock, tallies[k].units)
 		assert.EqualValues(t, stock, tallies[k].ok, "SKU %d sells exactly its stock", k)
 		requireStock(t, ctx, m, skus[k], 0)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,22 +36,27 @@ func TestMemoryShared(t *testing.T) {
 	})
 }
 
+// broken is a manager that breaks a rule, and what the suite must report.
+type broken struct {
+	make          func() inventory.StockManager
+	requireOrders bool
+	mustFail      []string      // subtests that must fail
+	mustPass      []string      // subtests that must still pass: the failure is targeted
+	mustLog       []string      // texts the run must print
+	stall         time.Duration // Config.StallTimeout, if not 0
+	run           string        // the subtests the child runs (a -test.run pattern under TestBrokenChild); all if empty
+}
+
 // brokenManagers each break one rule of the contract. The suite must catch
 // every one of them: a suite that cannot fail proves nothing. The
 // StockManager bugs hide Memory's order methods (stockOnly), so that each
 // failure stays targeted; the order bugs keep them.
-var brokenManagers = map[string]struct {
-	make          func() inventory.StockManager
-	requireOrders bool
-	mustFail      []string // subtests that must fail
-	mustPass      []string // subtests that must still pass: the failure is targeted
-	mustLog       string   // text the run must print
-}{
+var brokenManagers = map[string]broken{
 	"racy": {
 		make:     func() inventory.StockManager { return newRacy() },
 		mustFail: []string{"FlashSale", "ConcurrentSameKey", "ManySKUsSellOut"},
 		mustPass: []string{"Reduce", "IdempotentReduce", "InvalidArguments"},
-		mustLog:  "is not an inventory.OrderManager; the order subtests did not run",
+		mustLog:  []string{"is not an inventory.OrderManager; the order subtests did not run", "oversold"},
 	},
 	"lenient": {
 		make:     func() inventory.StockManager { return stockOnly{lenient{inventorytest.NewMemory(0)}} },
@@ -79,7 +85,7 @@ var brokenManagers = map[string]struct {
 		make:          func() inventory.StockManager { return stockOnly{inventorytest.NewMemory(0)} },
 		requireOrders: true,
 		mustPass:      []string{"FlashSale", "Reduce"},
-		mustLog:       "Config.RequireOrders is set, but inventorytest_test.stockOnly does not implement inventory.OrderManager",
+		mustLog:       []string{"Config.RequireOrders is set, but inventorytest_test.stockOnly does not implement inventory.OrderManager"},
 	},
 	"partial-cart": {
 		make:     func() inventory.StockManager { return partialCart{inventorytest.NewMemory(0)} },
@@ -107,6 +113,44 @@ var brokenManagers = map[string]struct {
 		mustFail: []string{"Orders/ConfirmRacesExpiry"},
 		mustPass: []string{"Orders/AllOrNothing", "Orders/Confirm", "Orders/ExpiryWithTraffic", "Orders/Carts"},
 	},
+	// The stuck managers make the concurrent subtests stall: the suite
+	// must say so within StallTimeout, not wait out Timeout.
+	"stuck-when-sold-out": {
+		make:     func() inventory.StockManager { return stockOnly{soldOutContention{inventorytest.NewMemory(0)}} },
+		mustFail: []string{"FlashSale", "FlashSaleMultiUnit", "ReduceInsufficient"},
+		mustPass: []string{"Reduce"},
+		mustLog:  []string{"stuck: no call finished for"},
+		stall:    time.Second,
+		run:      "^(FlashSale|FlashSaleMultiUnit|Reduce|ReduceInsufficient)$",
+	},
+	"hangs": {
+		make:     func() inventory.StockManager { return stockOnly{hanging{inventorytest.NewMemory(0)}} },
+		mustFail: []string{"FlashSale"},
+		mustPass: []string{"Reduce", "FlashSaleMultiUnit"},
+		mustLog:  []string{"stuck: no call finished for", "while 1 calls were out"},
+		stall:    time.Second,
+		run:      "^(FlashSale|FlashSaleMultiUnit|Reduce)$",
+	},
+	// The cleaning managers write a cleaned-up copy of a SKU they refuse,
+	// each cleaning it its own way. Only the subtests named run.
+	"cleaning-trim": cleaningManager(strings.TrimSpace),
+	"cleaning-controls": cleaningManager(func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return -1
+			}
+			return r
+		}, s)
+	}),
+	"cleaning-truncate":     cleaningManager(func(s string) string { return s[:min(len(s), inventory.MaxSKULen)] }),
+	"cleaning-utf8-replace": cleaningManager(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }),
+	"cleaning-utf8-drop":    cleaningManager(func(s string) string { return strings.ToValidUTF8(s, "") }),
+	"cleaning-lower": cleaningManager(func(s string) string {
+		return strings.ToLower(strings.TrimFunc(strings.ToValidUTF8(s, ""), unicode.IsControl))
+	}),
+	"cleaning-nfc": cleaningManager(func(s string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), "e\u0301", "\u00e9")
+	}),
 	"double-release": {
 		make:     func() inventory.StockManager { return newDoubleRelease() },
 		mustFail: []string{"Orders/CancelAfterExpiry", "Orders/Carts"},
@@ -128,6 +172,7 @@ func TestBrokenChild(t *testing.T) {
 		NewManager:    func(*testing.T) inventory.StockManager { return b.make() },
 		Timeout:       time.Minute,
 		RequireOrders: b.requireOrders,
+		StallTimeout:  b.stall,
 	})
 }
 
@@ -135,7 +180,11 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 	for name, b := range brokenManagers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenChild$", "-test.v", "-test.count=1", "-test.timeout=5m")
+			run := "^TestBrokenChild$"
+			if b.run != "" {
+				run += "/" + b.run
+			}
+			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v", "-test.count=1", "-test.timeout=5m")
 			cmd.Env = append(os.Environ(), brokenEnv+"="+name)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "the suite passed a %s manager:\n%s", name, out)
@@ -148,8 +197,8 @@ func TestSuiteCatchesBrokenManagers(t *testing.T) {
 				require.Contains(t, string(out), "--- PASS: TestBrokenChild/"+sub+" ",
 					"%s should pass for the %s manager; the run failed:\n%s", sub, name, failed)
 			}
-			if b.mustLog != "" {
-				require.Contains(t, string(out), b.mustLog, "the run of the %s manager:\n%s", name, out)
+			for _, l := range b.mustLog {
+				require.Contains(t, string(out), l, "the run of the %s manager:\n%s", name, out)
 			}
 			t.Logf("%s manager failed:%s", name, strings.ReplaceAll("\n"+failed, "\n", " "))
 			for _, line := range strings.Split(string(out), "\n") {
@@ -319,6 +368,80 @@ func (k *keyBurner) Reduce(ctx context.Context, sku string, qty int64, opts ...i
 		}
 	}
 	return k.Memory.Reduce(ctx, sku, qty)
+}
+
+// cleaning cleans an invalid SKU up and, if that gives a valid SKU, applies
+// the call to it before refusing the call: a bug that changes a SKU the
+// caller never named.
+type cleaning struct {
+	*inventorytest.Memory
+	clean func(string) string
+}
+
+// cleaningManager is the brokenManagers entry of a cleaning manager: the
+// suite must catch it in InvalidArguments, and nowhere else.
+func cleaningManager(clean func(string) string) broken {
+	return broken{
+		make:     func() inventory.StockManager { return stockOnly{cleaning{inventorytest.NewMemory(0), clean}} },
+		mustFail: []string{"InvalidArguments"},
+		mustPass: []string{"Reduce", "OddSKUs", "DistinctSKUs"},
+		run:      "^(InvalidArguments|Reduce|OddSKUs|DistinctSKUs)$",
+	}
+}
+
+// cleaned returns the cleaned-up SKU cleaning writes for sku, if sku is
+// invalid and cleaning it gives a valid SKU.
+func (c cleaning) cleaned(sku string) (string, bool) {
+	if inventory.ValidateSKU(sku) == nil {
+		return "", false
+	}
+	v := c.clean(sku)
+	return v, inventory.ValidateSKU(v) == nil
+}
+
+func (c cleaning) Init(ctx context.Context, sku string, qty int64) error {
+	if v, ok := c.cleaned(sku); ok {
+		_ = c.Memory.Init(ctx, v, max(qty, 0))
+	}
+	return c.Memory.Init(ctx, sku, qty)
+}
+
+func (c cleaning) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if v, ok := c.cleaned(sku); ok {
+		_, _ = c.Memory.Reduce(ctx, v, qty, opts...)
+	}
+	return c.Memory.Reduce(ctx, sku, qty, opts...)
+}
+
+func (c cleaning) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if v, ok := c.cleaned(sku); ok {
+		_, _ = c.Memory.Return(ctx, v, qty, opts...)
+	}
+	return c.Memory.Return(ctx, sku, qty, opts...)
+}
+
+// soldOutContention reports ErrContention where it should report
+// ErrInsufficientStock: a caller that retries contention, as the suite
+// does, retries for ever once the stock runs out.
+type soldOutContention struct{ *inventorytest.Memory }
+
+func (s soldOutContention) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	rem, err := s.Memory.Reduce(ctx, sku, qty, opts...)
+	if errors.Is(err, inventory.ErrInsufficientStock) {
+		return 0, fmt.Errorf("%w (sold out, retry)", inventory.ErrContention)
+	}
+	return rem, err
+}
+
+// hanging never returns from one buyer's keyed Reduce until ctx ends.
+type hanging struct{ *inventorytest.Memory }
+
+func (h hanging) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if inventory.Apply(opts).Key == "buyer-7" {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return h.Memory.Reduce(ctx, sku, qty, opts...)
 }
 
 // stockOnly hides every method but StockManager's.

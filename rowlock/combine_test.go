@@ -47,12 +47,19 @@ func TestCombineMixed(t *testing.T) {
 		const initial, workers, calls = 60, 48, 8
 		require.NoError(t, m.Init(ctx, sku, initial))
 
+		// The first call that fails unexpectedly ends the test at once,
+		// saying why, rather than leave the rest to wait out ctx.
+		ctx, stop := context.WithCancelCause(ctx)
+		defer stop(nil)
 		results := make([][]outcome, workers)
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 13))
 				for range calls {
+					if ctx.Err() != nil {
+						return
+					}
 					o := outcome{dir: inventory.DirReduce, qty: 1 + rng.Int64N(4)}
 					if rng.IntN(3) == 0 {
 						o.dir, o.qty = inventory.DirReturn, 1+rng.Int64N(3)
@@ -68,10 +75,17 @@ func TestCombineMixed(t *testing.T) {
 						o.rem, o.err = m.Return(ctx, sku, o.qty, opts...)
 					}
 					results[w] = append(results[w], o)
+					if o.err != nil && !errors.Is(o.err, inventory.ErrInsufficientStock) && !errors.Is(o.err, inventory.ErrDuplicate) {
+						stop(fmt.Errorf("%s of %d with key %q failed: %w", o.dir, o.qty, o.key, o.err))
+						return
+					}
 				}
 			})
 		}
 		wg.Wait()
+		if err := context.Cause(ctx); err != nil {
+			t.Fatalf("a call failed unexpectedly (with a 30s lock timeout and no other writer, every call must take effect or be refused): %v", err)
+		}
 		final, err := m.Get(ctx, sku)
 		require.NoError(t, err)
 
@@ -115,7 +129,7 @@ func TestCombineMixed(t *testing.T) {
 				case errors.Is(o.err, inventory.ErrDuplicate):
 					dups++
 					rem, found := first[ledgerKey{o.dir, o.key}]
-					require.True(t, found, "a duplicate of a key that never succeeded: %v", o.err)
+					require.True(t, found, "a duplicate of a key that never succeeded (its key was recorded by a call that did not take effect: outside its transaction?): %v", o.err)
 					require.Equal(t, rem, o.rem, "a duplicate reports its key's first remaining")
 				default:
 					require.NoError(t, o.err)
@@ -141,7 +155,7 @@ func TestCombineMixed(t *testing.T) {
 // call returns ErrContention, nothing changed, and no key was used.
 func TestCombineLockTimeout(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
+		ctx := bounded(t, time.Minute)
 		schema := sqltest.Schema(t, db)
 		wait := 500 * time.Millisecond
 		if db.DriverName() == "mysql" {
@@ -196,7 +210,8 @@ func TestCombineLockTimeout(t *testing.T) {
 // trigger: a batch with such a key fails after it wrote the stock.
 func boom(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	name := "boom_" + testenv.Prefix()
 	var stmts []string
 	switch db.DriverName() {
@@ -300,7 +315,7 @@ func TestCombineFailsMidway(t *testing.T) {
 // statements as the uncombined call (rowlock.MoveAlone) makes.
 func TestLoneCall(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
+		ctx := bounded(t, 30*time.Second)
 		schema := sqltest.Schema(t, db)
 		m := newManager(t, db, schema)
 		var txs atomic.Int64
@@ -314,7 +329,10 @@ func TestLoneCall(t *testing.T) {
 		}
 	})
 	t.Run("statements", func(t *testing.T) {
-		ctx := context.Background()
+		// On a pool of one connection, a call that needs a second one (a
+		// statement outside its transaction) would wait for ever: the
+		// deadline ends it.
+		ctx := bounded(t, 10*time.Second)
 		db := sqltest.Open(t, "mariadb")
 		db.SetMaxOpenConns(1) // one session: its counter counts every statement
 		schema := sqltest.Schema(t, db)

@@ -23,7 +23,7 @@ import (
 // write waits until its context ends. After the call, the row is free.
 func TestHoldsRow(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
+		ctx := bounded(t, time.Minute)
 		schema := sqltest.Schema(t, db)
 		m := newManager(t, db, schema)
 		sku := testenv.Prefix()

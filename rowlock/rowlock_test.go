@@ -67,7 +67,7 @@ func holdLock(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, sku string) (re
 // timeout is never waited for: on MariaDB innodb_lock_wait_timeout is 50 s.
 func TestLockTimeout(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
+		ctx := bounded(t, time.Minute)
 		schema := sqltest.Schema(t, db)
 		wait, bound := 200*time.Millisecond, 200*time.Millisecond
 		if db.DriverName() == "mysql" {
@@ -109,7 +109,7 @@ func TestLockTimeout(t *testing.T) {
 
 func TestCustomSchema(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		ctx := context.Background()
+		ctx := bounded(t, time.Minute)
 		p := testenv.Prefix()
 		products, ledger := "products_"+p, "keys_"+p
 		idType := map[string]string{"mysql": "VARBINARY(64)", "pgx": `VARCHAR(64) COLLATE "C"`, "sqlite": "TEXT"}[db.DriverName()]
