@@ -39,7 +39,8 @@ type Orders struct {
 	// the attempt rolls back and reads again (optimistic). Without CAS they
 	// lock the rows with FOR UPDATE first (rowlock).
 	// Confirm, Cancel and Sweep always lock: they must see the hold's
-	// lines as they are.
+	// lines as they are. Not for SQLite, where a transaction must write
+	// before it reads (see sqlite.go), and Reserve's reads the hold id first.
 	CAS bool
 	// Attempts bounds how often a call whose compare-and-set or
 	// conditional write lost is tried in a transaction of its own; at
