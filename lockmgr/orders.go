@@ -28,7 +28,9 @@ import (
 //     the order of the call. When a line is refused it gives back the
 //     lines it took (Unhold) and deletes the record (StepAbort). Once every
 //     line is held it marks the order complete: only then does the hold
-//     exist for Confirm and Cancel.
+//     exist for Confirm and Cancel, and only then is a repeat of Reserve
+//     with its id ErrDuplicate (before, ErrContention: the earlier Reserve
+//     is still holding its lines, or giving them back after its ctx ended).
 //   - Confirm and Cancel decide in one compare-and-set step on the order
 //     record, which is also where the expiry is decided: of a Confirm and
 //     the expiry exactly one wins. Then they settle (sold) or give back the
@@ -402,9 +404,27 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 	}
 	err = m.reserve(ctx, hs, kindHold+id, lines, ttl)
 	if errors.Is(err, inventory.ErrDuplicate) {
-		err = fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+		err = m.used(ctx, hs, kindHold+id, id)
 	}
 	return m.fail(op, err)
+}
+
+// used answers a Reserve of hold id whose order, oid, exists: ErrDuplicate
+// once that order is complete (its Reserve took effect); while it is not,
+// ErrContention, since the Reserve that made it is still holding its lines
+// or giving them back (after its ctx ended, or a line was refused), and
+// the id is free again once it has.
+func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string) error {
+	o, err := hs.Order(ctx, oid)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return fmt.Errorf("%w: an earlier Reserve of hold id %q just gave its lines back", inventory.ErrContention, id)
+	case err != nil:
+		return err
+	case !o.Complete:
+		return fmt.Errorf("%w: an earlier Reserve of hold id %q is holding or giving back its lines", inventory.ErrContention, id)
+	}
+	return fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
 }
 
 // reserve records the order id and holds each line under it, giving back

@@ -555,3 +555,48 @@ func TestReturnLinesRecordBusy(t *testing.T) {
 	require.ErrorIs(t, m.ReturnLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
 	levels(t, m, "b", 12, 0)
 }
+
+// TestRetriedReserveWhileGivingBack is the flashsale -carts failure of
+// redlock: a Reserve whose ctx ends while it holds its lines goes on
+// giving them back after it returned; a retry with the same id meanwhile
+// must not report ErrDuplicate ("an earlier Reserve took effect"), since
+// that one is being undone: the buyer then Confirms a hold that vanishes.
+// It is ErrContention until the give-back ends, and then takes effect.
+func TestRetriedReserveWhileGivingBack(t *testing.T) {
+	ctx := context.Background()
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // on failure too: no goroutine left waiting
+	var holds atomic.Int64
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0)}
+	first, cancel := context.WithCancel(ctx)
+	st.fail = func(op string) error {
+		switch {
+		case op == "Hold" && holds.Add(1) == 2:
+			cancel() // the first Reserve's ctx ends as it holds its second line
+			return context.Canceled
+		case op == "Unhold":
+			<-gate // its give-back is slow
+		}
+		return nil
+	}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+	require.ErrorIs(t, m.Reserve(first, "o", lines("a", 1, "b", 1), time.Minute), context.Canceled)
+
+	err := m.Reserve(ctx, "o", lines("a", 1, "b", 1), time.Minute)
+	require.NotErrorIs(t, err, inventory.ErrDuplicate, "the earlier Reserve of this id is being given back")
+	require.ErrorIs(t, err, inventory.ErrContention)
+	open()
+	for {
+		err = m.Reserve(ctx, "o", lines("a", 1, "b", 1), time.Minute)
+		if !errors.Is(err, inventory.ErrContention) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, err)
+	require.NoError(t, m.Confirm(ctx, "o"))
+	levels(t, m, "a", 9, 0)
+	levels(t, m, "b", 9, 0)
+}
