@@ -422,10 +422,12 @@ func (s *suite) testCancel(t *testing.T, m orderManager) {
 func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
 	ctx, id, sk := s.start(t, m, 10)
 	err := m.Confirm(ctx, id("never-reserved"))
-	require.ErrorIs(t, err, inventory.ErrNotFound, "Confirm of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrHoldNotFound, "Confirm of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrNotFound, "ErrHoldNotFound wraps ErrNotFound")
 	require.NotErrorIs(t, err, inventory.ErrHoldReleased)
 	err = m.Cancel(ctx, id("never-reserved"))
-	require.ErrorIs(t, err, inventory.ErrNotFound, "Cancel of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrHoldNotFound, "Cancel of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrNotFound, "ErrHoldNotFound wraps ErrNotFound")
 	_, err = m.Held(ctx, s.osku(t, "never-initialised"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Held of an unknown SKU")
 	// Asking about an id creates nothing.
@@ -478,7 +480,7 @@ func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
 	cancel()
 	require.ErrorIs(t, m.Reserve(cancelled, id("f"), lines(a, 1), s.longTTL()), context.Canceled)
 	requireLevels(t, ctx, m, a, 2, 0)
-	require.ErrorIs(t, m.Confirm(ctx, id("f")), inventory.ErrNotFound, "a failed Reserve leaves no hold")
+	require.ErrorIs(t, m.Confirm(ctx, id("f")), inventory.ErrHoldNotFound, "a failed Reserve leaves no hold")
 	require.NoError(t, m.Reserve(ctx, id("f"), lines(a, 2), s.longTTL()), "the failed Reserves did not use up their id")
 	requireLevels(t, ctx, m, a, 0, 2)
 	require.NoError(t, m.Confirm(ctx, id("f")))

@@ -28,7 +28,8 @@ import (
 //     the order of the call. When a line is refused it gives back the
 //     lines it took (Unhold) and deletes the record (StepAbort). Once every
 //     line is held it marks the order complete: only then does the hold
-//     exist for Confirm and Cancel, and only then is a repeat of Reserve
+//     exist for Confirm and Cancel (before, they report ErrHoldNotFound),
+//     and only then is a repeat of Reserve
 //     with its id ErrDuplicate (before, ErrContention: the earlier Reserve
 //     is still holding its lines, or giving them back after its ctx ended).
 //   - Confirm and Cancel decide in one compare-and-set step on the order
@@ -654,15 +655,17 @@ func (m *Manager) onHold(ctx context.Context, op, id string, fn func(hs HoldStor
 
 // decide moves order id on by step, StepConfirm or StepCancel, which
 // decides the order (of a Confirm, a Cancel and the expiry, exactly one
-// wins), and returns the order after it. An order whose Reserve has not
-// finished is no hold: ErrNotFound.
+// wins), and returns the order after it. An order that does not exist, or
+// whose Reserve has not finished, is no hold: ErrHoldNotFound.
 func (m *Manager) decide(ctx context.Context, hs HoldStore, id string, step OrderStep) (Order, bool, error) {
 	o, changed, err := m.step(ctx, hs, id, step, m.maxAttempts)
 	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return o, false, inventory.ErrHoldNotFound
 	case err != nil:
 		return o, false, err
 	case !o.Complete:
-		return o, false, fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound)
+		return o, false, fmt.Errorf("%w: its Reserve has not finished", inventory.ErrHoldNotFound)
 	}
 	return o, changed, nil
 }

@@ -467,7 +467,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 	if err != nil {
 		return err
 	}
-	notFound := fmt.Errorf("%s: %s: %w: hold %q", o.T.Pkg(), op, inventory.ErrNotFound, id)
+	notFound := fmt.Errorf("%s: %s: %w: %q", o.T.Pkg(), op, inventory.ErrHoldNotFound, id)
 	if len(pre) == 0 {
 		return notFound
 	}
