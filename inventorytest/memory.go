@@ -351,7 +351,7 @@ func (m *Memory) lookup(ctx context.Context, what, id string) (h *memHold, now t
 	now = m.now()
 	if h = m.holdLocked(now, id); h == nil {
 		m.mu.Unlock()
-		return nil, now, nil, fmt.Errorf("%w: hold %q", inventory.ErrNotFound, id)
+		return nil, now, nil, fmt.Errorf("%w: hold %q", inventory.ErrHoldNotFound, id)
 	}
 	return h, now, m.mu.Unlock, nil
 }

@@ -65,6 +65,7 @@ func (s *suite) runOrders(t *testing.T) {
 			{"Sweep", s.testSweep},
 			{"Reap", s.testReap},
 			{"ConcurrentSameHold", s.testConcurrentSameHold},
+			{"ConfirmRacesCancel", s.testConfirmRacesCancel},
 			{"ConfirmRacesExpiry", s.testConfirmRacesExpiry},
 			{"Carts", s.testCarts},
 		} {
@@ -422,10 +423,12 @@ func (s *suite) testCancel(t *testing.T, m orderManager) {
 func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
 	ctx, id, sk := s.start(t, m, 10)
 	err := m.Confirm(ctx, id("never-reserved"))
-	require.ErrorIs(t, err, inventory.ErrNotFound, "Confirm of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrHoldNotFound, "Confirm of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrNotFound, "ErrHoldNotFound wraps ErrNotFound")
 	require.NotErrorIs(t, err, inventory.ErrHoldReleased)
 	err = m.Cancel(ctx, id("never-reserved"))
-	require.ErrorIs(t, err, inventory.ErrNotFound, "Cancel of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrHoldNotFound, "Cancel of an unknown hold")
+	require.ErrorIs(t, err, inventory.ErrNotFound, "ErrHoldNotFound wraps ErrNotFound")
 	_, err = m.Held(ctx, s.osku(t, "never-initialised"))
 	require.ErrorIs(t, err, inventory.ErrNotFound, "Held of an unknown SKU")
 	// Asking about an id creates nothing.
@@ -478,7 +481,7 @@ func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {
 	cancel()
 	require.ErrorIs(t, m.Reserve(cancelled, id("f"), lines(a, 1), s.longTTL()), context.Canceled)
 	requireLevels(t, ctx, m, a, 2, 0)
-	require.ErrorIs(t, m.Confirm(ctx, id("f")), inventory.ErrNotFound, "a failed Reserve leaves no hold")
+	require.ErrorIs(t, m.Confirm(ctx, id("f")), inventory.ErrHoldNotFound, "a failed Reserve leaves no hold")
 	require.NoError(t, m.Reserve(ctx, id("f"), lines(a, 2), s.longTTL()), "the failed Reserves did not use up their id")
 	requireLevels(t, ctx, m, a, 0, 2)
 	require.NoError(t, m.Confirm(ctx, id("f")))
@@ -839,6 +842,47 @@ func (s *suite) testConcurrentSameHold(t *testing.T, m orderManager) {
 		requireLevels(t, ctx, m, a, 1000, 0)
 		requireLevels(t, ctx, m, b, 1000, 0)
 	}
+}
+
+// testConfirmRacesCancel confirms and cancels each of many holds at once,
+// as a buyer who pays while the shop gives up on the cart: for every hold
+// exactly one of the two succeeds and the other says why (ErrHoldReleased,
+// ErrHoldConfirmed). Neither may fail with an error that says nothing
+// changed while the other does too, nor report a failure after it took
+// effect. The units of the confirmed holds are sold, the others' back.
+func (s *suite) testConfirmRacesCancel(t *testing.T, m orderManager) {
+	ctx := ctxFor(t, s.cfg.Timeout)
+	sk := s.skus(t, ctx, m, 1000, 1000)
+	a, b := sk[0], sk[1]
+	const n = 100
+	id := func(i int) string { return s.id(t, fmt.Sprintf("pair-%d", i)) }
+	for i := range n {
+		require.NoError(t, s.retry(ctx, func() error { return m.Reserve(ctx, id(i), lines(a, 1, b, 1), s.longTTL()) }))
+	}
+	errs := make([]error, 2*n) // Confirm of hold i at 2i, Cancel at 2i+1
+	start(2*n, func(j int) {
+		if j%2 == 0 {
+			errs[j] = s.retry(ctx, func() error { return m.Confirm(ctx, id(j/2)) })
+		} else {
+			errs[j] = s.retry(ctx, func() error { return m.Cancel(ctx, id(j/2)) })
+		}
+	})
+	var confirmed int64
+	var problems []string
+	for i := range n {
+		confirm, cancel := errs[2*i], errs[2*i+1]
+		switch {
+		case confirm == nil && errors.Is(cancel, inventory.ErrHoldConfirmed):
+			confirmed++
+		case cancel == nil && errors.Is(confirm, inventory.ErrHoldReleased):
+		default:
+			problems = append(problems, fmt.Sprintf("hold %d: Confirm: %v; Cancel: %v", i, confirm, cancel))
+		}
+	}
+	t.Logf("%d Confirm-versus-Cancel races: Confirm won %d, Cancel %d", n, confirmed, n-confirmed)
+	require.Empty(t, problems, "for every hold, exactly one of Confirm and Cancel succeeds and the other says why")
+	requireLevels(t, ctx, m, a, 1000-confirmed, 0)
+	requireLevels(t, ctx, m, b, 1000-confirmed, 0)
 }
 
 // testConfirmRacesExpiry issues Confirms around the moment their holds

@@ -29,14 +29,65 @@
 //
 // A Store that is also a [HoldStore] (hold lines beside the stock, and
 // order records; lockmgrtest.RunHoldStore checks it) makes the Manager an
-// [inventory.OrderManager] too: see "Orders" in orders.go for how the
-// multi-SKU calls and holds are built from per-SKU steps. Over a plain
-// Store the order calls fail with an error wrapping errors.ErrUnsupported.
+// [inventory.OrderManager] too: see Orders below for how the multi-SKU
+// calls and holds are built from per-SKU steps. Over a plain Store the
+// order calls fail with an error wrapping errors.ErrUnsupported.
 //
 // The Manager calls a Store only with valid SKUs (1..255 bytes of UTF-8,
 // no control characters), quantities already checked against 0..MaxStock,
 // and keys valid as SKUs are (1..MaxSKULen bytes), or "" for no key: a Store
 // need not validate again.
+//
+// # Orders
+//
+// Over a [HoldStore], a Manager is an [inventory.OrderManager]. Its lines
+// may live on different shards (Redis Cluster slots, or simply SKUs behind
+// different locks), so no call moves two SKUs in one step:
+//
+//   - Reserve records the order (CreateOrder), then holds its lines one at
+//     a time, each under its SKU's lock with a compare-and-set (Hold), in
+//     the order of the call. When a line is refused it gives back the
+//     lines it took (Unhold) and deletes the record (StepAbort). Once every
+//     line is held it marks the order complete: only then does the hold
+//     exist for Confirm and Cancel (before, they report
+//     inventory.ErrHoldNotFound), and only then is a repeat of Reserve
+//     with its id inventory.ErrDuplicate (before, inventory.ErrContention:
+//     the earlier Reserve is still holding its lines, or giving them back
+//     after its ctx ended).
+//   - Confirm and Cancel decide in one compare-and-set step on the order
+//     record, which is also where the expiry is decided: of a Confirm, a
+//     Cancel and the expiry exactly one wins. Then they settle (sold) or
+//     give back the lines and mark the order done.
+//   - ReduceLines is a Reserve followed by a Confirm, under an order of its
+//     own (kept, with WithKey, to refuse repeats).
+//   - ReturnLines checks every line, then writes them one by one, each
+//     under its SKU's lock with an entry of its own in the ledger; once
+//     one is written it finishes the others (a return cannot be refused
+//     once checked, but a sale can take the units it gave back).
+//
+// An order call whose error says that nothing changed (ErrContention, a
+// refusal, ErrNotFound, ErrDuplicate) gave back whatever it had held
+// before it returned. When it could not, or when the call took effect and
+// its bookkeeping failed (a Confirm that won, then could not settle its
+// lines), the error wraps none of those sentinels, only the backend's
+// errors and ctx.Err(), and says what is left: a repeat of the call with
+// the same hold id or key finishes it. A HoldStore error that wraps
+// ErrContention means the store wrote nothing (a busy database, a
+// deadlock): the Manager asks again, a few times for a step that decides
+// an order, until ctx ends for the bookkeeping of one that is decided.
+//
+// A crash midway leaves an incomplete order and some held lines: the
+// units are out of the available stock (never sold twice, never lost) and
+// come back once the order's TTL plus the abandon grace ([AbandonGrace]
+// unless configured) has passed, through Sweep or through the lazy
+// release below. The final effect of the Reserve is then none.
+//
+// Expired holds of a SKU are released lazily, under the SKU's lock, by
+// every later call that moves it (Reduce, Return, the lines calls,
+// Reserve): ReadHolds names up to 8 expired lines, each order's record
+// decides (StepExpire) and the line is given back (or, when its order won
+// the race as confirmed, settled). Sweep releases the rest, on every SKU,
+// up to [SweepLimit] orders per call.
 package lockmgr
 
 import (

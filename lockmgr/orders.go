@@ -8,49 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/stockkit/inventory"
 )
-
-// # Orders
-//
-// Over a [HoldStore], a Manager is an [inventory.OrderManager]. Its lines
-// may live on different shards (Redis Cluster slots, or simply SKUs behind
-// different locks), so no call moves two SKUs in one step:
-//
-//   - Reserve records the order (CreateOrder), then holds its lines one at
-//     a time, each under its SKU's lock with a compare-and-set (Hold), in
-//     the order of the call. When a line is refused it gives back the
-//     lines it took (Unhold) and deletes the record (StepAbort). Once every
-//     line is held it marks the order complete: only then does the hold
-//     exist for Confirm and Cancel.
-//   - Confirm and Cancel decide in one compare-and-set step on the order
-//     record, which is also where the expiry is decided: of a Confirm and
-//     the expiry exactly one wins. Then they settle (sold) or give back the
-//     lines and mark the order done.
-//   - ReduceLines is a Reserve followed by a Confirm, under an order of its
-//     own (kept, with WithKey, to refuse repeats).
-//   - ReturnLines checks every line, then writes them one by one, each
-//     under its SKU's lock with an entry of its own in the ledger; once
-//     one is written it finishes the others (a return cannot be refused
-//     once checked, but a sale can take the units it gave back).
-//
-// A crash midway leaves an incomplete order and some held lines: the
-// units are out of the available stock (never sold twice, never lost) and
-// come back once the order's TTL plus the abandon grace ([AbandonGrace]
-// unless configured) has passed, through
-// Sweep or through the lazy release below. The final effect of the Reserve
-// is then none.
-//
-// Expired holds of a SKU are released lazily, under the SKU's lock, by
-// every later call that moves it (Reduce, Return, the lines calls,
-// Reserve): ReadHolds names up to 8 expired lines, each order's record
-// decides (StepExpire) and the line is given back (or, when its order won
-// the race as confirmed, settled). Sweep releases the rest, on every SKU,
-// up to [SweepLimit] orders per call.
 
 // AbandonGrace is how long after its TTL an incomplete order (a Reserve
 // that crashed midway, or is still running) is given up, unless
@@ -144,18 +109,30 @@ func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts 
 	if err != nil {
 		return m.fail(op, err)
 	}
-	return m.fail(op, m.confirmLines(ctx, hs, id))
+	return m.fail(op, m.sell(ctx, hs, id, o.Key != ""))
 }
 
-// confirmLines confirms the order of a ReduceLines that holds every line.
-func (m *Manager) confirmLines(ctx context.Context, hs HoldStore, id string) error {
-	switch err := m.confirm(ctx, hs, id); {
+// sell confirms the order id of a ReduceLines that holds every line. When
+// the store could not confirm it, a keyed call leaves the lines held for
+// its retry with the key, which sells them (see repeat), and says so; a
+// keyless one whose confirmation the store refused (ErrContention: it
+// wrote nothing) gives the lines back before it says why.
+func (m *Manager) sell(ctx context.Context, hs HoldStore, id string, keyed bool) error {
+	decided, err := m.confirm(ctx, hs, id)
+	switch {
 	case errors.Is(err, inventory.ErrHoldReleased):
 		return fmt.Errorf("%w: the lines' hold ran out (%v) before they were sold", inventory.ErrContention, linesTTL)
-	case err != nil:
+	case err == nil || decided:
 		return err
+	case keyed:
+		return unsettled("the lines are held under the call's key; a retry with the key sells them", err)
+	case !errors.Is(err, inventory.ErrContention):
+		return unsettled(fmt.Sprintf("the lines are sold, or held until %v after the call began", linesTTL), err)
 	}
-	return nil
+	if cerr := m.giveBack(ctx, func(ctx context.Context) error { return m.cancel(ctx, hs, id) }); cerr != nil {
+		return unsettled(fmt.Sprintf("giving the held lines back failed (they come back %v after the call began)", linesTTL), errors.Join(err, cerr))
+	}
+	return err
 }
 
 // repeat answers a keyed lines call whose order id exists: a repeat of a
@@ -176,7 +153,7 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 		}
 		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 	case o.State == OrderHeld && o.Complete && strings.HasPrefix(id, kindReduceKey):
-		return m.confirmLines(ctx, hs, id)
+		return m.sell(ctx, hs, id, true)
 	case o.State == OrderHeld:
 		return fmt.Errorf("%w: a call with key %q is in progress", inventory.ErrContention, key)
 	}
@@ -218,7 +195,7 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 		return m.fail(op, err)
 	}
 	complete := func(ctx context.Context) error {
-		_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+		_, changed, err := m.step(ctx, hs, id, StepComplete, m.maxAttempts)
 		if err == nil && !changed {
 			err = fmt.Errorf("%w: the call's record was given up", inventory.ErrContention)
 		}
@@ -226,13 +203,15 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 	}
 	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
 		if !wrote {
-			outliving(ctx, func(ctx context.Context) { _, _, _ = hs.UpdateOrder(ctx, id, StepAbort) })
+			if aerr := m.giveBack(ctx, func(ctx context.Context) error { return m.abort(ctx, hs, id) }); aerr != nil {
+				return m.fail(op, unsettled(fmt.Sprintf("nothing was returned, but key %q stays taken until its record is given up", o.Key), errors.Join(err, aerr)))
+			}
 		}
 		return m.fail(op, err)
 	}
-	for _, step := range []OrderStep{StepConfirm, StepFinish} {
-		if _, _, err := hs.UpdateOrder(ctx, id, step); err != nil {
-			return m.fail(op, fmt.Errorf("the lines were returned; recording key %q failed: %w", o.Key, err))
+	for _, st := range []OrderStep{StepConfirm, StepFinish} {
+		if _, _, err := m.step(ctx, hs, id, st, math.MaxInt); err != nil {
+			return m.fail(op, unsettled(fmt.Sprintf("the lines were returned; recording key %q failed (a retry with the key records it)", o.Key), err))
 		}
 	}
 	return nil
@@ -283,7 +262,7 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		if err == nil {
 			continue
 		}
-		if i == 0 && !errors.Is(err, errUnknown) {
+		if i == 0 && checked == nil && !errors.Is(err, errUnknown) {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
 		// Some line may be written: finish the others, without waiting
@@ -302,11 +281,8 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		if rerr == nil && ctx.Err() == nil {
 			return true, nil
 		}
-		if errors.Is(rerr, inventory.ErrContention) {
-			// Not a reason to retry blindly: it would return twice.
-			rerr = fmt.Errorf("%v", rerr)
-		}
-		return true, fmt.Errorf("some lines may be returned and not others; a retry with the same key finishes the call: %w", errors.Join(rerr, ctx.Err(), errUnknown))
+		// Not ErrContention: a blind retry would return twice.
+		return true, unsettled("some lines may be returned and not others; a retry with the same key finishes the call", errors.Join(rerr, ctx.Err()))
 	}
 	return true, nil
 }
@@ -389,13 +365,33 @@ func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line
 	}
 	err = m.reserve(ctx, hs, kindHold+id, lines, ttl)
 	if errors.Is(err, inventory.ErrDuplicate) {
-		err = fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+		err = m.used(ctx, hs, kindHold+id, id)
 	}
 	return m.fail(op, err)
 }
 
+// used answers a Reserve of hold id whose order, oid, exists: ErrDuplicate
+// once that order is complete (its Reserve took effect); while it is not,
+// ErrContention, since the Reserve that made it is still holding its lines
+// or giving them back (after its ctx ended, or a line was refused), and
+// the id is free again once it has.
+func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string) error {
+	o, err := hs.Order(ctx, oid)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return fmt.Errorf("%w: an earlier Reserve of hold id %q just gave its lines back", inventory.ErrContention, id)
+	case err != nil:
+		return err
+	case !o.Complete:
+		return fmt.Errorf("%w: an earlier Reserve of hold id %q is holding or giving back its lines", inventory.ErrContention, id)
+	}
+	return fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+}
+
 // reserve records the order id and holds each line under it, giving back
-// what it took when a line is refused.
+// what it took when a line is refused. An error that says nothing changed
+// (a refusal, ErrContention, ErrNotFound) means that: whatever reserve
+// held it gave back first.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
 	o, err := m.createOrder(ctx, hs, id, lines, ttl)
 	if err != nil {
@@ -417,19 +413,62 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 		if !errors.As(err, &short) && !errors.Is(err, inventory.ErrNotFound) {
 			taken = lines[:i+1] // the failed Hold's outcome may be unknown
 		}
-		m.giveBack(ctx, hs, id, taken)
-		return err
+		return m.undo(ctx, hs, id, taken, err)
 	}
-	_, changed, err := hs.UpdateOrder(ctx, id, StepComplete)
+	_, changed, err := m.step(ctx, hs, id, StepComplete, m.maxAttempts)
 	switch {
 	case errors.Is(err, inventory.ErrNotFound) || err == nil && !changed:
 		// Given up as abandoned while the lines were being held.
-		m.giveBack(ctx, hs, id, lines)
-		return fmt.Errorf("%w: the order was given up before its lines were all held", inventory.ErrContention)
+		return m.undo(ctx, hs, id, lines, fmt.Errorf("%w: the order was given up before its lines were all held", inventory.ErrContention))
+	case errors.Is(err, inventory.ErrContention):
+		return m.undo(ctx, hs, id, lines, err) // the store wrote nothing
 	case err != nil:
 		return err // unknown: complete, or abandoned later
 	}
 	return nil
+}
+
+// undo gives back the lines of order id that reserve took and deletes the
+// order, and returns cause, why reserve gave up. When it cannot, the lines
+// stay held until the order is abandoned (the abandon grace after its
+// TTL), and the error says so without claiming that nothing changed.
+func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, cause error) error {
+	err := m.giveBack(ctx, func(ctx context.Context) error {
+		for _, l := range lines {
+			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
+				return fmt.Errorf("line %q: %w", l.SKU, err)
+			}
+		}
+		return m.abort(ctx, hs, id)
+	})
+	if err != nil {
+		return unsettled(fmt.Sprintf("giving back what the call held failed; it comes back %v after the hold's TTL", m.abandon), errors.Join(cause, err))
+	}
+	return cause
+}
+
+// abort deletes the incomplete order id, whose lines are given back.
+func (m *Manager) abort(ctx context.Context, hs HoldStore, id string) error {
+	_, _, err := m.step(ctx, hs, id, StepAbort, math.MaxInt)
+	if errors.Is(err, inventory.ErrNotFound) {
+		return nil // given up as abandoned and finished meanwhile
+	}
+	return err
+}
+
+// giveBack runs undo, which gives back what a call took, to its end even
+// once ctx is done (bounded as a lock's release is), and returns its error;
+// the caller waits for it only while ctx lives, and if it outlives ctx the
+// error says so.
+func (m *Manager) giveBack(ctx context.Context, undo func(ctx context.Context) error) error {
+	done := make(chan error, 1)
+	outliving(ctx, func(ctx context.Context) { done <- undo(ctx) })
+	select {
+	case err := <-done:
+		return err
+	default:
+		return fmt.Errorf("giving back goes on after the call: %w", ctx.Err())
+	}
 }
 
 // createOrder is CreateOrder, tried again (up to maxAttempts times) when
@@ -442,20 +481,6 @@ func (m *Manager) createOrder(ctx context.Context, hs HoldStore, id string, line
 			return o, err
 		}
 	}
-}
-
-// giveBack releases the lines of order id that reserve took and deletes
-// the order, even once ctx is done (bounded as a lock's release is). If a
-// release fails the order stays, to be released when it is abandoned.
-func (m *Manager) giveBack(ctx context.Context, hs HoldStore, id string, lines []inventory.Line) {
-	outliving(ctx, func(ctx context.Context) {
-		for _, l := range lines {
-			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
-				return
-			}
-		}
-		_, _, _ = hs.UpdateOrder(ctx, id, StepAbort)
-	})
 }
 
 // holdLine takes line l into the hold of order id, under its SKU's lock.
@@ -568,7 +593,10 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 
 // Confirm implements [inventory.OrderManager].
 func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.onHold(ctx, "confirm", id, func(hs HoldStore) error { return m.confirm(ctx, hs, kindHold+id) })
+	return m.onHold(ctx, "confirm", id, func(hs HoldStore) error {
+		_, err := m.confirm(ctx, hs, kindHold+id)
+		return err
+	})
 }
 
 // onHold is the start of Confirm and Cancel, op, of hold id: it checks id
@@ -585,25 +613,54 @@ func (m *Manager) onHold(ctx context.Context, op, id string, fn func(hs HoldStor
 	return m.fail(op, fn(hs))
 }
 
-// confirm sells the lines of order id, if the record says so.
-func (m *Manager) confirm(ctx context.Context, hs HoldStore, id string) error {
-	o, changed, err := hs.UpdateOrder(ctx, id, StepConfirm)
+// decide moves order id on by step, StepConfirm or StepCancel, which
+// decides the order (of a Confirm, a Cancel and the expiry, exactly one
+// wins), and returns the order after it. An order that does not exist, or
+// whose Reserve has not finished, is no hold: ErrHoldNotFound.
+func (m *Manager) decide(ctx context.Context, hs HoldStore, id string, step OrderStep) (Order, bool, error) {
+	o, changed, err := m.step(ctx, hs, id, step, m.maxAttempts)
 	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return o, false, inventory.ErrHoldNotFound
 	case err != nil:
-		return err
+		return o, false, err
 	case !o.Complete:
-		return fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound)
+		return o, false, fmt.Errorf("%w: its Reserve has not finished", inventory.ErrHoldNotFound)
+	}
+	return o, changed, nil
+}
+
+// confirm sells the lines of order id, if the record says so. decided
+// reports whether the record was read (the decision made, or found made):
+// when it is false nothing changed.
+func (m *Manager) confirm(ctx context.Context, hs HoldStore, id string) (decided bool, err error) {
+	o, changed, err := m.decide(ctx, hs, id, StepConfirm)
+	if err != nil {
+		return false, err
 	}
 	if err := m.finish(ctx, hs, o); err != nil {
-		return err
+		return true, err
 	}
 	switch {
 	case o.State != OrderConfirmed:
-		return fmt.Errorf("%w: it %s", inventory.ErrHoldReleased, o.State)
+		return true, fmt.Errorf("%w: it %s", inventory.ErrHoldReleased, o.State)
 	case !changed:
-		return fmt.Errorf("%w: it was confirmed before", inventory.ErrDuplicate)
+		return true, fmt.Errorf("%w: it was confirmed before", inventory.ErrDuplicate)
 	}
-	return nil
+	return true, nil
+}
+
+// cancel cancels order id (unless it expired or was confirmed first) and
+// gives its lines back.
+func (m *Manager) cancel(ctx context.Context, hs HoldStore, id string) error {
+	o, _, err := m.decide(ctx, hs, id, StepCancel)
+	switch {
+	case err != nil:
+		return err
+	case o.State == OrderConfirmed:
+		return fmt.Errorf("%w: a refund is a Return", inventory.ErrHoldConfirmed)
+	}
+	return m.finish(ctx, hs, o)
 }
 
 // finish settles (a confirmed order) or gives back (the others) the lines
@@ -614,6 +671,7 @@ func (m *Manager) finish(ctx context.Context, hs HoldStore, o Order) error {
 }
 
 // finishOrder is finish; finished says this call marked the order done.
+// The order is decided: its error never says that nothing changed.
 func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finished bool, err error) {
 	if o.Done || o.State == OrderHeld {
 		return false, nil
@@ -621,30 +679,22 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 	sold := o.State == OrderConfirmed
 	for _, l := range o.Lines {
 		if _, err := m.unhold(ctx, hs, l.SKU, o.ID, sold); err != nil {
-			return false, fmt.Errorf("line %q (sold %v): %w", l.SKU, sold, err)
+			return false, unsettled(fmt.Sprintf("the order is %s; settling its line %q failed (a repeat of the call, or Sweep after the TTL, settles it)", o.State, l.SKU), err)
 		}
 	}
-	_, changed, err := hs.UpdateOrder(ctx, o.ID, StepFinish)
-	if errors.Is(err, inventory.ErrNotFound) {
+	_, changed, err := m.step(ctx, hs, o.ID, StepFinish, math.MaxInt)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
 		return false, nil // finished and forgotten by another caller
+	case err != nil:
+		return false, unsettled(fmt.Sprintf("the order is %s and its lines settled; marking it done failed", o.State), err)
 	}
-	return changed, err
+	return changed, nil
 }
 
 // Cancel implements [inventory.OrderManager].
 func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.onHold(ctx, "cancel", id, func(hs HoldStore) error {
-		o, _, err := hs.UpdateOrder(ctx, kindHold+id, StepCancel)
-		switch {
-		case err != nil:
-			return err
-		case !o.Complete:
-			return fmt.Errorf("%w: its Reserve has not finished", inventory.ErrNotFound)
-		case o.State == OrderConfirmed:
-			return fmt.Errorf("%w: a refund is a Return", inventory.ErrHoldConfirmed)
-		}
-		return m.finish(ctx, hs, o)
-	})
+	return m.onHold(ctx, "cancel", id, func(hs HoldStore) error { return m.cancel(ctx, hs, kindHold+id) })
 }
 
 // Held implements [inventory.OrderManager]: it reads the SKU's held total.
@@ -734,9 +784,88 @@ func outliving(ctx context.Context, fn func(ctx context.Context)) {
 // release must not wait in the SKU's queue (a Cancel or a give-back that
 // timed out there would leave its units held until the order is
 // abandoned); a holder of the lock whose compare-and-set it defeats goes
-// round again.
-func (m *Manager) unhold(ctx context.Context, hs HoldStore, sku, id string, sold bool) (int64, error) {
-	return hs.Unhold(ctx, sku, id, sold)
+// round again. It asks again while the store is busy (see persist).
+func (m *Manager) unhold(ctx context.Context, hs HoldStore, sku, id string, sold bool) (n int64, err error) {
+	err = persist(ctx, math.MaxInt, func() error {
+		n, err = hs.Unhold(ctx, sku, id, sold)
+		return err
+	})
+	return n, err
+}
+
+// step is UpdateOrder, asked again up to attempts times while the store
+// is busy (see persist).
+func (m *Manager) step(ctx context.Context, hs HoldStore, id string, st OrderStep, attempts int) (o Order, changed bool, err error) {
+	err = persist(ctx, attempts, func() error {
+		o, changed, err = hs.UpdateOrder(ctx, id, st)
+		return err
+	})
+	return o, changed, err
+}
+
+// persist runs call until it returns an error that does not wrap
+// inventory.ErrContention (nil included), it has run attempts times, or
+// ctx is done, with a short random pause between runs. ErrContention from
+// a Store means that it wrote nothing (a busy database, a deadlock): a
+// call that took effect must not leave its bookkeeping to it, and one that
+// has something to give back must not give up before it has.
+func persist(ctx context.Context, attempts int, call func() error) error {
+	for i, pause := 1, time.Millisecond; ; i, pause = i+1, min(2*pause, 64*time.Millisecond) {
+		err := call()
+		if !errors.Is(err, inventory.ErrContention) || i >= attempts {
+			return err
+		}
+		t := time.NewTimer(time.Duration(mrand.Int64N(int64(pause))) + time.Microsecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// refusals are the sentinels whose errors say that a call changed
+// nothing.
+var refusals = []error{inventory.ErrContention, inventory.ErrInsufficientStock, inventory.ErrNotFound,
+	inventory.ErrInvalidArgument, inventory.ErrHoldReleased, inventory.ErrHoldConfirmed, inventory.ErrDuplicate}
+
+// unsettled is the error of a call that changed something, or may have,
+// or left something to be undone later: what says what, and it wraps the
+// causes of err (the backend's errors, ctx.Err()) but none of refusals, so
+// that no caller takes it for "nothing changed" (nor retries it blindly,
+// as ErrContention invites).
+func unsettled(what string, err error) error {
+	return &unsettledError{msg: what + ": " + err.Error(), causes: causes(err)}
+}
+
+type unsettledError struct {
+	msg    string
+	causes []error
+}
+
+func (e *unsettledError) Error() string   { return e.msg }
+func (e *unsettledError) Unwrap() []error { return e.causes }
+
+// causes returns the errors of err's tree that wrap none of refusals: err
+// itself when it wraps none, otherwise the causes of what it wraps.
+func causes(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if !slices.ContainsFunc(refusals, func(r error) bool { return errors.Is(err, r) }) {
+		return []error{err}
+	}
+	var out []error
+	switch e := err.(type) {
+	case interface{ Unwrap() error }:
+		out = causes(e.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, w := range e.Unwrap() {
+			out = append(out, causes(w)...)
+		}
+	}
+	return out
 }
 
 // pendingOrders remembers, per process, the orders whose expired lines

@@ -390,3 +390,213 @@ func TestReturnLinesFinishes(t *testing.T) {
 	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
 	levels(t, m, "c", 13, 0)
 }
+
+// errBusy is a store's "gave up, nothing written", as sqlstore returns it
+// for a busy database or a deadlock: ErrContention and the driver's error,
+// errLocked.
+var (
+	errLocked = errors.New("flaky: database is locked")
+	errBusy   = fmt.Errorf("flaky: %w: %w", inventory.ErrContention, errLocked)
+)
+
+// requireSettled checks that err, the error of a call that moved
+// something, does not say that nothing changed, and still carries its
+// cause.
+func requireSettled(t *testing.T, err, cause error) {
+	t.Helper()
+	require.Error(t, err)
+	require.False(t, nothingChanged(err), "the call moved units, yet its error says nothing changed: %v", err)
+	if cause != nil {
+		require.ErrorIs(t, err, cause)
+	}
+}
+
+// TestReserveCompleteBusy: the store is busy when a Reserve that holds
+// every line marks its order complete. Once the store answers again the
+// Reserve completes; while it does not, the Reserve gives its lines back
+// before it reports ErrContention.
+func TestReserveCompleteBusy(t *testing.T) {
+	ctx := context.Background()
+	var fails atomic.Int64
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+		if op == "UpdateOrder/complete" && fails.Add(-1) >= 0 {
+			return errBusy
+		}
+		return nil
+	}}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+
+	fails.Store(2)
+	require.NoError(t, m.Reserve(ctx, "o", lines("a", 1, "b", 2), time.Minute), "a busy store is asked again")
+	levels(t, m, "a", 9, 1)
+
+	fails.Store(1 << 30)
+	err := m.Reserve(ctx, "p", lines("a", 1, "b", 2), time.Minute)
+	require.ErrorIs(t, err, inventory.ErrContention)
+	levels(t, m, "a", 9, 1)
+	levels(t, m, "b", 8, 2)
+	fails.Store(0)
+	require.NoError(t, m.Reserve(ctx, "p", lines("a", 1, "b", 2), time.Minute), "the Reserve that gave up did not use up its id")
+	levels(t, m, "b", 6, 4)
+}
+
+// TestReserveGiveBackFails: a Reserve whose second line is refused cannot
+// give the first one back: its error must not say that nothing changed
+// (the first line stays held until the order is abandoned).
+func TestReserveGiveBackFails(t *testing.T) {
+	ctx := context.Background()
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+		if op == "Unhold" {
+			return errDown
+		}
+		return nil
+	}}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+	err := m.Reserve(ctx, "o", lines("a", 1, "b", 20), time.Minute)
+	requireSettled(t, err, errDown)
+	levels(t, m, "a", 9, 1)
+}
+
+// TestSettleBusy: a Confirm or Cancel that decided its hold but finds the
+// store busy while it settles the lines took effect: it settles them once
+// the store answers, and if it never does within ctx, its error does not
+// say that nothing changed.
+func TestSettleBusy(t *testing.T) {
+	for _, confirm := range []bool{true, false} {
+		t.Run(fmt.Sprint("confirm=", confirm), func(t *testing.T) {
+			ctx := context.Background()
+			var fails atomic.Int64
+			st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+				if op == "Unhold" && fails.Add(-1) >= 0 {
+					return errBusy
+				}
+				return nil
+			}}
+			m := lockmgr.New(newFakeLocker(0), st)
+			initAll(t, m, 10, "a")
+			end, other, otherErr, left := m.Confirm, m.Cancel, inventory.ErrHoldConfirmed, int64(7)
+			if !confirm {
+				end, other, otherErr, left = m.Cancel, m.Confirm, inventory.ErrHoldReleased, 10
+			}
+			require.NoError(t, m.Reserve(ctx, "o", lines("a", 3), time.Minute))
+			fails.Store(2)
+			require.NoError(t, end(ctx, "o"))
+			levels(t, m, "a", left, 0)
+			require.ErrorIs(t, other(ctx, "o"), otherErr)
+
+			require.NoError(t, m.Reserve(ctx, "p", lines("a", 3), time.Minute))
+			fails.Store(1 << 30)
+			shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			requireSettled(t, end(shortCtx, "p"), errLocked)
+			fails.Store(0)
+			require.ErrorIs(t, other(ctx, "p"), otherErr, "the hold was decided")
+			if err := end(ctx, "p"); confirm { // a repeat settles the lines
+				require.ErrorIs(t, err, inventory.ErrDuplicate)
+			} else {
+				require.NoError(t, err)
+			}
+			levels(t, m, "a", 2*left-10, 0)
+		})
+	}
+}
+
+// TestReduceLinesConfirmBusy: a ReduceLines that holds its lines and
+// cannot confirm them (the store stays busy) gives them back before it
+// reports ErrContention, without a key; with one, it leaves them held for
+// its retry, which sells them, and says that its outcome is open.
+func TestReduceLinesConfirmBusy(t *testing.T) {
+	ctx := context.Background()
+	var busy atomic.Bool
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+		if op == "UpdateOrder/confirm" && busy.Load() {
+			return errBusy
+		}
+		return nil
+	}}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+	busy.Store(true)
+	require.ErrorIs(t, m.ReduceLines(ctx, lines("a", 1, "b", 2)), inventory.ErrContention)
+	levels(t, m, "a", 10, 0)
+	levels(t, m, "b", 10, 0)
+
+	requireSettled(t, m.ReduceLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")), errLocked)
+	levels(t, m, "a", 9, 1)
+	busy.Store(false)
+	require.NoError(t, m.ReduceLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")))
+	levels(t, m, "a", 9, 0)
+	levels(t, m, "b", 8, 0)
+}
+
+// TestReturnLinesRecordBusy: a keyed ReturnLines that returned every line
+// and finds the store busy while it records its key took effect: its
+// error does not say that nothing changed, and its retry is a duplicate.
+func TestReturnLinesRecordBusy(t *testing.T) {
+	ctx := context.Background()
+	var busy atomic.Bool
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0), fail: func(op string) error {
+		if op == "UpdateOrder/confirm" && busy.Load() {
+			return errBusy
+		}
+		return nil
+	}}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+	busy.Store(true)
+	shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	requireSettled(t, m.ReturnLines(shortCtx, lines("a", 1, "b", 2), inventory.WithKey("k")), errLocked)
+	levels(t, m, "a", 11, 0)
+	levels(t, m, "b", 12, 0)
+	busy.Store(false)
+	require.ErrorIs(t, m.ReturnLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")), inventory.ErrDuplicate)
+	levels(t, m, "b", 12, 0)
+}
+
+// TestRetriedReserveWhileGivingBack is the flashsale -carts failure of
+// redlock: a Reserve whose ctx ends while it holds its lines goes on
+// giving them back after it returned; a retry with the same id meanwhile
+// must not report ErrDuplicate ("an earlier Reserve took effect"), since
+// that one is being undone: the buyer then Confirms a hold that vanishes.
+// It is ErrContention until the give-back ends, and then takes effect.
+func TestRetriedReserveWhileGivingBack(t *testing.T) {
+	ctx := context.Background()
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // on failure too: no goroutine left waiting
+	var holds atomic.Int64
+	st := flakyStore{HoldStore: lockmgrtest.NewMemoryStore(0)}
+	first, cancel := context.WithCancel(ctx)
+	st.fail = func(op string) error {
+		switch {
+		case op == "Hold" && holds.Add(1) == 2:
+			cancel() // the first Reserve's ctx ends as it holds its second line
+			return context.Canceled
+		case op == "Unhold":
+			<-gate // its give-back is slow
+		}
+		return nil
+	}
+	m := lockmgr.New(newFakeLocker(0), st)
+	initAll(t, m, 10, "a", "b")
+	require.ErrorIs(t, m.Reserve(first, "o", lines("a", 1, "b", 1), time.Minute), context.Canceled)
+
+	err := m.Reserve(ctx, "o", lines("a", 1, "b", 1), time.Minute)
+	require.NotErrorIs(t, err, inventory.ErrDuplicate, "the earlier Reserve of this id is being given back")
+	require.ErrorIs(t, err, inventory.ErrContention)
+	open()
+	for {
+		err = m.Reserve(ctx, "o", lines("a", 1, "b", 1), time.Minute)
+		if !errors.Is(err, inventory.ErrContention) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, err)
+	require.NoError(t, m.Confirm(ctx, "o"))
+	levels(t, m, "a", 9, 0)
+	levels(t, m, "b", 9, 0)
+}

@@ -636,7 +636,7 @@ func endStatus(st string) error {
 	case "confirmed":
 		return inventory.ErrHoldConfirmed
 	case "notfound", "gone":
-		return inventory.ErrNotFound
+		return inventory.ErrHoldNotFound
 	}
 	return fmt.Errorf("unknown orders script status %q", st)
 }
@@ -688,7 +688,7 @@ func (m *Manager) crossConfirm(ctx context.Context, o *order, st string) error {
 		m.recordOp(ctx, o, "finish", "")
 		return nil
 	case "gone":
-		return inventory.ErrNotFound
+		return inventory.ErrHoldNotFound
 	}
 	return m.crossConfirm(ctx, o, st)
 }
@@ -713,7 +713,7 @@ func (m *Manager) crossCancel(ctx context.Context, o *order, st string) error {
 		_, err := m.recordOp(ctx, o, "finish", "")
 		return err
 	case "gone":
-		return inventory.ErrNotFound
+		return inventory.ErrHoldNotFound
 	}
 	return fmt.Errorf("unknown hold state %q", st)
 }

@@ -114,7 +114,7 @@ func TestReserveAcrossShardsCrash(t *testing.T) {
 	want(skus[0], 3, 2)
 	want(skus[1], 5, 0)
 	require.ErrorIs(t, m.Confirm(ctx, "order-1"), inventory.ErrNotFound)
-	require.ErrorIs(t, m.Reserve(ctx, "order-1", cart, ttl), inventory.ErrDuplicate, "the crashed Reserve may still be running")
+	require.ErrorIs(t, m.Reserve(ctx, "order-1", cart, ttl), inventory.ErrContention, "the crashed Reserve may still be running: its id is busy, not used")
 
 	time.Sleep(time.Until(start.Add(ttl + grace + 100*time.Millisecond)))
 	n, err := m.Sweep(ctx)

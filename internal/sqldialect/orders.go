@@ -39,7 +39,8 @@ type Orders struct {
 	// the attempt rolls back and reads again (optimistic). Without CAS they
 	// lock the rows with FOR UPDATE first (rowlock).
 	// Confirm, Cancel and Sweep always lock: they must see the hold's
-	// lines as they are.
+	// lines as they are. Not for SQLite, where a transaction must write
+	// before it reads (see sqlite.go), and Reserve's reads the hold id first.
 	CAS bool
 	// Attempts bounds how often a call whose compare-and-set or
 	// conditional write lost is tried in a transaction of its own; at
@@ -466,7 +467,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 	if err != nil {
 		return err
 	}
-	notFound := fmt.Errorf("%s: %s: %w: hold %q", o.T.Pkg(), op, inventory.ErrNotFound, id)
+	notFound := fmt.Errorf("%s: %s: %w: %q", o.T.Pkg(), op, inventory.ErrHoldNotFound, id)
 	if len(pre) == 0 {
 		return notFound
 	}

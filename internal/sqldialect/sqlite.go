@@ -9,8 +9,14 @@ import (
 //
 // SQLite has no row locks: lock is an UPDATE that changes nothing, which
 // takes the database's write lock before anything is read, whatever the
-// DSN's _txlock, and so is SQLite's FOR UPDATE. TEXT compares with the
-// BINARY collation: bytes.
+// DSN's _txlock, and so is SQLite's FOR UPDATE (lockHolds, lockLine and
+// lockOrder too). Every transaction must write before it reads: one that
+// began DEFERRED (a DSN without _txlock=immediate) and read first holds a
+// read snapshot, and SQLite refuses its first write at once with
+// SQLITE_BUSY when another connection holds the write lock or wrote since
+// the snapshot (it cannot wait on the busy timeout without risking a
+// deadlock), whereas a first statement that writes waits for the lock.
+// TEXT compares with the BINARY collation: bytes.
 //
 // The clock of the holds is julianday('now') as Unix microseconds (SQLite's
 // clock has millisecond resolution), fixed for the length of a statement;
@@ -94,7 +100,8 @@ var sqliteSQL = statements{
 		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
 	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
 		ON CONFLICT DO NOTHING`,
-	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'`,
+	lockLine: `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
+		RETURNING qty`,
 	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
 	give: `UPDATE {{.Table}} SET {{.Stock}} = MIN({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ?`,
@@ -103,8 +110,8 @@ var sqliteSQL = statements{
 		ON CONFLICT DO NOTHING`,
 	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
 		WHERE id = ?`,
-	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-		WHERE id = ?`,
+	lockOrder: `UPDATE {{.Orders}} SET id = id WHERE id = ?
+		RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`,
 	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
 		WHERE id = ?`,
 	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,

@@ -164,7 +164,8 @@ func Postgres(t testing.TB) *sqlx.DB {
 }
 
 // SQLite returns a pool on a fresh SQLite file in t's temporary directory,
-// in WAL mode with a busy timeout, as concurrent writers need.
+// in WAL mode with a busy timeout, as concurrent writers need, whose
+// transactions begin IMMEDIATE (take the write lock at BEGIN).
 //
 // The root module does not require modernc.org/sqlite (a module that imports
 // the library must not find it in its go.sum), so no file here registers the
@@ -173,10 +174,24 @@ func Postgres(t testing.TB) *sqlx.DB {
 // SQLite is a missing server: skipped, or failed when CI=true.
 func SQLite(t testing.TB) *sqlx.DB {
 	t.Helper()
+	return sqlite(t, "&_txlock=immediate")
+}
+
+// SQLiteDeferred is [SQLite] with the DSN the README shows: WAL and a busy
+// timeout, and no _txlock, so that transactions begin DEFERRED and take
+// the write lock at their first write. The library must be as correct on
+// it as on SQLite's.
+func SQLiteDeferred(t testing.TB) *sqlx.DB {
+	t.Helper()
+	return sqlite(t, "")
+}
+
+func sqlite(t testing.TB, params string) *sqlx.DB {
+	t.Helper()
 	if !slices.Contains(sql.Drivers(), "sqlite") {
 		Missing(t, "SQLite", errorString(`no "sqlite" driver linked: run through make test (it adds integration/sqlite/driver.go.in as an overlay)`))
 	}
-	dsn := "file:" + t.TempDir() + "/stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	dsn := "file:" + t.TempDir() + "/stock.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" + params
 	db := openSQL(t, "sqlite", dsn, "SQLite")
 	db.SetMaxOpenConns(8)
 	return db

@@ -24,11 +24,16 @@ type Engine struct {
 // at once against MariaDB (max_connections 151) and PostgreSQL (100).
 const Conns = 16
 
-// Engines are the engines every SQL strategy runs on.
+// Engines are the engines every SQL strategy runs on. SQLite runs twice:
+// "sqlite" begins its transactions IMMEDIATE (_txlock=immediate), and
+// "sqlite-deferred" opens the database as the README shows, DEFERRED, where
+// a transaction that reads before it writes cannot wait for the write lock
+// (see [testenv.SQLiteDeferred]).
 var Engines = []Engine{
 	{"mariadb", func(t testing.TB) *sqlx.DB { return sized(testenv.MySQL(t)) }},
 	{"postgres", func(t testing.TB) *sqlx.DB { return sized(testenv.Postgres(t)) }},
 	{"sqlite", testenv.SQLite},
+	{"sqlite-deferred", testenv.SQLiteDeferred},
 }
 
 func sized(db *sqlx.DB) *sqlx.DB {
