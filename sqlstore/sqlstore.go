@@ -146,8 +146,11 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 	return &Store{t: t}, nil
 }
 
-// CreateTables creates the stock table and the ledger, as named by the
-// schema, if they are absent.
+// CreateTables creates the four tables, as named by the schema, if they
+// are absent: the stock table, the idempotency ledger, the holds table
+// and the orders table (see "Tables"), with their indexes. Every strategy
+// on SQL (optimistic, rowlock and the lock strategies over this Store)
+// uses them.
 func (s *Store) CreateTables(ctx context.Context) error {
 	return s.t.CreateTables(ctx)
 }

@@ -343,7 +343,8 @@ func (t *Tables) NotFound(sku string) error {
 	return fmt.Errorf("%s: %w: %q", t.cfg.Pkg, inventory.ErrNotFound, sku)
 }
 
-// CreateTables creates the stock table and the ledger if they are absent.
+// CreateTables creates the stock, ledger, holds and orders tables, with
+// their indexes, if they are absent.
 func (t *Tables) CreateTables(ctx context.Context) error {
 	for _, stmt := range t.q.create {
 		if _, err := t.DB.ExecContext(ctx, stmt); err != nil {
