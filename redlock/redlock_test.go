@@ -22,12 +22,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example$", testenv.RedlockServers, testenv.RedisServer)
 	redis.SetLogger(quiet{}) // the dead nodes of some tests are no news
 	// go-redis probes a node it cannot dial in the background, once a
 	// second, until the client is closed. faulttest's variant also ignores
 	// a goroutine toxiproxy can leave behind.
 	faulttest.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 type quiet struct{}
 

@@ -25,8 +25,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example$", testenv.ZooKeeperServer, testenv.MySQLServer)
 	goleak.VerifyTestMain(m)
 }
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 type quiet struct{}
 
