@@ -62,7 +62,7 @@ func connect(t testing.TB) *link {
 		l.net = c
 		return c, err
 	}
-	addrs := testenv.List(testenv.EnvZooKeeper, testenv.DefaultZooKeeper)
+	addrs := testenv.ZooKeeperAddrs(t)
 	conn, events, err := zk.Connect(addrs, 4*time.Second, zk.WithDialer(dial), zk.WithLogger(quiet{}))
 	if err != nil {
 		testenv.Missing(t, "ZooKeeper", err)
