@@ -1,7 +1,9 @@
 # Test, benchmark and lint targets. `make test` starts the servers the tests need
 # (scripts/services.sh: Redis, Redis Cluster, MariaDB, PostgreSQL, ZooKeeper).
 #
-#   make test                      all tests with the race detector
+#   make test                      all tests with the race detector, then the NORACE
+#                                  pass; every module and pass runs, failures listed at the end
+#   make sums                      fails when go.work.sum is out of date (make test checks it)
 #   make bench [BENCH=regex]       the comparisons (integration/bench); writes README's table
 #   make bench-check               a second run, checked against the first; marks unstable rows
 #   make microbench [BENCH=regex] [PKG=./internal/foo/...]   the per-package benchmarks
