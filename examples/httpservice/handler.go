@@ -141,8 +141,12 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any) bool {
 		// bytes than came: read what has arrived, and do not wait for
 		// the rest. A client that sent fewer bytes than it declared
 		// gets its answer now, not at the server's read timeout.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
-		return trailer(w, body, missing, got)
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now())
+		if !trailer(w, body, missing, got) {
+			return false
+		}
+		_ = rc.SetReadDeadline(time.Time{}) // the body is read: the connection may serve another request
 	}
 	return true
 }

@@ -815,6 +815,12 @@ func TestShortBody(t *testing.T) {
 	assert.EqualValues(t, 2, *r.Stock)
 	code, _, r = c.do("POST", "/buy", body+" \n")
 	assert.Equal(t, http.StatusOK, code, r.Message)
+	// White space past what the decoder buffers is read without a wait,
+	// and the connection serves the next request.
+	for i := range 3 {
+		code, _, r = c.do("POST", "/buy", fmt.Sprintf(`{"sku":"shoe","buyer":"bo-%d"}`, i)+strings.Repeat(" ", 3000))
+		assert.Equal(t, []int{http.StatusOK, http.StatusConflict, http.StatusConflict}[i], code, "%d: %s", i, r.Message)
+	}
 }
 
 // -strategy sqllock serves purchases and holds with MariaDB's or
