@@ -267,35 +267,33 @@ const CallTimeout = time.Second
 
 // LateCommit shows, on PostgreSQL, what a keyed call whose outcome is
 // unknown comes to: a trigger deferred to COMMIT holds every commit on the
-// ledger until the test lets it through, and ignores the cancel request that
-// pgx may send when the call gives up, as a COMMIT waiting for a synchronous
-// replica does. Once every manager's keyed Reduce is seen waiting in its
-// COMMIT (pg_locks), the calls are cancelled, so each fails with its context
-// although the server then commits it. The retry with the same key must
-// report ErrDuplicate with the remaining stock of the first call, and the
-// stock must have moved once.
+// ledger until the test lets it through, as a COMMIT waiting for a
+// synchronous replica does. Once every manager's keyed Reduce is seen
+// waiting in its COMMIT (pg_locks), the calls are cancelled, so each fails
+// with its context although the server then commits it. The retry with the
+// same key must report ErrDuplicate with the remaining stock of the first
+// call, and the stock must have moved once.
 //
-// Nothing here depends on how fast the machine is: the calls are cancelled
-// only after the server shows them inside their COMMIT.
-func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...inventory.StockManager) {
+// The managers reach the server through shield; db, the shared login,
+// straight. Nothing here depends on how fast the machine is: the calls are
+// cancelled only after the server shows them inside their COMMIT, and
+// the cancel requests that pgx sends as it closes their connections
+// (asynchronously, over new connections) are dropped by the shield: one
+// that landed once the COMMIT went on would cancel it, and the call would
+// not have taken effect.
+func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, shield *CancelShield, managers ...inventory.StockManager) {
 	t.Helper()
 	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute) // a bound for a broken run only
 	defer stop()
 	fn := "slow_" + testenv.Prefix()
-	// The trigger waits for a shared advisory lock that the test holds
-	// exclusively; a cancel request only restarts the wait, and no
-	// lock_timeout the manager set applies to it.
-	lockKey := rand.Int32()
+	// The trigger waits for a shared advisory lock, the gate, that the
+	// test holds exclusively, whatever lock_timeout or statement_timeout
+	// the manager set.
+	key := strconv.Itoa(int(rand.Int32()))
 	_, err := db.ExecContext(ctx, `CREATE FUNCTION "`+fn+`"() RETURNS trigger LANGUAGE plpgsql
 		SET lock_timeout = 0 SET statement_timeout = 0 AS $$
 		BEGIN
-			LOOP
-				BEGIN
-					PERFORM pg_advisory_xact_lock_shared(`+lateCommitClass+`, `+strconv.Itoa(int(lockKey))+`);
-					EXIT;
-				EXCEPTION WHEN query_canceled THEN NULL;
-				END;
-			END LOOP;
+			PERFORM pg_advisory_xact_lock_shared(`+lateCommitGate+`, `+key+`);
 			RETURN NULL;
 		END $$`)
 	require.NoError(t, err)
@@ -315,7 +313,7 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 	// (and cancels the calls) before the trigger is dropped.
 	gate, err := db.Connx(ctx)
 	require.NoError(t, err)
-	_, err = gate.ExecContext(ctx, "SELECT pg_advisory_lock("+lateCommitClass+", $1)", lockKey)
+	_, err = gate.ExecContext(ctx, "SELECT pg_advisory_lock("+lateCommitGate+", "+key+")")
 	require.NoError(t, err)
 	var gateOnce sync.Once
 	open := func() {
@@ -344,14 +342,9 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		})
 	}
 	// Wait until every call waits in its COMMIT, at the gate.
-	for {
-		var waiting int
+	for waiting := 0; waiting != len(managers); {
 		require.NoError(t, db.GetContext(ctx, &waiting, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND NOT granted AND classid = `+lateCommitClass+` AND objid = $1::int::oid AND objsubid = 2`,
-			lockKey))
-		if waiting == len(managers) {
-			break
-		}
+			WHERE locktype = 'advisory' AND NOT granted AND classid = `+lateCommitGate+` AND objid = `+key+`::int::oid AND objsubid = 2`))
 		require.LessOrEqual(t, waiting, len(managers), "commits waiting at the gate")
 		select {
 		case i := <-returned:
@@ -361,6 +354,7 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	shield.Refuse(true)
 	for _, cancel := range cancels {
 		cancel()
 	}
@@ -369,10 +363,12 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		require.ErrorIs(t, err, context.Canceled, "manager %d: the call must end with its context, its COMMIT unanswered", i)
 	}
 	// The commits go through now, the clients gone; DROP TRIGGER waits for
-	// them to end.
+	// them to end. A cancel request sent later finds no statement to
+	// cancel.
 	open()
 	_, err = db.ExecContext(ctx, `DROP TRIGGER "`+fn+`" ON "`+schema.Ledger+`"`)
 	require.NoError(t, err)
+	shield.Refuse(false)
 	for i, m := range managers {
 		rem, err := m.Reduce(ctx, skus[i], 1, inventory.WithKey("k"))
 		require.ErrorIs(t, err, inventory.ErrDuplicate, "manager %d: the failed call had taken effect", i)
@@ -383,9 +379,9 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 	}
 }
 
-// lateCommitClass is the first half of the advisory lock keys of
-// [LateCommit]'s gates; the second is random per test.
-const lateCommitClass = "7447"
+// lateCommitGate is the first half of the advisory lock keys of the gates
+// of [LateCommit]; the second is random per test.
+const lateCommitGate = "7447"
 
 func sized(db *sqlx.DB) *sqlx.DB {
 	db.SetMaxOpenConns(sqltest.Conns)
