@@ -1,7 +1,9 @@
 # Test, benchmark and lint targets. `make test` starts the servers the tests need
 # (scripts/services.sh: Redis, Redis Cluster, MariaDB, PostgreSQL, ZooKeeper).
 #
-#   make test                      all tests with the race detector
+#   make test                      all tests with the race detector, then the NORACE
+#                                  pass; every module and pass runs, failures listed at the end
+#   make sums                      fails when go.work.sum is out of date (make test checks it)
 #   make bench [BENCH=regex]       the comparisons (integration/bench); writes README's table
 #   make bench-check               a second run, checked against the first; marks unstable rows
 #   make microbench [BENCH=regex] [PKG=./internal/foo/...]   the per-package benchmarks
@@ -34,7 +36,7 @@ BANNED := github.com/Shopify/toxiproxy github.com/prometheus/ github.com/rs/zero
 # -race needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: services test norace bench bench-check microbench soak lint overlay modules banned
+.PHONY: services test sums norace bench bench-check microbench soak lint overlay modules banned
 
 services:
 	bash scripts/services.sh
@@ -54,13 +56,60 @@ modules:
 	have="$$($(GO) list -m -f '{{.Dir}}' | xargs -n1 sh -c 'cd "$$0" && pwd -P' | sort)"; \
 	if [ "$$want" != "$$have" ]; then echo "MODULES ($(MODULES)) and go.work differ:"; echo "$$have"; exit 1; fi
 
+# test runs two passes, the race pass (every module's $(PKG) under -race)
+# and the NORACE pass. Every module and both passes run whatever fails
+# before them; the target fails at the end, naming each failure. A PKG
+# pattern that names no directory of a module (PKG=./internal/outcome/...
+# in examples/) is left out of that module's run, which says so. The run
+# also fails when it changed go.work.sum (see sums), which it checks for
+# every package of every module whatever PKG is.
 test: services overlay modules banned
-	set -e; for m in $(MODULES); do (cd $$m && $(GOTEST) -race -count=1 -timeout 25m $(PKG)); done
-	$(MAKE) --no-print-directory norace
+	@failed=""; sum0="$$(mktemp)"; cat go.work.sum > "$$sum0" 2>/dev/null; \
+	$(MAKE) --no-print-directory sums || failed="$$failed go.work.sum"; \
+	for m in $(MODULES); do \
+		pkgs=""; \
+		for p in $(PKG); do \
+			case "$$p" in \
+			.|./*) [ -d "$$m/$${p%/...}" ] && pkgs="$$pkgs $$p" ;; \
+			*) pkgs="$$pkgs $$p" ;; \
+			esac; \
+		done; \
+		if [ -z "$$pkgs" ]; then echo "== $$m: no directory for PKG=$(PKG): not run"; continue; fi; \
+		echo "== $$m: go test -race$$pkgs"; \
+		(cd $$m && $(GOTEST) -race -count=1 -timeout 25m $$pkgs) || failed="$$failed $$m(race)"; \
+	done; \
+	$(MAKE) --no-print-directory norace || failed="$$failed norace"; \
+	if ! cat go.work.sum 2>/dev/null | cmp -s - "$$sum0"; then \
+		echo "make test changed go.work.sum (commit the change):"; cat go.work.sum 2>/dev/null | diff -u "$$sum0" - ; \
+		case "$$failed" in *go.work.sum*) ;; *) failed="$$failed go.work.sum" ;; esac; \
+	fi; rm -f "$$sum0"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: every module and both passes ok"
 
-# norace runs the NORACE tests (make test's second pass).
+# sums loads every package and test of every module, as go test does, and
+# fails when that changed go.work.sum. In workspace mode a checksum that no
+# module's go.sum holds is fetched and written to go.work.sum without a
+# word (a go.mod requirement added without its go.sum lines is enough), so
+# a stale go.work.sum would be rewritten by every make test in every clone;
+# this makes it a failure, with the change left in place to commit.
+sums: overlay
+	@sum0="$$(mktemp)"; cat go.work.sum > "$$sum0" 2>/dev/null; \
+	for m in $(MODULES); do (cd $$m && $(GO) list -overlay=$(OVERLAY) -deps -test ./... >/dev/null) || { rm -f "$$sum0"; exit 1; }; done; \
+	if ! cat go.work.sum 2>/dev/null | cmp -s - "$$sum0"; then \
+		echo "go.work.sum was out of date; loading the modules changed it (commit the change):"; \
+		cat go.work.sum 2>/dev/null | diff -u "$$sum0" - ; rm -f "$$sum0"; exit 1; \
+	fi; rm -f "$$sum0"
+
+# norace runs the NORACE tests (make test's second pass), every one of
+# them whatever fails, and fails at the end if any failed.
 norace: overlay
-	set -e; for t in $(NORACE); do m=$${t%%:*}; t=$${t#*:}; (cd $$m && $(GOTEST) -count=1 -timeout 10m -run "$${t#*:}" $${t%%:*}); done
+	@failed=""; \
+	for t in $(NORACE); do \
+		m=$${t%%:*}; t=$${t#*:}; \
+		echo "== $$m: go test $${t%%:*} -run '$${t#*:}' (no -race)"; \
+		(cd $$m && $(GOTEST) -count=1 -timeout 10m -run "$${t#*:}" $${t%%:*}) || failed="$$failed $$m:$$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make norace: FAILED:$$failed"; exit 1; fi
 
 # bench runs the comparisons of integration/bench (integration/internal/benchcmp:
 # each strategy against its baseline in BENCH_ROUNDS alternating rounds of

@@ -21,7 +21,15 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 )
 
-func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example$", testenv.RedisServer)
+	testenv.SkipExamplesWithout("^Example_sql$", testenv.RedisServer, testenv.PostgresServer)
+	faulttest.VerifyTestMain(m)
+}
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 // backend is where a test keeps its locks and its stock.
 type backend struct {

@@ -18,7 +18,14 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 )
 
-func TestMain(m *testing.M) { faulttest.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example", testenv.RedisServer)
+	faulttest.VerifyTestMain(m)
+}
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) (*redisstore.Store, string) {
 	t.Helper()

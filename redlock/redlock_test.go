@@ -22,12 +22,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example$", testenv.RedlockServers, testenv.RedisServer)
 	redis.SetLogger(quiet{}) // the dead nodes of some tests are no news
 	// go-redis probes a node it cannot dial in the background, once a
 	// second, until the client is closed. faulttest's variant also ignores
 	// a goroutine toxiproxy can leave behind.
 	faulttest.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 type quiet struct{}
 
@@ -246,18 +251,75 @@ func TestNodesDown(t *testing.T) {
 }
 
 // TestExtensionRestoresNode: a node that lost the lock (as after a restart
-// without persistence) gets it back with the next extension.
+// without persistence) gets it back with the next extension, and Release
+// deletes it there too. The expiry is long (9s, an extension every 3s), so
+// that no node's key expires before the release reaches it: the unlock
+// script must find the token and delete it on every node. Release returns
+// once a majority answered (documented), so the test waits for each node's
+// unlock to come back, seen through a hook on the node clients, before it
+// looks at the nodes.
 func TestExtensionRestoresNode(t *testing.T) {
-	ctx, clients, pfx, lease := expiring(t)
-	token, err := clients[0].Get(ctx, pfx+"sku").Result()
+	ctx := ctxFor(t, time.Minute) // a bound for a broken run only
+	clients := nodes(t)
+	pfx := lockPrefix(t, clients)
+	key := pfx + "sku"
+	unlocks := make([]chan int64, len(clients))
+	for i, c := range clients {
+		unlocks[i] = make(chan int64, 4)
+		c.AddHook(unlockHook{key: key, results: unlocks[i]})
+	}
+	l := locker(t, clients, redlock.WithPrefix(pfx), redlock.WithExpiry(9*time.Second))
+	lease, err := l.Acquire(ctx, "sku")
 	require.NoError(t, err)
-	require.NoError(t, clients[2].Del(ctx, pfx+"sku").Err())
-	require.Eventually(t, func() bool {
-		got, _ := clients[2].Get(ctx, pfx+"sku").Result()
-		return got == token
-	}, 5*time.Second, 10*time.Millisecond, "the extension sets the lock again where it was missing")
+	token, err := clients[0].Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.NoError(t, clients[2].Del(ctx, key).Err())
+	for {
+		got, err := clients[2].Get(ctx, key).Result()
+		if got == token {
+			break
+		}
+		require.ErrorIs(t, err, redis.Nil, "the extension sets the lock again where it was missing")
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the extension did not set the lock again where it was missing: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	require.NoError(t, lease.Release(ctx))
-	for _, c := range clients {
-		require.Zero(t, c.Exists(ctx, pfx+"sku").Val(), "released on every node")
+	for i, c := range clients {
+		select {
+		case n := <-unlocks[i]:
+			require.EqualValues(t, 1, n, "node %d: the unlock found the token and deleted the lock", i)
+		case <-ctx.Done():
+			t.Fatalf("node %d: no unlock came back: %v", i, ctx.Err())
+		}
+		require.Zero(t, c.Exists(ctx, key).Val(), "node %d: released", i)
+	}
+}
+
+// unlockHook sends to results the reply of every unlock of key that a node
+// client completes: redsync's delete script (EVAL or EVALSHA with the key
+// and one argument, the token; its extend scripts take two).
+type unlockHook struct {
+	key     string
+	results chan<- int64
+}
+
+func (h unlockHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h unlockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h unlockHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if (cmd.Name() == "eval" || cmd.Name() == "evalsha") && len(args) == 5 && args[3] == h.key && err == nil {
+			n, _ := cmd.(*redis.Cmd).Int64()
+			h.results <- n
+		}
+		return err
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // TestFallbackRedisKilled sells a SKU while its private Redis is SIGKILLed
-// for 1.5 s and then restarted from its AOF (fsync always): meanwhile the
+// for 1.5 s (and until the breaker opened and SQL sold) and then restarted from its AOF (fsync always): meanwhile the
 // breaker sends calls to SQL, which sells only its unallotted pool; once
 // Redis is back it sells its allotment. Never more than the stock is sold,
 // and after Drain SQL and Redis agree on every unit.
@@ -77,7 +77,13 @@ func TestFallbackRedisKilled(t *testing.T) {
 			}
 			srv.Kill()
 			phase.Store(1)
-			time.Sleep(1500 * time.Millisecond)
+			// Down for 1.5 s, and for as long as it takes the breaker to
+			// open and SQL to sell on its own: on a loaded machine a fixed
+			// 1.5 s may not be enough for either.
+			down := time.Now()
+			for (time.Since(down) < 1500*time.Millisecond || m.Fallbacks() == 0 || okDown.Load() == 0 || failed.Load() == 0) && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
 			srv.Start()
 			phase.Store(2)
 			wg.Wait()

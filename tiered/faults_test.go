@@ -34,12 +34,12 @@ type syncedBy struct{ entries, sold, returned, failed int64 }
 
 // syncers runs n syncers (Managers of their own, as separate processes
 // would be) until the returned stop is called; stop returns what they
-// applied.
-func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() syncedBy) {
+// applied, and failed how many syncs failed so far.
+func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() syncedBy, failed func() int64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var entries, sold, returned, failed atomic.Int64
+	var entries, sold, returned, fails atomic.Int64
 	for range n {
 		s := e.manager(t, append([]Option{WithSyncBatch(16)}, opts...)...)
 		s.applied = func(s, r int64) { sold.Add(s); returned.Add(r) }
@@ -48,7 +48,7 @@ func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() syncedBy)
 				k, err := s.Sync(ctx)
 				entries.Add(int64(k))
 				if err != nil && ctx.Err() == nil {
-					failed.Add(1)
+					fails.Add(1)
 				}
 				if k == 0 {
 					select {
@@ -62,8 +62,8 @@ func syncers(t *testing.T, e *env, n int, opts ...Option) (stop func() syncedBy)
 	return func() syncedBy {
 		cancel()
 		wg.Wait()
-		return syncedBy{entries.Load(), sold.Load(), returned.Load(), failed.Load()}
-	}
+		return syncedBy{entries.Load(), sold.Load(), returned.Load(), fails.Load()}
+	}, fails.Load
 }
 
 // caughtUp waits until the syncers have applied every journal entry.
@@ -79,7 +79,7 @@ func caughtUp(ctx context.Context, t *testing.T, m *Manager) {
 }
 
 // TestSQLDownWhileRedisSells SIGKILLs a private MariaDB or PostgreSQL
-// mid-sale for 1.5 s: Redis goes on selling its allotment (then calls
+// mid-sale for 1.5 s (and until Redis sold and the syncer failed): Redis goes on selling its allotment (then calls
 // needing a grant fail, and change nothing), the syncer fails meanwhile
 // and catches up after the restart; SQL ends with every sale Redis
 // acknowledged, once.
@@ -93,18 +93,23 @@ func TestSQLDownWhileRedisSells(t *testing.T) {
 			const initial, buyers = 1000, 16
 			const sku = "a"
 			require.NoError(t, m.Init(ctx, sku, initial))
-			stopSync := syncers(t, e, 1)
+			stopSync, syncFailed := syncers(t, e, 1)
 
 			var phase atomic.Int32 // 0 up, 1 SQL killed, 2 restarted
 			var ok, okDown, failedDown, failedUp atomic.Int64
+			// The buyers call under gate's read lock: the kill takes the
+			// write lock, so that no call runs while SQL dies.
+			var gate sync.RWMutex
 			var wg sync.WaitGroup
 			for range buyers {
 				wg.Go(func() {
 					for ctx.Err() == nil {
+						gate.RLock()
 						ph := phase.Load()
 						cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 						_, err := m.Reduce(cctx, sku, 1)
 						cancel()
+						gate.RUnlock()
 						switch {
 						case err == nil:
 							ok.Add(1)
@@ -126,9 +131,33 @@ func TestSQLDownWhileRedisSells(t *testing.T) {
 			for ok.Load() < 200 && ctx.Err() == nil {
 				time.Sleep(time.Millisecond)
 			}
-			srv.Kill()
-			phase.Store(1)
-			time.Sleep(1500 * time.Millisecond)
+			// Kill SQL, with no call in flight, once Redis holds units to
+			// sell on its own: between grants its allotment may be empty,
+			// the refill in flight, and the buyers could sell it all while
+			// SQL dies (a kill takes a while).
+			for {
+				gate.Lock()
+				a, err := m.rdb.HGet(ctx, m.stateKey(sku), "a").Int64()
+				if err == nil && a >= 20 {
+					srv.Kill()
+					phase.Store(1)
+					gate.Unlock()
+					break
+				}
+				gate.Unlock()
+				require.NoError(t, err)
+				require.NoError(t, ctx.Err())
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Down for 1.5 s, and until Redis sold and the syncer failed
+			// meanwhile: a fixed 1.5 s may see neither on a loaded machine.
+			down := time.Now()
+			for time.Since(down) < 1500*time.Millisecond || okDown.Load() == 0 || syncFailed() == 0 {
+				if ctx.Err() != nil {
+					t.Fatalf("SQL down %v: %d sold, %d syncs failed meanwhile", time.Since(down), okDown.Load(), syncFailed())
+				}
+				time.Sleep(time.Millisecond)
+			}
 			lagDown, err := e.rdb.XLen(ctx, m.journalKey(sku)).Result() // entries waiting for SQL
 			require.NoError(t, err)
 			srv.Start()
@@ -177,7 +206,7 @@ func TestTwoSyncers(t *testing.T) {
 			for _, sku := range skus {
 				require.NoError(t, m.Init(ctx, sku, initial))
 			}
-			stopSync := syncers(t, e, 2, WithClaimIdle(time.Millisecond), WithSyncBatch(4))
+			stopSync, _ := syncers(t, e, 2, WithClaimIdle(time.Millisecond), WithSyncBatch(4))
 			var taken, returned atomic.Int64
 			var wg sync.WaitGroup
 			for i := range buyers {
@@ -240,7 +269,7 @@ func TestSale10k(t *testing.T) {
 	require.NoError(t, m.Init(ctx, sku, initial))
 	_, err := m.Warm(ctx, sku)
 	require.NoError(t, err)
-	stopSync := syncers(t, e, 2, WithClaimIdle(5*time.Second))
+	stopSync, _ := syncers(t, e, 2, WithClaimIdle(5*time.Second))
 
 	var next, acked, dups, refused, unknownUnkeyed, errs atomic.Int64
 	var kindsMu sync.Mutex
@@ -338,9 +367,9 @@ func TestSale10k(t *testing.T) {
 	rsrv.Pause()
 	// A second at least, and until the timeouts opened the circuit and the
 	// fallback sold (on a loaded machine a second's timeouts were seen to
-	// fall short of opening it), 10 s at most.
-	time.Sleep(time.Second)
-	for wait := time.Now().Add(9 * time.Second); m.Fallbacks() == fallbacksKill && time.Now().Before(wait); {
+	// fall short of opening it).
+	stopped := time.Now()
+	for (time.Since(stopped) < time.Second || m.Fallbacks() == fallbacksKill) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	rsrv.Resume()
@@ -359,7 +388,11 @@ func TestSale10k(t *testing.T) {
 	}
 	atKill := acked.Load()
 	dsrv.Kill()
-	time.Sleep(time.Second)
+	// A second at least, and until Redis sold from its allotment.
+	killed := time.Now()
+	for (time.Since(killed) < time.Second || acked.Load() == atKill) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 	soldSQLDown := acked.Load() - atKill
 	dsrv.Start()
 	wg.Wait()

@@ -25,8 +25,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithout("^Example$", testenv.ZooKeeperServer, testenv.MySQLServer)
 	goleak.VerifyTestMain(m)
 }
+
+// TestExamples reports the Examples that TestMain left out for want of
+// their servers (skipped, or failed when CI=true).
+func TestExamples(t *testing.T) { testenv.ExamplesRan(t) }
 
 type quiet struct{}
 
@@ -57,7 +62,7 @@ func connect(t testing.TB) *link {
 		l.net = c
 		return c, err
 	}
-	addrs := testenv.List(testenv.EnvZooKeeper, testenv.DefaultZooKeeper)
+	addrs := testenv.ZooKeeperAddrs(t)
 	conn, events, err := zk.Connect(addrs, 4*time.Second, zk.WithDialer(dial), zk.WithLogger(quiet{}))
 	if err != nil {
 		testenv.Missing(t, "ZooKeeper", err)

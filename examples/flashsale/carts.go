@@ -284,8 +284,12 @@ func runCarts(ctx context.Context, cfg *config, env *backends, tg target, m inve
 	if c.firstError != nil {
 		r.FirstError = c.firstError.Error()
 	}
-	if n, err := reapErrs.get(); n > 0 && r.FirstError == "" {
-		r.FirstError = fmt.Sprintf("%d Sweeps failed, first: %v", n, err)
+	var sweepFailure string
+	if n, err := reapErrs.get(); n > 0 {
+		sweepFailure = fmt.Sprintf("%d Sweeps failed, first: %v", n, err)
+		if r.FirstError == "" {
+			r.FirstError = sweepFailure
+		}
 	}
 	r.setTimes(elapsed, lat)
 	cr.Check = "ok"
@@ -306,6 +310,7 @@ func runCarts(ctx context.Context, cfg *config, env *backends, tg target, m inve
 		}
 		r.Failure = strings.Join(problems, "; ")
 	}
+	r.Failure = joinFailures(r.Failure, r.errorsFailure(), sweepFailure)
 	return r
 }
 

@@ -22,8 +22,10 @@
 // each strategy's stock is read back, and "oversold" (units sold beyond the
 // initial stock) and "lost" (initial - final differs from the units sold)
 // are computed from it. The command exits with status 1 if any strategy
-// oversold or lost a unit, could not run, or did not finish within
-// -sale-timeout.
+// oversold or lost a unit, could not run, did not finish within
+// -sale-timeout, or had errors (requests that failed without a verdict
+// once their retries were spent; a tiered row whose Redis -kill-redis-at
+// killed excepted), naming each such row and why.
 //
 // The table goes to stdout (-format table, csv or json; the JSON fields are
 // named as the CSV columns, and a strategy that did not run is "ran": false

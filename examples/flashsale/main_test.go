@@ -475,6 +475,67 @@ func TestDetectsOversellAndLoss(t *testing.T) {
 	assert.Contains(t, r.Failure, "LOST")
 }
 
+// A row with errors, requests that failed without a verdict after their
+// retries, is a failure that names them: go run ./examples/flashsale
+// -carts once exited 0 with 24 errors in its redlock row.
+func TestErrorsFailTheRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := parseFlags([]string{"-buyers", "100", "-stock", "10", "-retries", "2", "-backoff", "1ms"}, io.Discard)
+	require.NoError(t, err)
+	env := newBackends(cfg)
+	defer env.close()
+	r := runSale(ctx, cfg, env, target{strategy: "failing", store: "test", open: opener(failingManager{inventorytest.NewMemory(0)})}, io.Discard)
+	assert.True(t, r.Ran)
+	assert.Positive(t, r.Errors)
+	assert.Zero(t, r.Oversold)
+	assert.Zero(t, r.Lost)
+	assert.Contains(t, r.Failure, fmt.Sprintf("%d requests failed without a verdict, first: %s", r.Errors, r.FirstError))
+	assert.Contains(t, r.FirstError, "connection reset")
+
+	cfg, err = parseFlags(append(slices.Clone(cartArgs), "-retries", "2", "-backoff", "1ms"), io.Discard)
+	require.NoError(t, err)
+	env = newBackends(cfg)
+	defer env.close()
+	r = runSale(ctx, cfg, env, target{strategy: "failing", store: "test", open: opener(failingManager{inventorytest.NewMemory(0)})}, io.Discard)
+	assert.True(t, r.Ran)
+	assert.Positive(t, r.Errors)
+	assert.Contains(t, r.Failure, "requests failed without a verdict")
+
+	// And the run fails, naming the row: run joins every row's failure.
+	var stdout bytes.Buffer
+	failed := []result{r}
+	require.NoError(t, write(&stdout, cfg, env, failed))
+	assert.Contains(t, stdout.String(), "failing/test FAILED: ")
+}
+
+// failingManager fails, without a verdict, every call of the buyers and
+// carts whose key or id ends in 7, as a strategy with a broken path does.
+type failingManager struct{ *inventorytest.Memory }
+
+var errReset = errors.New("read tcp 127.0.0.1:6379: connection reset by peer")
+
+func (m failingManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	if strings.HasSuffix(inventory.Apply(opts).Key, "7") {
+		return 0, errReset
+	}
+	return m.Memory.Reduce(ctx, sku, qty, opts...)
+}
+
+func (m failingManager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	if strings.HasSuffix(inventory.Apply(opts).Key, "7") {
+		return errReset
+	}
+	return m.Memory.ReduceLines(ctx, lines, opts...)
+}
+
+func (m failingManager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	if strings.HasSuffix(id, "7") {
+		return errReset
+	}
+	return m.Memory.Reserve(ctx, id, lines, ttl)
+}
+
 // A sale that outlives -sale-timeout is stopped and reported as a failure.
 func TestSaleTimeout(t *testing.T) {
 	cfg, err := parseFlags([]string{"-buyers", "50", "-sale-timeout", "200ms"}, io.Discard)

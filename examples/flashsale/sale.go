@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,7 +229,32 @@ func runSale(ctx context.Context, cfg *config, env *backends, tg target, stderr 
 	case disagree != "":
 		r.Failure = "-metrics: the decorator's counters disagree with the sale's: " + disagree
 	}
+	r.Failure = joinFailures(r.Failure, r.errorsFailure())
 	return r
+}
+
+// errorsFailure says why a row with errors (requests that failed without
+// a verdict once their retries were spent) is a failure, or "" when it
+// has none: a request the strategy could not answer on a sale with every
+// server up is a fault of the strategy, not a figure to print.
+// A tiered row whose Redis -kill-redis-at killed is the exception: its
+// calls cut by the kill are the fault under test (its own checks judge it).
+func (r result) errorsFailure() string {
+	if r.Errors == 0 || r.Tiered != nil && r.Tiered.KilledAt >= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d requests failed without a verdict, first: %s", r.Errors, r.FirstError)
+}
+
+// joinFailures joins the non-empty reasons of a row's failure.
+func joinFailures(reasons ...string) string {
+	var out []string
+	for _, s := range reasons {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // sale runs the buyers, all released together, at most cfg.concurrency calls

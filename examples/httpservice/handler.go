@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,7 +118,8 @@ type handler struct {
 // with no unknown field, into v; it answers 400 and returns false when the
 // body is not that.
 func decode(w http.ResponseWriter, r *http.Request, max int64, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	body := http.MaxBytesReader(w, r.Body, max)
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: " + err.Error()})
@@ -125,16 +127,73 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any) bool {
 	}
 	// One JSON object and nothing after it but white space: a body with
 	// more is a client bug, not a purchase.
-	if _, err := dec.Token(); err != io.EOF {
+	after, _ := io.ReadAll(dec.Buffered())
+	if len(bytes.TrimLeft(after, " \t\r\n")) > 0 {
 		reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: data after the JSON object"})
 		return false
 	}
+	if r.ContentLength < 0 { // chunked: the last chunk ends the body
+		return trailer(w, body, -1, 0)
+	}
+	got := dec.InputOffset() + int64(len(after))
+	if missing := r.ContentLength - got; missing > 0 {
+		// The object is whole and the Content-Length promises more
+		// bytes than came: read what has arrived, and do not wait for
+		// the rest. A client that sent fewer bytes than it declared
+		// gets its answer now, not at the server's read timeout.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now())
+		if !trailer(w, body, missing, got) {
+			return false
+		}
+		_ = rc.SetReadDeadline(time.Time{}) // the body is read: the connection may serve another request
+	}
 	return true
+}
+
+// trailer reads the rest of a body after its JSON object, all of it when
+// want < 0, else want bytes, of which none may have to be waited for; it
+// answers 400 and returns false when the rest is not white space or comes
+// short of want. got bytes of the body came before it.
+func trailer(w http.ResponseWriter, body io.Reader, want, got int64) bool {
+	rest := body
+	if want >= 0 {
+		rest = io.LimitReader(body, want)
+	}
+	var n int64
+	buf := make([]byte, 512)
+	for {
+		k, err := rest.Read(buf)
+		if len(bytes.TrimLeft(buf[:k], " \t\r\n")) > 0 {
+			reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: data after the JSON object"})
+			return false
+		}
+		n += int64(k)
+		var tooLarge *http.MaxBytesError
+		switch {
+		case err == nil:
+			continue
+		case err == io.EOF && n >= want:
+			return true
+		case errors.As(err, &tooLarge), want < 0:
+			reply(w, http.StatusBadRequest, response{Status: "invalid", Message: "body: " + err.Error()})
+		default: // the bytes still owed have not come, or never will
+			w.Header().Set("Connection", "close")
+			reply(w, http.StatusBadRequest, response{Status: "invalid", Message: fmt.Sprintf(
+				"body: shorter than its Content-Length: %d bytes declared, %d received", got+want, got+n)})
+		}
+		return false
+	}
 }
 
 func (h *handler) buy(w http.ResponseWriter, r *http.Request) {
 	var req buyRequest
 	if !decode(w, r, maxBody, &req) {
+		return
+	}
+	if req.Buyer == "" {
+		reply(w, http.StatusBadRequest, response{Status: "invalid", SKU: req.SKU,
+			Message: "buyer is required: the buyer id makes a purchase happen once per buyer and SKU"})
 		return
 	}
 	qty := int64(1)
@@ -191,14 +250,31 @@ const maxOrderBody = maxBody + inventory.MaxLines*(255+64)
 // manager and a ctx of at most h.timeout, or answers and returns nil.
 func (h *handler) orderCall(w http.ResponseWriter, r *http.Request, max int64, req any) (inventory.OrderManager, context.Context, context.CancelFunc) {
 	if h.orders == nil {
-		reply(w, http.StatusNotImplemented, response{Status: "not_implemented", Message: "this strategy has no holds (inventory.OrderManager)"})
+		reply(w, http.StatusNotImplemented, response{Status: "not_implemented",
+			Message: "this strategy has no holds (it is not an inventory.OrderManager): POST /buy sells without a hold"})
 		return nil, nil, nil
 	}
 	if !decode(w, r, max, req) {
 		return nil, nil, nil
 	}
+	if orderID(req) == "" {
+		reply(w, http.StatusBadRequest, response{Status: "invalid",
+			Message: "order is required: the order id is the hold's id, so that a retry holds the cart once"})
+		return nil, nil, nil
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	return h.orders, ctx, cancel
+}
+
+// orderID is the order id of a decoded order request.
+func orderID(req any) string {
+	switch r := req.(type) {
+	case *reserveRequest:
+		return r.Order
+	case *orderRequest:
+		return r.Order
+	}
+	panic(fmt.Sprintf("orderID: %T", req))
 }
 
 func (h *handler) reserve(w http.ResponseWriter, r *http.Request) {

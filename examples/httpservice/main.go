@@ -6,6 +6,14 @@
 //	go run ./examples/httpservice -strategy luascript -redis 127.0.0.1:6379
 //	go run ./examples/httpservice -strategy zklock -zk 127.0.0.1:2181 -store sql \
 //	    -sql-driver pgx -dsn 'postgres://postgres@127.0.0.1:5432/test'
+//	go run ./examples/httpservice -strategy sqllock -sql-driver mysql -dsn 'root@tcp(127.0.0.1:3306)/test'
+//	go run ./examples/httpservice -strategy tiered -redis 127.0.0.1:6379 -init sneaker-42=100
+//
+// -strategy is luascript, optimistic, rowlock, sqllock (advisory locks of
+// MariaDB/MySQL or PostgreSQL, on a pool of their own), redislock, redlock,
+// zklock or tiered (Redis before the SQL of -sql-driver and -dsn, with a
+// syncer running in the service). tiered has no holds yet: /buy and GET
+// /stock serve it, and the order endpoints answer 501.
 //
 // # API
 //
@@ -22,7 +30,8 @@
 //	409 sold_out        fewer than qty units are left; remaining says how many
 //	404 not_found       unknown SKU, or unknown path
 //	405 method_not_allowed  the path takes another method; Allow names it
-//	400 invalid         bad JSON (or data after the object), SKU, buyer id or quantity
+//	400 invalid         bad JSON (or data after the object, or a body shorter than its
+//	                    Content-Length), SKU, missing or bad buyer id, or quantity
 //	503 busy            the strategy gave up under contention; Retry-After: 1
 //	504 timeout         the backend did not answer within -timeout; retry with the same buyer
 //	503 unavailable     the backend failed; Retry-After: 1; retry with the same buyer
@@ -60,9 +69,10 @@
 // A request whose client went away before its answer is logged at debug
 // level, not as a backend error.
 //
-// SQL strategies use a pool of at most -sql-conns connections (default 32),
-// so a burst of requests queues for a connection, each within -timeout,
-// instead of going past the server's connection limit. -init sku=qty creates
+// SQL strategies use a pool of at most -sql-conns connections (default 32;
+// sqllock a second one of that size for its locks), so a burst of
+// requests queues for a connection, each within -timeout, instead of
+// going past the server's connection limit. -init sku=qty creates
 // a SKU only when it does not exist yet (-init-force overwrites it), so a
 // restart does not put sold stock back.
 //
@@ -120,7 +130,9 @@ import (
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/redlock"
 	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqllock"
 	"github.com/stockkit/inventory/sqlstore"
+	"github.com/stockkit/inventory/tiered"
 	"github.com/stockkit/inventory/zklock"
 )
 
@@ -156,7 +168,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("httpservice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	fs.StringVar(&c.strategy, "strategy", "rowlock", "luascript, optimistic, rowlock, redislock, redlock or zklock")
+	fs.StringVar(&c.strategy, "strategy", "rowlock", strategies)
 	fs.StringVar(&c.store, "store", "redis", "where redislock, redlock and zklock keep the stock: redis (-redis) or sql (-sql-driver, -dsn)")
 	fs.StringVar(&c.redis, "redis", "127.0.0.1:6379", "Redis address, or comma-separated Redis Cluster nodes")
 	fs.StringVar(&c.redlock, "redlock", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "comma-separated independent Redis servers for redlock, at least 3")
@@ -371,6 +383,20 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 			return nil, err
 		}
 		return rowlock.New(db)
+	case "sqllock":
+		_, s, err := b.sql(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The advisory locks get a pool of their own: a held lock pins
+		// a connection, and each SKU's waiting caller one more.
+		locks, err := b.open()
+		if err != nil {
+			return nil, err
+		}
+		return sqllock.New(locks, s)
+	case "tiered":
+		return b.tiered(ctx)
 	case "redislock":
 		s, err := b.store(ctx)
 		if err != nil {
@@ -399,7 +425,36 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 		}
 		return zklock.New(conn, s, zklock.WithSessionEvents(events))
 	}
-	return nil, fmt.Errorf("unknown -strategy; want luascript, optimistic, rowlock, redislock, redlock or zklock")
+	return nil, fmt.Errorf("unknown -strategy; want %s", strategies)
+}
+
+// strategies are the values of -strategy.
+const strategies = "luascript, optimistic, rowlock, sqllock, redislock, redlock, zklock or tiered"
+
+// tiered returns a tiered Manager over -redis and the SQL of -sql-driver
+// and -dsn, its tables created, and a syncer running until the service
+// closes its clients: the syncer moves Redis's sales to SQL.
+func (b *backends) tiered(ctx context.Context) (inventory.StockManager, error) {
+	db, _, err := b.sql(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := tiered.New(b.redis(b.cfg.redis), db)
+	if err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, func() { m.Close() })
+	if err := m.CreateTables(ctx); err != nil {
+		return nil, err
+	}
+	syncCtx, stop := context.WithCancel(context.Background())
+	synced := make(chan struct{})
+	go func() {
+		defer close(synced)
+		_ = m.Run(syncCtx)
+	}()
+	b.closers = append(b.closers, func() { stop(); <-synced })
+	return m, nil
 }
 
 // store is where the lock strategies keep the stock.
@@ -434,11 +489,11 @@ func (b *backends) redisClient(opts *redis.UniversalOptions) redis.UniversalClie
 	return c
 }
 
-// sql opens the database and creates the stock tables if they are absent.
-func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
+// open opens a pool of -sql-conns connections on the database.
+func (b *backends) open() (*sqlx.DB, error) {
 	db, err := sqlx.Open(b.cfg.sqlDriver, b.cfg.dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	b.closers = append(b.closers, func() { db.Close() })
 	// An unbounded pool opens a connection per request in flight, and the
@@ -447,6 +502,15 @@ func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
 	// within its -timeout.
 	db.SetMaxOpenConns(b.cfg.sqlConns)
 	db.SetMaxIdleConns(b.cfg.sqlConns)
+	return db, nil
+}
+
+// sql opens the database and creates the stock tables if they are absent.
+func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
+	db, err := b.open()
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := sqlstore.New(db)
 	if err != nil {
 		return nil, nil, err

@@ -66,7 +66,7 @@ func (p *Process) start() {
 	p.mu.Lock()
 	p.cmd = cmd
 	p.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a bound for a broken run only: a loaded machine starts a JVM slowly
 	for {
 		err := p.ready()
 		if err == nil {
@@ -94,12 +94,13 @@ func (p *Process) Kill() {
 	// Wait for the rest of the group too (a server forked by runuser, its
 	// backends): until they are gone, a restart finds their lock file
 	// (PostgreSQL's postmaster.pid) held.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		if err := syscall.Kill(-cmd.Process.Pid, 0); errors.Is(err, syscall.ESRCH) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	p.t.Errorf("%s: processes of its group still alive a minute after SIGKILL", p.name)
 }
 
 // Start starts the server again after Kill, on the same port and data.

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -214,10 +215,26 @@ func ZKRoot(t *testing.T, conn *zk.Conn) string {
 	return r
 }
 
+// ZooKeeperAddrs returns the ZooKeeper servers' addresses once each takes
+// a TCP connection. A refused connection is known at once: without this
+// check a test waits for a session that cannot come before it skips.
+func ZooKeeperAddrs(t testing.TB) []string {
+	t.Helper()
+	addrs := List(EnvZooKeeper, DefaultZooKeeper)
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			Missing(t, "ZooKeeper at "+a+" ($"+EnvZooKeeper+")", err)
+		}
+		c.Close()
+	}
+	return addrs
+}
+
 // ZooKeeper returns a connected ZooKeeper session, closed at the end of t.
 func ZooKeeper(t testing.TB) *zk.Conn {
 	t.Helper()
-	addrs := List(EnvZooKeeper, DefaultZooKeeper)
+	addrs := ZooKeeperAddrs(t)
 	c, ev, err := zk.Connect(addrs, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		Missing(t, "ZooKeeper ($"+EnvZooKeeper+")", err)

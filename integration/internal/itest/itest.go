@@ -138,12 +138,14 @@ func (a *Audit) Return(ctx context.Context, sku string, qty int64, opts ...inven
 	return rem, err
 }
 
-// Sells keeps a fault on until n more units were sold, or 10s passed.
+// Sells keeps a fault on until n more units were sold, or a minute passed
+// (a bound for a broken run only; a shorter one would assume how fast a
+// loaded machine sells past the fault).
 func (a *Audit) Sells(n int64) {
 	a.Faulted.Store(true)
 	defer a.Faulted.Store(false)
 	want := a.During.Load() + n
-	for deadline := time.Now().Add(10 * time.Second); a.During.Load() < want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); a.During.Load() < want && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 }

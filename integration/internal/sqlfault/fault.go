@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -265,20 +266,34 @@ var NetworkFaults = []NetworkFault{
 const CallTimeout = time.Second
 
 // LateCommit shows, on PostgreSQL, what a keyed call whose outcome is
-// unknown comes to: a trigger deferred to COMMIT makes every commit on the
-// ledger take longer than the call may wait and ignores the cancel request
-// that pgx sends when the call gives up, as a COMMIT waiting for a
-// synchronous replica does, so each manager's keyed Reduce fails with its
-// context although the server commits it. The retry with the same key, once
-// commits are quick again, must report ErrDuplicate with the remaining stock
-// of the first call, and the stock must have moved once.
-func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...inventory.StockManager) {
+// unknown comes to: a trigger deferred to COMMIT holds every commit on the
+// ledger until the test lets it through, as a COMMIT waiting for a
+// synchronous replica does. Once every manager's keyed Reduce is seen
+// waiting in its COMMIT (pg_locks), the calls are cancelled, so each fails
+// with its context although the server then commits it. The retry with the
+// same key must report ErrDuplicate with the remaining stock of the first
+// call, and the stock must have moved once.
+//
+// The managers reach the server through shield; db, the shared login,
+// straight. Nothing here depends on how fast the machine is: the calls are
+// cancelled only after the server shows them inside their COMMIT, and
+// the cancel requests that pgx sends as it closes their connections
+// (asynchronously, over new connections) are dropped by the shield: one
+// that landed once the COMMIT went on would cancel it, and the call would
+// not have taken effect.
+func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, shield *CancelShield, managers ...inventory.StockManager) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute) // a bound for a broken run only
+	defer stop()
 	fn := "slow_" + testenv.Prefix()
-	_, err := db.ExecContext(ctx, `CREATE FUNCTION "`+fn+`"() RETURNS trigger LANGUAGE plpgsql AS $$
+	// The trigger waits for a shared advisory lock, the gate, that the
+	// test holds exclusively, whatever lock_timeout or statement_timeout
+	// the manager set.
+	key := strconv.Itoa(int(rand.Int32()))
+	_, err := db.ExecContext(ctx, `CREATE FUNCTION "`+fn+`"() RETURNS trigger LANGUAGE plpgsql
+		SET lock_timeout = 0 SET statement_timeout = 0 AS $$
 		BEGIN
-			BEGIN PERFORM pg_sleep(3); EXCEPTION WHEN query_canceled THEN NULL; END;
+			PERFORM pg_advisory_xact_lock_shared(`+lateCommitGate+`, `+key+`);
 			RETURN NULL;
 		END $$`)
 	require.NoError(t, err)
@@ -288,27 +303,72 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 	require.NoError(t, err)
 
 	skus := make([]string, len(managers))
-	errs := make([]error, len(managers))
-	var wg sync.WaitGroup
 	for i, m := range managers {
 		skus[i] = testenv.Prefix()
 		require.NoError(t, m.Init(ctx, skus[i], 10))
-		wg.Go(func() {
-			// Time enough to reach the COMMIT on a loaded machine (a
-			// call's statements before it include the look for expired
-			// holds), and still less than the trigger's 3 s.
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			_, errs[i] = m.Reduce(cctx, skus[i], 1, inventory.WithKey("k"))
+	}
+
+	// The gate: held on a connection of its own until the calls are
+	// cancelled. Cleanups run last-in first-out, so a failed test opens it
+	// (and cancels the calls) before the trigger is dropped.
+	gate, err := db.Connx(ctx)
+	require.NoError(t, err)
+	_, err = gate.ExecContext(ctx, "SELECT pg_advisory_lock("+lateCommitGate+", "+key+")")
+	require.NoError(t, err)
+	var gateOnce sync.Once
+	open := func() {
+		gateOnce.Do(func() {
+			_, err := gate.ExecContext(context.Background(), "SELECT pg_advisory_unlock_all()")
+			if err != nil {
+				t.Errorf("open the gate: %v", err)
+			}
+			gate.Close()
 		})
+	}
+	t.Cleanup(open)
+
+	errs := make([]error, len(managers))
+	cancels := make([]context.CancelFunc, len(managers))
+	returned := make(chan int, len(managers))
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	for i, m := range managers {
+		cctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		t.Cleanup(cancel)
+		wg.Go(func() {
+			_, errs[i] = m.Reduce(cctx, skus[i], 1, inventory.WithKey("k"))
+			returned <- i
+		})
+	}
+	// Wait until every call waits in its COMMIT, at the gate.
+	for waiting := 0; waiting != len(managers); {
+		require.NoError(t, db.GetContext(ctx, &waiting, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND classid = `+lateCommitGate+` AND objid = `+key+`::int::oid AND objsubid = 2`))
+		require.LessOrEqual(t, waiting, len(managers), "commits waiting at the gate")
+		select {
+		case i := <-returned:
+			t.Fatalf("manager %d: the call returned before it reached its COMMIT: %v", i, errs[i])
+		case <-ctx.Done():
+			t.Fatalf("%d of %d calls reached their COMMIT: %v", waiting, len(managers), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	shield.Refuse(true)
+	for _, cancel := range cancels {
+		cancel()
 	}
 	wg.Wait()
 	for i, err := range errs {
-		require.ErrorIs(t, err, context.DeadlineExceeded, "manager %d: the COMMIT's answer came too late", i)
+		require.ErrorIs(t, err, context.Canceled, "manager %d: the call must end with its context, its COMMIT unanswered", i)
 	}
-	// DROP TRIGGER waits for the late commits to end.
+	// The commits go through now, the clients gone; DROP TRIGGER waits for
+	// them to end. A cancel request sent later finds no statement to
+	// cancel.
+	open()
 	_, err = db.ExecContext(ctx, `DROP TRIGGER "`+fn+`" ON "`+schema.Ledger+`"`)
 	require.NoError(t, err)
+	shield.Refuse(false)
 	for i, m := range managers {
 		rem, err := m.Reduce(ctx, skus[i], 1, inventory.WithKey("k"))
 		require.ErrorIs(t, err, inventory.ErrDuplicate, "manager %d: the failed call had taken effect", i)
@@ -318,6 +378,10 @@ func LateCommit(t *testing.T, db *sqlx.DB, schema sqlstore.Schema, managers ...i
 		require.EqualValues(t, 9, n, "manager %d: the stock moved once", i)
 	}
 }
+
+// lateCommitGate is the first half of the advisory lock keys of the gates
+// of [LateCommit]; the second is random per test.
+const lateCommitGate = "7447"
 
 func sized(db *sqlx.DB) *sqlx.DB {
 	db.SetMaxOpenConns(sqltest.Conns)

@@ -104,8 +104,9 @@ func Suite(t *testing.T, pkg string, managers Managers) {
 		}
 	})
 	t.Run("LateCommit", func(t *testing.T) {
-		db := testenv.Postgres(t)
-		schema := sqltest.Schema(t, db)
-		LateCommit(t, db, schema, managers(t, db, schema)...)
+		shield := NewCancelShield(t, pgAddr(t))
+		p := openPostgres(t, shield.Addr())
+		schema := sqltest.Schema(t, p.Admin)
+		LateCommit(t, p.Admin, schema, shield, managers(t, p.DB, schema)...)
 	})
 }
