@@ -38,7 +38,7 @@ func BenchmarkOrders(b *testing.B) {
 			return c, storetest.Redis(b, c)
 		}},
 	}
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		if e.Name == "sqlite" {
 			continue // it needs the overlay, and the lock strategies do not run on it
 		}

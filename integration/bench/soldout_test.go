@@ -69,7 +69,7 @@ func BenchmarkSoldOut(b *testing.B) {
 			}},
 		})
 	})
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		b.Run(e.Name, func(b *testing.B) {
 			s := openSQL(b, e)
 			if err := s.store.Init(ctx, "gone", 0); err != nil {

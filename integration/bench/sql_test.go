@@ -252,7 +252,7 @@ func (n *naiveRowLock) take(ctx context.Context, sku string) error {
 //   - rowlock over four Managers against the naive row lock (one SELECT ...
 //     FOR UPDATE and UPDATE transaction per call), on one hot row.
 func BenchmarkSQL(b *testing.B) {
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		b.Run(e.Name, func(b *testing.B) {
 			s := openSQL(b, e)
 			newOpt := func(opts ...optimistic.Option) inventory.StockManager {

@@ -70,7 +70,7 @@ func fallbackManager(b *testing.B, s *sqlBench, l layout) (*tiered.Manager, []st
 // pool of sqlConns connections. Both combine the concurrent calls of a SKU
 // into one transaction.
 func BenchmarkFallback(b *testing.B) {
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		if e.Name == "sqlite" {
 			continue // tiered has no SQLite statements yet
 		}

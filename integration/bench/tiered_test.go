@@ -73,7 +73,7 @@ func BenchmarkTiered(b *testing.B) {
 		}
 	}
 	var sq *sqlBench
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		if e.Name == "mariadb" {
 			sq = openSQL(b, e)
 		}

@@ -55,7 +55,7 @@ func TestSoakHotRow(t *testing.T) {
 		must(t, err)
 	}
 	const processes, goroutines, initial = 4, 16, 20_000
-	for _, e := range sqltest.Engines {
+	for _, e := range sqltest.Benched {
 		t.Run(e.Name, func(t *testing.T) {
 			db, driver, dsn := hotRowDB(t, e)
 			schema := sqltest.Schema(t, db)
