@@ -1,0 +1,48 @@
+// Package drills rehearses failovers of replicated deployments mid-sale and
+// measures what each loses: a Redis primary with two replicas behind three
+// sentinels, a Redis Cluster of three masters with a replica each, and a
+// ZooKeeper ensemble of three. Every deployment is private (free loopback
+// ports, data under the test's temp dirs), started from Debian's packages
+// (redis-server, redis-sentinel, redis-tools, zookeeper) and killed when its
+// test ends.
+//
+// The drills are tests behind the drills build tag, run by make drills:
+//
+//	cd integration && go test -tags drills -count=1 -timeout 30m ./drills/
+//
+// Each drill runs a sale of keyed buyers (one unit each; through an
+// OrderManager every third buyer buys a cart of two SKUs in different
+// Cluster slots), strikes the deployment once, sells on until calls have
+// succeeded again for a second, then lets the deployment settle (the killed
+// process restarted and caught up) and checks what the sale left: the stock
+// read back, no units still held, and per SKU the invariant
+// initial - final == units sold. A buyer retries a call that failed with its
+// idempotency key until it has a verdict, as a client should. The run prints
+// one table (see TestMain) and fails when a drill misses its target:
+//
+//   - sold: units of calls that took effect (a success, or ErrDuplicate on a
+//     retry).
+//   - oversold: units sold that the settled deployment no longer counts as
+//     taken (sold - (initial - final), when positive): each is a unit it will
+//     sell a second time.
+//   - lost: units the deployment took without a sale (the same difference,
+//     when negative).
+//   - keys applied twice: keys that took effect and, sent again once the
+//     deployment settled, took effect again (anything but ErrDuplicate): the
+//     deployment forgot them, so a retry sells twice.
+//   - calls failed: attempts that ended without a verdict (each retried).
+//   - time until calls succeed again: from the strike to the start of the
+//     first call that succeeded after the last failed one started.
+//   - late: the most a call returned past its 1s deadline, net of the
+//     scheduler's own delay measured beside it (internal/lateness); the
+//     contract allows inventory.DeadlineSlack.
+//   - double holders (zklock): times a Manager took a SKU's lock while
+//     another Manager's lease on it was neither released nor told lost,
+//     counted by a probe around the Locker, outside the compare-and-set.
+//
+// Targets: with WithReplicas(1, ...) 0 oversold and 0 keys applied twice;
+// without, oversold at most the keys the promoted replica had not received
+// (the keys applied twice); never a lost unit, a call without a verdict, or a
+// call later than DeadlineSlack past its deadline; zklock: 0 double holders,
+// 0 oversold.
+package drills

@@ -1,0 +1,81 @@
+//go:build drills
+
+package drills
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory/internal/faulttest"
+)
+
+// TestSentinel: one primary, two replicas, three sentinels; luascript,
+// redislock over redisstore and tiered through go-redis's failover client,
+// each with and without WithReplicas, through a SIGKILL of the primary
+// (restarted after the promotion, with its append-only file synced on every
+// write) and a SENTINEL FAILOVER.
+func TestSentinel(t *testing.T) {
+	dep := faulttest.StartSentinel(t, 2, 3)
+	for _, st := range []strategy{luaStrategy, redislockStrategy, tieredStrategy} {
+		for _, replicas := range []int{0, 1, 2} {
+			for _, ev := range []string{"SIGKILL primary", "SENTINEL FAILOVER"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", st.name, options(replicas), ev), func(t *testing.T) {
+					client := redis.NewFailoverClient(&redis.FailoverOptions{
+						MasterName: faulttest.SentinelMaster, SentinelAddrs: dep.SentinelAddrs(),
+						PoolSize: 2 * workers, DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
+					t.Cleanup(func() { client.Close() })
+					d := drill{name: "Sentinel: " + ev, strategy: st.name, options: options(replicas), hot: "hot",
+						m: st.make(t, client, prefix(), replicas), replicas: replicas > 0, settle: dep.Settled}
+					var killed *faulttest.Process
+					switch ev {
+					case "SIGKILL primary":
+						d.strike = func(ctx context.Context) error {
+							p, err := dep.Primary(ctx)
+							if err != nil {
+								return err
+							}
+							p.Kill()
+							killed = p
+							return nil
+						}
+						d.settle = func(ctx context.Context) error {
+							if killed != nil {
+								if err := dep.Rejoin(ctx, killed); err != nil {
+									return err
+								}
+								killed = nil
+							}
+							return dep.Settled(ctx)
+						}
+					default:
+						var old *faulttest.Process
+						d.strike = func(ctx context.Context) error {
+							var err error
+							if old, err = dep.Primary(ctx); err != nil {
+								return err
+							}
+							return dep.Failover(ctx)
+						}
+						d.settle = func(ctx context.Context) error {
+							if p, err := dep.Primary(ctx); err != nil || p == old {
+								return fmt.Errorf("not switched yet (%v)", err)
+							}
+							if old != nil {
+								if err := dep.Rejoin(ctx, old); err != nil {
+									return err
+								}
+								old = nil
+							}
+							return dep.Settled(ctx)
+						}
+					}
+					runDrill(t, d)
+				})
+			}
+		}
+	}
+}
