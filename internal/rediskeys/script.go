@@ -2,6 +2,7 @@ package rediskeys
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,9 +63,20 @@ func (s *Script) Run(ctx context.Context, client redis.UniversalClient, replicas
 // and the source), a[2] is the number of keys (an int, as
 // [Script.Run] gives it), the keys follow, then the arguments; key is the
 // first key. RunArgs keeps a for the command.
+//
+// A call Redis refused without running it is sent again: NOSCRIPT (as
+// EVAL), and TRYAGAIN, a Cluster slot's keys split by a migration, every
+// [TryAgainPause] until the slot settles, ctx ends (its error then wraps
+// both) or [TryAgainFor] passed; with replicas > 0 on a Cluster, MOVED and
+// ASK too, which the node's own pipeline does not follow. On a Cluster
+// client any failure makes go-redis reload its slot map in the background,
+// so that the next call finds a promoted replica, which it otherwise would
+// not learn of before a redirect or its reload interval (a minute): a
+// script is never resent by go-redis, so no failure of its own reloads it.
 func (s *Script) RunArgs(ctx context.Context, client redis.UniversalClient, replicas int, timeout time.Duration,
 	key string, a []any) (*redis.Cmd, int64, error) {
-	for eval := false; ; eval = true {
+	start := time.Now()
+	for eval := false; ; {
 		if eval {
 			a[0], a[1] = "eval", s.srcArg
 		} else {
@@ -83,9 +95,36 @@ func (s *Script) RunArgs(ctx context.Context, client redis.UniversalClient, repl
 				err = cmd.Err()
 			}
 		}
-		if err != nil && !eval && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err == nil {
+			return cmd.Cmd, acked, nil
+		}
+		if !eval && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			eval = true
 			continue
+		}
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx)
+		}
+		if redis.HasErrorPrefix(err, "TRYAGAIN") ||
+			replicas > 0 && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			if time.Since(start) < TryAgainFor {
+				t := time.NewTimer(TryAgainPause)
+				select {
+				case <-t.C:
+					continue
+				case <-ctx.Done():
+					t.Stop()
+					err = fmt.Errorf("%w (not run; sent again until: %w)", err, ctx.Err())
+				}
+			}
 		}
 		return cmd.Cmd, acked, err
 	}
 }
+
+// TryAgainPause and TryAgainFor pace [Script.RunArgs]'s sending again of a
+// script Redis did not run because its slot is being migrated.
+const (
+	TryAgainPause = 20 * time.Millisecond
+	TryAgainFor   = 10 * time.Second
+)
