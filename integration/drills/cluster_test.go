@@ -4,6 +4,7 @@ package drills
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -52,22 +53,20 @@ func TestCluster(t *testing.T) {
 						m: st.make(t, client, prefix(), replicas), replicas: replicas > 0, settle: dep.Settled}
 					switch ev {
 					case "SIGKILL master":
-						var killed *faulttest.Process
-						d.strike = func(context.Context) error {
-							killed = dep.Process(owner.Addr)
+						// A supervisor restarts the killed node once its
+						// replica took over; it rejoins as a replica.
+						d.strike = func(ctx context.Context) error {
+							killed := dep.Process(owner.Addr)
 							killed.Kill()
-							return nil
-						}
-						d.settle = func(ctx context.Context) error {
-							if killed != nil {
+							err := faulttest.Eventually(ctx, func() error {
 								o, err := dep.Owner(ctx, slot)
-								if err != nil || o.ID == owner.ID {
-									return fmt.Errorf("replica not promoted yet (%v)", err)
+								if err == nil && o.ID == owner.ID {
+									err = errors.New("replica not promoted yet")
 								}
-								killed.Start()
-								killed = nil
-							}
-							return dep.Settled(ctx)
+								return err
+							})
+							killed.Start()
+							return err
 						}
 					default:
 						d.strike = func(ctx context.Context) error { return reshard(ctx, t, dep, slot) }
@@ -79,9 +78,10 @@ func TestCluster(t *testing.T) {
 	}
 }
 
-// reshard moves slot from its master to the next master, its keys 50 at a
-// time with a pause between batches, so that the sale meets the slot half
-// moved (ASK, and TRYAGAIN for scripts whose keys are split).
+// reshard moves slot from its master to the next master, its keys 100 at a
+// time as redis-cli --cluster reshard does (one MIGRATE per batch), while
+// the sale meets the slot half moved (ASK, and TRYAGAIN for scripts whose
+// keys are split).
 func reshard(ctx context.Context, t *testing.T, dep *faulttest.Cluster, slot int) error {
 	nodes, err := dep.ClusterNodes(ctx)
 	if err != nil {
@@ -115,7 +115,7 @@ func reshard(ctx context.Context, t *testing.T, dep *faulttest.Cluster, slot int
 	host, port, _ := net.SplitHostPort(dst.Addr)
 	moved := 0
 	for {
-		keys, err := do(src.Addr, "cluster", "getkeysinslot", slot, 50).StringSlice()
+		keys, err := do(src.Addr, "cluster", "getkeysinslot", slot, 100).StringSlice()
 		if err != nil {
 			return err
 		}
@@ -130,7 +130,6 @@ func reshard(ctx context.Context, t *testing.T, dep *faulttest.Cluster, slot int
 			return fmt.Errorf("migrate: %w", err)
 		}
 		moved += len(keys)
-		time.Sleep(20 * time.Millisecond)
 	}
 	// The new owner first, then the old one, then the rest (as redis-cli does).
 	for _, n := range append([]faulttest.ClusterNode{dst, src}, masters...) {

@@ -38,6 +38,7 @@ type row struct {
 	sold, oversold, lost     int64
 	twice, failed            int64
 	recovery                 time.Duration
+	longest                  time.Duration // the longest a call waited for its verdict
 	late                     time.Duration // the most a call ran past its deadline, net of the scheduler
 	doubles                  int64         // zklock's double holders; -1 where no probe ran
 	load                     string        // /proc/loadavg's first three figures at the end of the drill
@@ -75,8 +76,8 @@ func printTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\nFailover drills (1s call deadline; DeadlineSlack %v; late is net of the scheduler's delay)\n\n", inventory.DeadlineSlack)
-	fmt.Fprintln(w, "| drill | strategy | options | sold | oversold | lost | keys applied twice | calls failed | time until calls succeed again | late | double holders | load avg | target |")
-	fmt.Fprintln(w, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+	fmt.Fprintln(w, "| drill | strategy | options | sold | oversold | lost | keys applied twice | calls failed | time until calls succeed again | longest wait for a verdict | late | double holders | load avg | target |")
+	fmt.Fprintln(w, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
 	for _, r := range rows {
 		doubles := "-"
 		if r.doubles >= 0 {
@@ -90,8 +91,8 @@ func printTable(w io.Writer) {
 		if len(r.missed) > 0 {
 			target = "MISSED: " + strings.Join(r.missed, "; ")
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %d | %v | %v | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %d | %v | %v | %v | %s | %s | %s |\n",
 			r.drill, r.strategy, r.options, r.sold, r.oversold, r.lost, r.twice, r.failed,
-			back, max(r.late, 0).Round(time.Millisecond), doubles, r.load, target)
+			back, r.longest.Round(10*time.Millisecond), max(r.late, 0).Round(time.Millisecond), doubles, r.load, target)
 	}
 }

@@ -27,13 +27,14 @@ const (
 	callDeadline = time.Second
 	warmup       = 700 * time.Millisecond
 	// cleanFor is how long calls must succeed without a failure, after the
-	// strike, before the sale stops.
+	// event, before the sale stops.
 	cleanFor = time.Second
 	// saleCap ends the sale this long after the strike whatever happens.
 	saleCap = 40 * time.Second
 	// verdictCap is how long a buyer retries one call before it counts
-	// as never settled.
-	verdictCap = 40 * time.Second
+	// as never settled: longer than lockmgr.AbandonGrace, after which a
+	// lines call cut midway is given up and its key free again.
+	verdictCap = 90 * time.Second
 	// holdsCap is how long the settled deployment may keep units held
 	// (a cart cut midway leaves parts that expire: luascript.LinesTTL).
 	holdsCap = 20 * time.Second
@@ -64,6 +65,7 @@ type drill struct {
 // attempt is one call's attempt.
 type attempt struct {
 	start, end time.Time
+	first      bool // a call's first attempt, not a retry
 	err        error
 	own        time.Duration // past the deadline, net of the scheduler's delay
 }
@@ -79,6 +81,7 @@ type sale struct {
 	om inventory.OrderManager
 
 	lastFail atomic.Int64 // unix nanos of the latest failed attempt's end
+	lastOK   atomic.Int64 // unix nanos of the latest successful attempt's start
 	negative atomic.Int64 // successful Reduces that returned a negative remaining
 
 	mu       sync.Mutex
@@ -87,10 +90,11 @@ type sale struct {
 	sold     map[string]int64 // units per SKU of calls that took effect
 	errs     map[string]int   // failed attempts by error text, for the log
 	bad      []string         // errors the contract does not allow here
+	longest  time.Duration    // the longest a call waited for its verdict
 }
 
 // call makes one attempt of b under a 1s deadline, measured by lateness.
-func (s *sale) call(b buy) error {
+func (s *sale) call(b buy, first bool) error {
 	start := time.Now()
 	late, sched, err := lateness.Late(callDeadline, func(ctx context.Context) error {
 		if len(b.lines) == 1 {
@@ -102,8 +106,11 @@ func (s *sale) call(b buy) error {
 		}
 		return s.om.ReduceLines(ctx, b.lines, inventory.WithKey(b.key))
 	})
+	if err == nil {
+		s.lastOK.Store(start.UnixNano())
+	}
 	s.mu.Lock()
-	s.attempts = append(s.attempts, attempt{start, time.Now(), err, late - sched})
+	s.attempts = append(s.attempts, attempt{start, time.Now(), first, err, late - sched})
 	s.mu.Unlock()
 	return err
 }
@@ -129,8 +136,9 @@ func verdict(err error, retry bool) (took, done bool, bad error) {
 // settle retries b with its key until it has a verdict, verdictCap at most.
 func (s *sale) settle(b buy) (took bool) {
 	first := time.Now()
+	pause := 20 * time.Millisecond
 	for retry := false; ; retry = true {
-		err := s.call(b)
+		err := s.call(b, !retry)
 		took, done, bad := verdict(err, retry)
 		if bad != nil {
 			s.mu.Lock()
@@ -138,6 +146,9 @@ func (s *sale) settle(b buy) (took bool) {
 			s.mu.Unlock()
 		}
 		if done {
+			s.mu.Lock()
+			s.longest = max(s.longest, time.Since(first))
+			s.mu.Unlock()
 			return took
 		}
 		s.lastFail.Store(time.Now().UnixNano())
@@ -150,7 +161,8 @@ func (s *sale) settle(b buy) (took bool) {
 			s.mu.Unlock()
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
 	}
 }
 
@@ -220,9 +232,10 @@ func runDrill(t *testing.T, d drill) {
 	strikeErr := d.strike(ctx)
 	over := time.Now()
 	t.Logf("%s: the event took %v (err %v)", d.name, over.Sub(struck).Round(time.Millisecond), strikeErr)
+	// Sell on until calls have succeeded, and none failed, for cleanFor.
 	for time.Since(over) < saleCap {
-		last := time.Unix(0, s.lastFail.Load())
-		if time.Since(last) >= cleanFor && time.Since(over) >= cleanFor {
+		lastFail := time.Unix(0, s.lastFail.Load())
+		if time.Since(lastFail) >= cleanFor && time.Since(over) >= cleanFor && s.lastOK.Load() > lastFail.UnixNano() {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -314,12 +327,13 @@ func runDrill(t *testing.T, d drill) {
 	r.twice = s.replay(ctx)
 
 	r.failed, r.recovery, r.late = s.summary(struck)
+	r.longest = s.longest
 	if d.probe != nil {
 		r.doubles = d.probe.doubles.Load()
 	}
 	r.load = loadavg()
-	t.Logf("%s %s %s: sold %d, oversold %d, lost %d, keys applied twice %d, calls failed %d, back after %v, late %v, load %s",
-		d.name, d.strategy, d.options, r.sold, r.oversold, r.lost, r.twice, r.failed, r.recovery, r.late, r.load)
+	t.Logf("%s %s %s: sold %d, oversold %d, lost %d, keys applied twice %d, calls failed %d, back after %v, longest wait for a verdict %v, late %v, load %s",
+		d.name, d.strategy, d.options, r.sold, r.oversold, r.lost, r.twice, r.failed, r.recovery, r.longest, r.late, r.load)
 	for _, e := range slices.Sorted(maps.Keys(s.errs)) {
 		t.Logf("  %5d x %s", s.errs[e], e)
 	}
@@ -398,8 +412,10 @@ func (s *sale) replayOnce(b buy) error {
 }
 
 // summary returns the failed attempts, the time from the strike to the
-// start of the first successful attempt after the last failed one began,
-// and the most an attempt ran past its deadline beyond the scheduler.
+// start of the first successful attempt after the last failed first
+// attempt began (the retries of a call the event cut may go on failing
+// while new calls succeed: a cart's busy id), and the most an attempt ran
+// past its deadline beyond the scheduler.
 func (s *sale) summary(struck time.Time) (failed int64, recovery, late time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -408,7 +424,7 @@ func (s *sale) summary(struck time.Time) (failed int64, recovery, late time.Dura
 		late = max(late, a.own)
 		if a.err != nil && !errors.Is(a.err, inventory.ErrDuplicate) {
 			failed++
-			if a.start.After(lastFail) {
+			if a.first && a.start.After(lastFail) {
 				lastFail = a.start
 			}
 		}

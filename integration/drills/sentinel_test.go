@@ -30,26 +30,17 @@ func TestSentinel(t *testing.T) {
 					t.Cleanup(func() { client.Close() })
 					d := drill{name: "Sentinel: " + ev, strategy: st.name, options: options(replicas), hot: "hot",
 						m: st.make(t, client, prefix(), replicas), replicas: replicas > 0, settle: dep.Settled}
-					var killed *faulttest.Process
 					switch ev {
 					case "SIGKILL primary":
+						// A supervisor restarts the killed node once a
+						// replica took over, as a replica of it.
 						d.strike = func(ctx context.Context) error {
 							p, err := dep.Primary(ctx)
 							if err != nil {
 								return err
 							}
 							p.Kill()
-							killed = p
-							return nil
-						}
-						d.settle = func(ctx context.Context) error {
-							if killed != nil {
-								if err := dep.Rejoin(ctx, killed); err != nil {
-									return err
-								}
-								killed = nil
-							}
-							return dep.Settled(ctx)
+							return faulttest.Eventually(ctx, func() error { return dep.Rejoin(ctx, p) })
 						}
 					default:
 						var old *faulttest.Process
@@ -58,12 +49,17 @@ func TestSentinel(t *testing.T) {
 							if old, err = dep.Primary(ctx); err != nil {
 								return err
 							}
-							return dep.Failover(ctx)
+							if err := dep.Failover(ctx); err != nil {
+								return err
+							}
+							return faulttest.Eventually(ctx, func() error {
+								if p, err := dep.Primary(ctx); err != nil || p == old {
+									return fmt.Errorf("not switched yet (%v)", err)
+								}
+								return nil
+							})
 						}
 						d.settle = func(ctx context.Context) error {
-							if p, err := dep.Primary(ctx); err != nil || p == old {
-								return fmt.Errorf("not switched yet (%v)", err)
-							}
 							if old != nil {
 								if err := dep.Rejoin(ctx, old); err != nil {
 									return err

@@ -4,6 +4,7 @@ package drills
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,16 +74,21 @@ func (pl *probeLease) Release(ctx context.Context) error {
 	return pl.Lease.Release(ctx)
 }
 
-// ordered is a zk.HostProvider that tries the servers in the order given,
-// so that a drill knows which server each Manager's session is on.
+// ordered is a zk.HostProvider that tries first, then the others in turn,
+// so that a drill knows which server each Manager's session starts on
+// (zk.Connect shuffles the servers it is given).
 type ordered struct {
+	first   string
 	mu      sync.Mutex
 	servers []string
 	next    int
 	tried   int
 }
 
-func (o *ordered) Init(servers []string) error { o.servers = servers; return nil }
+func (o *ordered) Init(servers []string) error {
+	o.servers = append([]string{o.first}, slices.DeleteFunc(servers, func(s string) bool { return s == o.first })...)
+	return nil
+}
 func (o *ordered) Len() int                    { return len(o.servers) }
 func (o *ordered) Connected()                  { o.mu.Lock(); o.tried = 0; o.mu.Unlock() }
 func (o *ordered) Next() (string, bool) {
@@ -147,13 +153,7 @@ func TestZooKeeper(t *testing.T) {
 			root := "/" + prefix()
 			var managers []inventory.StockManager
 			for _, first := range []*faulttest.Process{target, other} {
-				servers := []string{first.Addr()}
-				for _, a := range ens.Addrs() {
-					if a != first.Addr() {
-						servers = append(servers, a)
-					}
-				}
-				conn, events, err := zk.Connect(servers, 4*time.Second, zk.WithHostProvider(&ordered{}), zk.WithLogger(quiet{}))
+				conn, events, err := zk.Connect(ens.Addrs(), 4*time.Second, zk.WithHostProvider(&ordered{first: first.Addr()}), zk.WithLogger(quiet{}))
 				if err != nil {
 					t.Fatal(err)
 				}
