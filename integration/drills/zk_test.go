@@ -89,8 +89,8 @@ func (o *ordered) Init(servers []string) error {
 	o.servers = append([]string{o.first}, slices.DeleteFunc(servers, func(s string) bool { return s == o.first })...)
 	return nil
 }
-func (o *ordered) Len() int                    { return len(o.servers) }
-func (o *ordered) Connected()                  { o.mu.Lock(); o.tried = 0; o.mu.Unlock() }
+func (o *ordered) Len() int   { return len(o.servers) }
+func (o *ordered) Connected() { o.mu.Lock(); o.tried = 0; o.mu.Unlock() }
 func (o *ordered) Next() (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
