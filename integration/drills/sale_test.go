@@ -32,9 +32,10 @@ const (
 	// saleCap ends the sale this long after the strike whatever happens.
 	saleCap = 40 * time.Second
 	// verdictCap is how long a buyer retries one call before it counts
-	// as never settled: longer than lockmgr.AbandonGrace, after which a
-	// lines call cut midway is given up and its key free again.
-	verdictCap = 90 * time.Second
+	// as never settled: longer than lockmgr's bound for a lines call cut
+	// midway (its hold's minute, then lockmgr.AbandonGrace), after which
+	// it is given up and its key free again.
+	verdictCap = 150 * time.Second
 	// holdsCap is how long the settled deployment may keep units held
 	// (a cart cut midway leaves parts that expire: luascript.LinesTTL).
 	holdsCap = 20 * time.Second
@@ -184,7 +185,7 @@ func errText(err error) string {
 // runDrill runs d's sale, strikes, settles, checks and records its row.
 func runDrill(t *testing.T, d drill) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	s := &sale{d: d, errs: map[string]int{}, sold: map[string]int64{}}
 	skus := []string{d.hot}

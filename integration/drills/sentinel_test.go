@@ -15,9 +15,12 @@ import (
 
 // TestSentinel: one primary, two replicas, three sentinels; luascript,
 // redislock over redisstore and tiered through go-redis's failover client,
-// each with and without WithReplicas, through a SIGKILL of the primary
-// (restarted after the promotion, with its append-only file synced on every
-// write) and a SENTINEL FAILOVER.
+// each without WithReplicas, with WithReplicas(1, ...) and with
+// WithReplicas(2, ...) (every replica), through a SIGKILL of the primary
+// (restarted as a replica once another took over, with its append-only
+// file synced on every write) and a SENTINEL FAILOVER (a graceful switch:
+// the old primary keeps its clients and its other replica until the
+// sentinels have reconfigured them).
 func TestSentinel(t *testing.T) {
 	dep := faulttest.StartSentinel(t, 2, 3)
 	for _, st := range []strategy{luaStrategy, redislockStrategy, tieredStrategy} {

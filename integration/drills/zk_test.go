@@ -219,3 +219,47 @@ func (a *alternate) Return(ctx context.Context, sku string, qty int64, opts ...i
 }
 
 func (a *alternate) Get(ctx context.Context, sku string) (int64, error) { return a.ms[0].Get(ctx, sku) }
+
+// free is a Locker that grants every Acquire at once, for TestProbe; its
+// leases are lost when lost is closed.
+type free struct{ lost chan struct{} }
+
+func (f free) Acquire(context.Context, string) (lockmgr.Lease, error) { return f, nil }
+func (f free) Lost() <-chan struct{}                                  { return f.lost }
+func (f free) Release(context.Context) error                          { return nil }
+
+// TestProbe checks the double-holder probe itself: a second lease on a
+// name while the first is held counts, one on another name or after a
+// release does not, nor one taken while the holder's lease is known lost.
+func TestProbe(t *testing.T) {
+	ctx := context.Background()
+	h := &holders{held: map[string][]*probeLease{}}
+	held := probeLocker{free{make(chan struct{})}, h}
+	a, _ := held.Acquire(ctx, "x")
+	b, _ := held.Acquire(ctx, "y")
+	if n := h.doubles.Load(); n != 0 {
+		t.Fatalf("two names: %d double holders", n)
+	}
+	c, _ := held.Acquire(ctx, "x")
+	if n := h.doubles.Load(); n != 1 {
+		t.Fatalf("two leases on x: %d double holders, want 1", n)
+	}
+	for _, l := range []lockmgr.Lease{a, b, c} {
+		_ = l.Release(ctx)
+	}
+	d, _ := held.Acquire(ctx, "x")
+	if n := h.doubles.Load(); n != 1 {
+		t.Fatalf("after the releases: %d double holders, want still 1", n)
+	}
+	_ = d.Release(ctx)
+
+	lost := make(chan struct{})
+	close(lost)
+	gone := probeLocker{free{lost}, h}
+	e, _ := gone.Acquire(ctx, "z")
+	f, _ := held.Acquire(ctx, "z")
+	if n := h.doubles.Load(); n != 1 {
+		t.Fatalf("a lease taken after the holder was told lost: %d double holders, want still 1", n)
+	}
+	_, _ = e.Release(ctx), f.Release(ctx)
+}
