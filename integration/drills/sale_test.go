@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/lateness"
 )
 
@@ -462,17 +463,9 @@ func (s *sale) summary(struck time.Time) (failed int64, recovery, late time.Dura
 func eventually(ctx context.Context, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for {
+	return faulttest.Eventually(ctx, func() error {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		err := f(cctx)
-		ccancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		defer ccancel()
+		return f(cctx)
+	})
 }

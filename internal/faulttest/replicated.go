@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -27,9 +28,31 @@ import (
 // Sentinel is a Redis primary, its replicas and the sentinels that
 // monitor them under [SentinelMaster].
 type Sentinel struct {
-	t         testing.TB
 	Nodes     []*Process // the data nodes; Nodes[0] was the first primary
 	Sentinels []*Process
+}
+
+// StartReplica starts a Redis replica of primary (StartRedis's, with args
+// after its own) and returns once its link to primary is up.
+func StartReplica(t testing.TB, primary *Process, args ...string) *Process {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	r := StartRedis(t, append([]string{"--replicaof", host, port}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := Eventually(ctx, func() error {
+		return admin(ctx, r.Addr(), func(c *redis.Client) error {
+			info, err := c.Info(ctx, "replication").Result()
+			if err == nil && !strings.Contains(info, "master_link_status:up") {
+				err = errors.New("link to the primary not up")
+			}
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatalf("replica of %s: %v", primary.Addr(), err)
+	}
+	return r
 }
 
 // SentinelMaster is the name the sentinels monitor the primary under.
@@ -42,12 +65,12 @@ const SentinelMaster = "drill"
 func StartSentinel(t testing.TB, replicas, sentinels int, args ...string) *Sentinel {
 	t.Helper()
 	bin := require(t, "redis-sentinel")
-	s := &Sentinel{t: t}
+	s := &Sentinel{}
 	primary := StartRedis(t, args...)
 	s.Nodes = append(s.Nodes, primary)
 	host, primaryPort, _ := net.SplitHostPort(primary.Addr())
 	for range replicas {
-		s.Nodes = append(s.Nodes, StartRedis(t, append([]string{"--replicaof", host, primaryPort}, args...)...))
+		s.Nodes = append(s.Nodes, StartReplica(t, primary, args...))
 	}
 	for range sentinels {
 		port := FreePort(t)
@@ -231,7 +254,6 @@ func fields(v any) map[string]string {
 
 // Cluster is a Redis Cluster of masters, each with its replicas.
 type Cluster struct {
-	t     testing.TB
 	Nodes []*Process
 }
 
@@ -242,7 +264,7 @@ type Cluster struct {
 func StartCluster(t testing.TB, masters, replicas int, args ...string) *Cluster {
 	t.Helper()
 	cli := require(t, "redis-cli")
-	c := &Cluster{t: t}
+	c := &Cluster{}
 	argv := []string{"--cluster", "create"}
 	for range masters * (1 + replicas) {
 		p := StartRedis(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -360,10 +382,10 @@ func (c *Cluster) Process(addr string) *Process {
 	return nil
 }
 
-// Settled reports nil when every node answers, says cluster_state:ok and
-// lists as many masters as it has replicas-with-a-link per master (every
-// master with the same number of replicas, none failing), and every
-// replica's link to its master is up.
+// Settled reports nil when every node answers and says cluster_state:ok,
+// every replica's link to its master is up, and every node sees the same
+// number of masters, none failing or in handshake, each with as many
+// replicas as the others, every node accounted for.
 func (c *Cluster) Settled(ctx context.Context) error {
 	var masters int
 	for _, p := range c.Nodes {
@@ -403,13 +425,10 @@ func (c *Cluster) Settled(ctx context.Context) error {
 				per[x.MasterID]++
 			}
 		}
-		counts := slices.Collect(func(yield func(int) bool) {
-			for _, v := range per {
-				if !yield(v) {
-					return
-				}
-			}
-		})
+		counts := slices.Collect(maps.Values(per))
+		if len(counts) == 0 {
+			return fmt.Errorf("%s lists no master", p.Addr())
+		}
 		if masters == 0 {
 			masters = n
 		}
@@ -422,7 +441,6 @@ func (c *Cluster) Settled(ctx context.Context) error {
 
 // Ensemble is a ZooKeeper ensemble.
 type Ensemble struct {
-	t       testing.TB
 	Servers []*Process
 }
 
@@ -439,7 +457,7 @@ func StartEnsemble(t testing.TB, n int) *Ensemble {
 	if _, err := os.Stat("/etc/zookeeper/conf"); err == nil {
 		cp = "/etc/zookeeper/conf:" + cp
 	}
-	e := &Ensemble{t: t}
+	e := &Ensemble{}
 	ports := make([]int, n)
 	var peers strings.Builder
 	for i := range n {
