@@ -165,11 +165,26 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 	if key == "" {
 		return 0, false, fmt.Errorf("%w: redisstore: empty idempotency key", inventory.ErrInvalidArgument)
 	}
-	v, err := s.client.Get(ctx, rediskeys.Key(s.prefix, sku, dir, key)).Result()
+	k := rediskeys.Key(s.prefix, sku, dir, key)
+	var get *redis.StringCmd
+	var acked int64
+	if s.replicas == 0 {
+		get = s.client.Get(ctx, k)
+	} else if acked, err = rediskeys.Replicated(ctx, s.client, k, s.replicas, s.replicaTimeout, func(p redis.Pipeliner) {
+		get = p.Get(ctx, k)
+	}); err != nil {
+		return 0, false, fmt.Errorf("redisstore: %s %q: read key %q: %w", dir, sku, key, err)
+	}
+	v, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return 0, false, nil
-	case err != nil:
+	case err == nil && s.replicas > 0:
+		// A record found is acknowledged once the replicas have it,
+		// as a CompareAndSet that finds its key is.
+		err = s.checkReplicas(acked)
+	}
+	if err != nil {
 		return 0, false, fmt.Errorf("redisstore: %s %q: read key %q: %w", dir, sku, key, err)
 	}
 	// The value is the remaining stock; one written by an earlier version
