@@ -6,19 +6,23 @@
 // (redis-server, redis-sentinel, redis-tools, zookeeper) and killed when its
 // test ends.
 //
-// The drills are tests behind the drills build tag, run by make drills:
+// The drills are tests behind the drills build tag, run by make drills
+// (about 15 minutes on 2 cores):
 //
-//	cd integration && go test -tags drills -count=1 -timeout 30m ./drills/
+//	cd integration/drills && go test -tags drills -count=1 -timeout 40m
 //
-// Each drill runs a sale of keyed buyers (one unit each; through an
-// OrderManager every third buyer buys a cart of two SKUs in different
-// Cluster slots), strikes the deployment once, sells on until calls have
-// succeeded again for a second, then lets the deployment settle (the killed
-// process restarted and caught up) and checks what the sale left: the stock
-// read back, no units still held, and per SKU the invariant
-// initial - final == units sold. A buyer retries a call that failed with its
-// idempotency key until it has a verdict, as a client should. The run prints
-// one table (see TestMain) and fails when a drill misses its target:
+// Each drill runs a sale of keyed buyers (one unit each; in the Cluster
+// drills every third buyer buys a cart of two SKUs in different slots with
+// one keyed ReduceLines, beside a reaper sweeping expired holds every
+// second), strikes the deployment once, sells on until calls have
+// succeeded, and none failed, for a second, then lets the deployment settle
+// and checks what the sale left: the stock read back, no units still held,
+// and per SKU the invariant initial - final == units sold. A killed process
+// is restarted as soon as another took its place, as a supervisor would. A
+// buyer retries a call that failed with its idempotency key, backing off
+// to a second between tries, until it has a verdict, as a client should. The
+// run prints one table (see TestMain) and fails when a drill misses its
+// target:
 //
 //   - sold: units of calls that took effect (a success, or ErrDuplicate on a
 //     retry).
@@ -32,7 +36,9 @@
 //     deployment forgot them, so a retry sells twice.
 //   - calls failed: attempts that ended without a verdict (each retried).
 //   - time until calls succeed again: from the strike to the start of the
-//     first call that succeeded after the last failed one started.
+//     first call that succeeded after the last failed first attempt started
+//     (retries of a call the event cut may fail longer: see the next).
+//   - longest wait for a verdict: the longest a buyer retried one call.
 //   - late: the most a call returned past its 1s deadline, net of the
 //     scheduler's own delay measured beside it (internal/lateness); the
 //     contract allows inventory.DeadlineSlack.
@@ -40,7 +46,7 @@
 //     another Manager's lease on it was neither released nor told lost,
 //     counted by a probe around the Locker, outside the compare-and-set.
 //
-// Targets: with WithReplicas(1, ...) 0 oversold and 0 keys applied twice;
+// Targets: with WithReplicas 0 oversold and 0 keys applied twice;
 // without, oversold at most the keys the promoted replica had not received
 // (the keys applied twice); never a lost unit, a call without a verdict, or a
 // call later than DeadlineSlack past its deadline; zklock: 0 double holders,

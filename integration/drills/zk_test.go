@@ -111,7 +111,7 @@ func (quiet) Printf(string, ...any) {}
 
 // TestZooKeeper: an ensemble of three; zklock over redisstore (a private
 // standalone Redis) sells from two Managers, each on a session of its own,
-// through a SIGKILL of the leader (restarted after the election) and a
+// through a SIGKILL of the leader (restarted once another leads) and a
 // follower stopped (SIGSTOP) for 5s. One Manager's session starts on the
 // struck server, the other's elsewhere.
 func TestZooKeeper(t *testing.T) {
@@ -172,13 +172,18 @@ func TestZooKeeper(t *testing.T) {
 				hot: "hot", m: &alternate{ms: managers}, probe: h}
 			switch ev {
 			case "SIGKILL leader":
-				d.strike = func(context.Context) error { target.Kill(); return nil }
-				d.settle = func(ctx context.Context) error {
-					if _, err := faulttest.Mode(target.Addr()); err != nil {
-						target.Start()
-					}
-					return ens.Settled(ctx)
+				// A supervisor restarts the killed server once the
+				// others elected a leader; it rejoins as a follower.
+				d.strike = func(ctx context.Context) error {
+					target.Kill()
+					err := faulttest.Eventually(ctx, func() error {
+						_, err := ens.Leader()
+						return err
+					})
+					target.Start()
+					return err
 				}
+				d.settle = ens.Settled
 			default:
 				d.strike = func(ctx context.Context) error {
 					target.Pause()
