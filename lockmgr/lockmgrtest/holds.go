@@ -435,10 +435,19 @@ func mine(ids []string, p string) []string {
 func testExpiredOrders(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p string) {
 	lines := []inventory.Line{{SKU: p + "a", Qty: 1}}
 	var last time.Time
+	// The earliest expiry is a second away: the check that nothing is due
+	// yet applies only while it is, by the client's clock since before
+	// the order was created (a loaded machine may take longer than that
+	// to get there; the check then says so and is not made).
+	const first = time.Second
+	var t0 time.Time
 	for _, c := range []struct {
 		id  string
 		ttl time.Duration
-	}{{"3", 600 * time.Millisecond}, {"1", 200 * time.Millisecond}, {"2", 400 * time.Millisecond}, {"done", 300 * time.Millisecond}, {"later", time.Hour}} {
+	}{{"3", 3 * first}, {"1", first}, {"2", 2 * first}, {"done", first + first/2}, {"later", time.Hour}} {
+		if c.id == "1" {
+			t0 = time.Now()
+		}
 		o := mustCreate(t, ctx, s, p+c.id, lines, c.ttl, time.Hour)
 		step(t, ctx, s, p+c.id, lockmgr.StepComplete, true, lockmgr.OrderHeld)
 		if c.ttl < time.Hour && o.Expires.After(last) {
@@ -448,7 +457,11 @@ func testExpiredOrders(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p
 	mustCreate(t, ctx, s, p+"incomplete", lines, 100*time.Millisecond, time.Hour)
 	step(t, ctx, s, p+"done", lockmgr.StepCancel, true, lockmgr.OrderCancelled)
 	step(t, ctx, s, p+"done", lockmgr.StepFinish, true, lockmgr.OrderCancelled)
-	if ids := mine(mustExpired(t, ctx, s, 1000), p); len(ids) != 0 {
+	ids := mine(mustExpired(t, ctx, s, 1000), p)
+	switch took := time.Since(t0); {
+	case took >= first-100*time.Millisecond:
+		t.Logf("not checked that nothing is due before the first expiry: setting up took %v of its %v", took, first)
+	case len(ids) != 0:
 		t.Errorf("due before any expiry: %q", ids)
 	}
 	waitUntil(ctx, last.Add(50*time.Millisecond))
