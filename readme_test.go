@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,26 +23,64 @@ import (
 // file that `go vet ./...` compiles and vets (a program, or a test file).
 const snippetDir = "examples/readme"
 
-// Every ```go block of README.md is either a whole file (it begins with
-// "package") identical, but for indentation, to a file under snippetDir,
-// or a declaration identical, but for comments and layout, to one in
-// stock.go. So each block compiles and vets as written, and a README that
-// drifts from the compiled code fails here. To change a snippet, edit the
-// file and paste it into README.md.
+// docFiles returns README.md and the pages under docs/, by path.
+func docFiles(t *testing.T) map[string][]byte {
+	t.Helper()
+	paths, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	require.NotEmpty(t, paths, "no pages under docs/")
+	docs := map[string][]byte{}
+	for _, p := range append(paths, "README.md") {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		docs[p] = b
+	}
+	return docs
+}
+
+// allDocs returns README.md and the pages under docs/ as one text.
+func allDocs(t *testing.T) []byte {
+	t.Helper()
+	docs := docFiles(t)
+	var all []byte
+	for _, p := range sortedKeys(docs) {
+		all = append(append(all, docs[p]...), '\n')
+	}
+	return all
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Every ```go block of README.md and of the pages under docs/ is either a
+// whole file (it begins with "package") identical, but for indentation, to
+// a file under snippetDir, or a declaration identical, but for comments and
+// layout, to one in stock.go. So each block compiles and vets as written,
+// and a page that drifts from the compiled code fails here. To change a
+// snippet, edit the file and paste it into the page.
 func TestREADMESnippets(t *testing.T) {
+	files, decls := snippetSources(t)
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
-	files, decls := snippetSources(t)
-	require.NotEmpty(t, goBlocks(readme))
-	for _, err := range checkSnippets(readme, files, decls) {
-		t.Error(err)
+	require.NotEmpty(t, goBlocks(readme), "README.md has no quick start")
+	for _, p := range sortedKeys(docFiles(t)) {
+		doc, err := os.ReadFile(p)
+		require.NoError(t, err)
+		for _, err := range checkSnippets(doc, files, decls) {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }
 
-// The check fails on a README that drifted, in every way it can drift.
+// The check fails on docs that drifted, in every way they can drift.
 func TestREADMESnippetsCatchDrift(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
+	readme := allDocs(t)
 	files, decls := snippetSources(t)
 	for name, drift := range map[string][2]string{
 		"a changed call":         {"luascript.New(client)", "luascript.New(client, nil)"},
@@ -50,7 +90,7 @@ func TestREADMESnippetsCatchDrift(t *testing.T) {
 		"a fragment, not a file": {"package main\n\nimport (\n\t\"context\"", "import (\n\t\"context\""},
 	} {
 		if !strings.Contains(string(readme), drift[0]) {
-			t.Fatalf("%s: README.md no longer has %q: update the drift", name, drift[0])
+			t.Fatalf("%s: README.md and docs/ no longer have %q: update the drift", name, drift[0])
 		}
 		drifted := strings.Replace(string(readme), drift[0], drift[1], 1)
 		assert.NotEmpty(t, checkSnippets([]byte(drifted), files, decls), name)
@@ -76,18 +116,18 @@ func checkSnippets(readme []byte, files map[string]string, decls map[string]bool
 		first, _, _ := strings.Cut(strings.TrimSpace(b), "\n")
 		if strings.HasPrefix(b, "package ") {
 			if !matchesFile(b, files) {
-				errs = append(errs, fmt.Errorf("README.md Go block %d (%q) is not, as written, a file under %s: copy it from there", i+1, first, snippetDir))
+				errs = append(errs, fmt.Errorf("Go block %d (%q) is not, as written, a file under %s: copy it from there", i+1, first, snippetDir))
 			}
 			continue
 		}
 		d, err := declarations(b, false)
 		if err != nil || len(d) == 0 {
-			errs = append(errs, fmt.Errorf("README.md Go block %d (%q) is neither a whole file nor declarations: %v", i+1, first, err))
+			errs = append(errs, fmt.Errorf("Go block %d (%q) is neither a whole file nor declarations: %v", i+1, first, err))
 			continue
 		}
 		for _, s := range d {
 			if !decls[s] {
-				errs = append(errs, fmt.Errorf("README.md Go block %d (%q) declares what stock.go does not:\n%s", i+1, first, s))
+				errs = append(errs, fmt.Errorf("Go block %d (%q) declares what stock.go does not:\n%s", i+1, first, s))
 			}
 		}
 	}
@@ -165,4 +205,174 @@ func snippetSources(t *testing.T) (files map[string]string, decls map[string]boo
 		decls[s] = true
 	}
 	return files, decls
+}
+
+// TestDocLinks: every relative link of README.md and of the pages under
+// docs/ names a file that exists, and a #fragment names a heading of the
+// page it points to (as GitHub makes its anchors).
+func TestDocLinks(t *testing.T) {
+	docs := docFiles(t)
+	for _, p := range sortedKeys(docs) {
+		for _, err := range checkLinks(p, docs[p]) {
+			t.Error(err)
+		}
+	}
+}
+
+// The link check fails on a missing file and on a missing heading.
+func TestDocLinksCatchBreakage(t *testing.T) {
+	for name, md := range map[string]string{
+		"a missing file":          "see [x](docs/no-such-page.md)",
+		"a missing heading":       "see [x](docs/strategies.md#no-such-heading)",
+		"a missing local heading": "# Title\n\nsee [x](#no-such-heading)",
+	} {
+		assert.NotEmpty(t, checkLinks("README.md", []byte(md)), name)
+	}
+	assert.Empty(t, checkLinks("README.md", []byte("# Title\n\n[a](#title) [b](docs/strategies.md#choosing-a-strategy) [c](https://example.com/x)")))
+}
+
+var (
+	mdLink    = regexp.MustCompile(`\[[^\]]*\]\(([^)\s]+)\)`)
+	fence     = regexp.MustCompile("(?ms)^```.*?^```")
+	inlineRaw = regexp.MustCompile("`[^`\n]*`")
+	heading   = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
+)
+
+// checkLinks returns one error per relative link of the Markdown page at
+// path (relative to the repository's root) that does not resolve.
+func checkLinks(path string, md []byte) []error {
+	var errs []error
+	text := fence.ReplaceAllString(string(md), "")
+	for _, m := range mdLink.FindAllStringSubmatch(inlineRaw.ReplaceAllString(text, ""), -1) {
+		target := m[1]
+		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+			continue
+		}
+		file, frag, _ := strings.Cut(target, "#")
+		dest := path
+		if file != "" {
+			dest = filepath.Join(filepath.Dir(path), file)
+		}
+		b, err := os.ReadFile(dest)
+		if err != nil {
+			if _, serr := os.Stat(dest); serr == nil && frag == "" {
+				continue // a directory
+			}
+			errs = append(errs, fmt.Errorf("%s: link %q: %s does not exist", path, target, dest))
+			continue
+		}
+		if dest == path {
+			b = md
+		}
+		if frag != "" && !anchors(b)[frag] {
+			errs = append(errs, fmt.Errorf("%s: link %q: %s has no heading with anchor #%s", path, target, dest, frag))
+		}
+	}
+	return errs
+}
+
+// anchors returns the anchors GitHub gives the headings of a Markdown page:
+// lower case, punctuation dropped, spaces made hyphens.
+func anchors(md []byte) map[string]bool {
+	out := map[string]bool{}
+	text := fence.ReplaceAllString(string(md), "")
+	for _, m := range heading.FindAllStringSubmatch(text, -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
+}
+
+// TestDocStrategyLists: the root package doc, README's chooser,
+// docs/strategies.md's table and examples/httpservice's -strategy values
+// name the same strategies, so that adding or dropping one fails here
+// until every list says so.
+func TestDocStrategyLists(t *testing.T) {
+	lists := strategyLists(t)
+	want := lists["package doc (stock.go)"]
+	require.NotEmpty(t, want)
+	for _, where := range sortedKeys(lists) {
+		assert.Equal(t, want, lists[where], "%s names other strategies than the package doc", where)
+	}
+}
+
+// strategyLists returns each list of strategies, sorted, by where it is.
+func strategyLists(t *testing.T) map[string][]string {
+	t.Helper()
+	lists := map[string][]string{}
+
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "stock.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`strategy in this module \(([^)]*)\)`).FindStringSubmatch(strings.Join(strings.Fields(f.Doc.Text()), " "))
+	require.NotNil(t, m, "stock.go's package doc no longer says \"strategy in this module (...)\": update this test")
+	lists["package doc (stock.go)"] = splitList(m[1])
+
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	lists["README.md's chooser"] = tableColumn(t, readme, "## Which strategy", 1, true)
+
+	page, err := os.ReadFile("docs/strategies.md")
+	require.NoError(t, err)
+	lists["docs/strategies.md's table"] = tableColumn(t, page, "## Choosing a strategy", 0, false)
+
+	main, err := os.ReadFile("examples/httpservice/main.go")
+	require.NoError(t, err)
+	hm := regexp.MustCompile(`(?m)^const strategies = "([^"]*)"`).FindSubmatch(main)
+	require.NotNil(t, hm, "examples/httpservice/main.go no longer has const strategies: update this test")
+	lists["examples/httpservice -strategy"] = splitList(string(hm[1]))
+	return lists
+}
+
+// splitList splits "a, b, c and d" (or "... or d").
+func splitList(s string) []string {
+	var out []string
+	for _, f := range regexp.MustCompile(`,|\band\b|\bor\b`).Split(s, -1) {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// tableColumn returns the `code` names in column col of the first table
+// after the heading under, sorted and without repeats: every name of a cell
+// when all is true, else only its first.
+func tableColumn(t *testing.T, md []byte, under string, col int, all bool) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut(string(md), "\n"+under+"\n")
+	require.True(t, ok, "no heading %q", under)
+	seen := map[string]bool{}
+	inTable := false
+	for _, line := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		inTable = true
+		cells := strings.Split(line, "|")
+		if len(cells) <= col+1 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			continue
+		}
+		names := regexp.MustCompile("`([a-z]+)`").FindAllStringSubmatch(cells[col+1], -1)
+		if !all && len(names) > 1 {
+			names = names[:1]
+		}
+		for _, n := range names {
+			seen[n[1]] = true
+		}
+	}
+	require.NotEmpty(t, seen, "no table after %q", under)
+	return sortedKeys(seen)
 }
