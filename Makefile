@@ -4,7 +4,7 @@
 #   make test                      all tests with the race detector, then the NORACE
 #                                  pass; every module and pass runs, failures listed at the end
 #   make sums                      fails when go.work.sum is out of date (make test checks it)
-#   make bench [BENCH=regex]       the comparisons (integration/bench); writes README's table
+#   make bench [BENCH=regex]       the comparisons (integration/bench); writes docs/benchmarks.md's table
 #   make bench-check               a second run, checked against the first; marks unstable rows
 #   make microbench [BENCH=regex] [PKG=./internal/foo/...]   the per-package benchmarks
 #   make soak                      long-running tests behind the soak build tag
@@ -115,12 +115,12 @@ norace: overlay
 # bench runs the comparisons of integration/bench (integration/internal/benchcmp:
 # each strategy against its baseline in BENCH_ROUNDS alternating rounds of
 # BENCH_ROUND per side), writes the run to $(BENCH_RESULTS)/run.json and
-# README's generated block from it. bench-check runs them again into
+# the generated block of docs/benchmarks.md from it. bench-check runs them again into
 # check.json and rewrites the block from run.json, each row checked against
 # the second run (unstable when either median lies outside the other run's
 # min-max). Regenerate the table with `make bench bench-check` (about 31 min
 # on 2 cores). With a BENCH filter, bench writes partial.json and prints
-# the table of the rows it ran, leaving run.json and README alone.
+# the table of the rows it ran, leaving run.json and docs/benchmarks.md alone.
 BENCH_ROUNDS ?= 10
 BENCH_ROUND ?= 500ms
 BENCH_RESULTS := $(CURDIR)/integration/bench/results
@@ -132,7 +132,7 @@ bench: services overlay modules
 ifeq ($(BENCH),.)
 	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/run.json
 	rm -f $(BENCH_RESULTS)/check.json
-	$(BENCHTABLE) -readme $(CURDIR)/README.md -run $(BENCH_RESULTS)/run.json
+	$(BENCHTABLE) -doc $(CURDIR)/docs/benchmarks.md -run $(BENCH_RESULTS)/run.json
 else
 	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/partial.json
 	$(BENCHTABLE) -run $(BENCH_RESULTS)/partial.json
@@ -140,7 +140,7 @@ endif
 
 bench-check: services overlay modules
 	$(BENCHCMP) -benchcmp.out $(BENCH_RESULTS)/check.json
-	$(BENCHTABLE) -readme $(CURDIR)/README.md -run $(BENCH_RESULTS)/run.json -check $(BENCH_RESULTS)/check.json
+	$(BENCHTABLE) -doc $(CURDIR)/docs/benchmarks.md -run $(BENCH_RESULTS)/run.json -check $(BENCH_RESULTS)/check.json
 
 # microbench runs the plain per-package benchmarks of the root and examples
 # modules (the comparisons are bench's).

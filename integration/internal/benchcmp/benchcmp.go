@@ -14,7 +14,8 @@
 // Results are collected for the whole test binary: [Main], called from a
 // TestMain, writes them as JSON (flag -benchcmp.out) with the machine and
 // server versions, and the benchtable command (./benchtable) turns one such
-// file into README's table, checking its ratios against a second run.
+// file into the table of docs/benchmarks.md, checking its ratios against a
+// second run.
 //
 // Flags (after -args on the go test command line):
 //
@@ -66,7 +67,7 @@ type Side struct {
 	Reset func(ctx context.Context) error
 }
 
-// Case is one comparison, one row of README's table.
+// Case is one comparison, one row of the table of docs/benchmarks.md.
 type Case struct {
 	// Group is the table the row belongs to, e.g. "luascript", "SQL",
 	// "locks". Rows of one group are printed together, in run order.

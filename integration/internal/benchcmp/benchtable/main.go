@@ -1,13 +1,14 @@
-// Command benchtable writes README's benchmark table from a benchcmp run.
+// Command benchtable writes the benchmark table of docs/benchmarks.md from a
+// benchcmp run.
 //
-//	benchtable -run first.json [-check second.json] [-readme README.md]
+//	benchtable -run first.json [-check second.json] [-doc docs/benchmarks.md]
 //
 // It reads the run that -run names (written by the integration/bench
 // benchmarks with -benchcmp.out), renders it as benchcmp.Table does and
-// replaces the block between benchcmp's markers in the -readme file; with
+// replaces the block between benchcmp's markers in the -doc file; with
 // -check, every row is compared with the same case in a second run and
 // marked unstable when either median ratio lies outside the other run's
-// min-max. Without -readme it prints the block. It always prints the rows
+// min-max. Without -doc it prints the block. It always prints the rows
 // of both runs side by side on stderr.
 package main
 
@@ -22,15 +23,15 @@ import (
 func main() {
 	runPath := flag.String("run", "", "the run the table shows (JSON from -benchcmp.out)")
 	checkPath := flag.String("check", "", "a second run to check the first against (optional)")
-	readme := flag.String("readme", "", "the file whose marked block to replace (default: print the block)")
+	doc := flag.String("doc", "", "the Markdown file whose marked block to replace, docs/benchmarks.md (default: print the block)")
 	flag.Parse()
-	if err := run(*runPath, *checkPath, *readme); err != nil {
+	if err := run(*runPath, *checkPath, *doc); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
 }
 
-func run(runPath, checkPath, readme string) error {
+func run(runPath, checkPath, docPath string) error {
 	if runPath == "" {
 		return fmt.Errorf("-run is required")
 	}
@@ -48,19 +49,19 @@ func run(runPath, checkPath, readme string) error {
 	}
 	summary(r, check)
 	block := benchcmp.Table(r, check)
-	if readme == "" {
+	if docPath == "" {
 		fmt.Print(block)
 		return nil
 	}
-	doc, err := os.ReadFile(readme)
+	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		return err
 	}
 	out, err := benchcmp.ReplaceBlock(string(doc), block)
 	if err != nil {
-		return fmt.Errorf("%s: %w", readme, err)
+		return fmt.Errorf("%s: %w", docPath, err)
 	}
-	return os.WriteFile(readme, []byte(out), 0o644)
+	return os.WriteFile(docPath, []byte(out), 0o644)
 }
 
 // summary prints every row of r, beside check's, on stderr.
