@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/retry"
 )
 
 // config is what the flags say.
@@ -81,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&c.repeat, "repeat", 0.1, "share of buyers (0..1) who click buy twice with the same idempotency key")
 	fs.IntVar(&c.concurrency, "concurrency", 256, "most calls in flight at once")
 	fs.IntVar(&c.retries, "retries", 10, "retries of a call refused with ErrContention or failed without a verdict")
-	fs.DurationVar(&c.backoff, "backoff", 2*time.Millisecond, "first retry delay; it doubles on each retry, with full jitter, up to 100x")
+	fs.DurationVar(&c.backoff, "backoff", 2*time.Millisecond, "first retry delay; it doubles on each retry up to 100x, each drawn within ±50% (package retry)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline of each call, and of connecting to each server")
 	fs.DurationVar(&c.saleTimeout, "sale-timeout", 5*time.Minute, "deadline of each strategy's sale; a sale that does not finish in time fails")
 	fs.DurationVar(&c.keyTTL, "key-ttl", 10*time.Minute, "how long strategies keep idempotency keys")
@@ -160,7 +161,7 @@ func (c *config) validate(stderr io.Writer) error {
 	check(c.repeat < 0 || c.repeat > 1, "-repeat must lie in 0..1")
 	check(c.concurrency < 1, "-concurrency must be at least 1")
 	check(c.retries < 0, "-retries must not be negative")
-	check(c.backoff < 0, "-backoff must not be negative")
+	check(c.backoff <= 0, "-backoff must be positive")
 	check(c.timeout <= 0, "-timeout must be positive")
 	check(c.saleTimeout <= 0, "-sale-timeout must be positive")
 	check(c.keyTTL < time.Millisecond, "-key-ttl must be at least 1ms")
@@ -212,6 +213,11 @@ func (c *config) selected(strategy, store string) bool {
 		}
 	}
 	return false
+}
+
+// retryOptions are package retry's options for -retries and -backoff.
+func (c *config) retryOptions() []retry.Option {
+	return []retry.Option{retry.WithAttempts(c.retries + 1), retry.WithBackoff(c.backoff, 100*c.backoff)}
 }
 
 // repeaters is how many buyers click twice.

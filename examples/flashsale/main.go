@@ -15,8 +15,9 @@
 // them click "buy" twice: the second click of a buyer who bought is refused
 // as a duplicate. A buyer
 // refused with inventory.ErrContention, or whose call failed without a
-// verdict, tries again after a jittered backoff, up to -retries times, with
-// the same key, so a retry never buys twice.
+// verdict, tries again through package retry (jittered exponential pauses
+// from -backoff), up to -retries times, with the same key, so a retry never
+// buys twice.
 //
 // The counts come from the backend, never from assumptions: after the sale
 // each strategy's stock is read back, and "oversold" (units sold beyond the

@@ -429,7 +429,7 @@ func TestBadFlags(t *testing.T) {
 		{"-redlock", "127.0.0.1:1,127.0.0.1:2"}, {"-lock-stores", "oracle"}, {"-nope"}, {"stray"},
 		{"-prefix", "a;drop"}, {"-prefix", ""}, {"-prefix", "Sale"},
 		{"-carts", "-skus", "0"}, {"-carts", "-abandon", "0.7", "-direct", "0.5"}, {"-carts", "-hold-ttl", "0s"},
-		{"-carts", "-reap", "0s"}, {"-carts", "-metrics"},
+		{"-carts", "-reap", "0s"}, {"-carts", "-metrics"}, {"-backoff", "0s"},
 	} {
 		var stderr bytes.Buffer
 		err := run(ctx, args, io.Discard, &stderr)
@@ -492,6 +492,7 @@ func TestErrorsFailTheRow(t *testing.T) {
 	assert.Zero(t, r.Lost)
 	assert.Contains(t, r.Failure, fmt.Sprintf("%d requests failed without a verdict, first: %s", r.Errors, r.FirstError))
 	assert.Contains(t, r.FirstError, "connection reset")
+	assert.Equal(t, 2*r.Errors, r.Retries, "each failed request was made -retries 2 times more, through package retry")
 
 	cfg, err = parseFlags(append(slices.Clone(cartArgs), "-retries", "2", "-backoff", "1ms"), io.Discard)
 	require.NoError(t, err)
