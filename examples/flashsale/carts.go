@@ -438,7 +438,9 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 		return
 	}
 	// Reserve and Confirm take no options: the hold id b.id is their key.
-	err, ambiguous := call(func(ctx context.Context, _ ...inventory.Option) error { return om.Reserve(ctx, b.id, b.lines, cfg.holdTTL) })
+	err, ambiguous := call(func(ctx context.Context, _ ...inventory.Option) error {
+		return om.Reserve(ctx, b.id, b.lines, cfg.holdTTL)
+	})
 	if b.outcome = b.verdict(err, ambiguous, c, expired); b.outcome != expired || b.role == abandon {
 		// An abandoned hold is never confirmed: its units come back.
 		// Nor is one whose Reserve left no verdict; whether it held

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-		"slices"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
