@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,7 +39,6 @@ type config struct {
 	zk       []string // empty: zklock is skipped
 
 	format   string
-	chart    string
 	progress bool
 	metrics  bool
 
@@ -100,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 
 	fs.StringVar(&c.prefix, "prefix", "flashsale", "begins the sale's Redis keys and ZooKeeper root (/PREFIX/locks) and names its SQL tables (PREFIX_stock, PREFIX_ledger): lower-case letters, digits and _")
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
-	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
+	chart := fs.String("chart", "", "no longer drawn here: run with -format json and give the report to go run ./examples/flashsale/chart -o FILE.png (or .svg)")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
 	fs.Bool("sqllock", false, "no effect, kept for old command lines: sqllock runs on every MySQL and PostgreSQL store given")
 	fs.BoolVar(&c.carts, "carts", false, "sell carts instead: each buyer 1-5 lines over -skus SKUs; some Reserve and never pay (-abandon), some ReduceLines (-direct), the others Reserve then Confirm; a reaper releases expired holds, and each SKU's stock is checked after they expire")
@@ -117,6 +115,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		if err == flag.ErrHelp {
 			return nil, err
 		}
+		return nil, errUsage
+	}
+	if *chart != "" {
+		fmt.Fprintf(stderr, "flashsale: -chart moved to its own command, so that the sale does not build the plotting library:\n"+
+			"\tgo run ./examples/flashsale -format json | go run ./examples/flashsale/chart -o %s\n", *chart)
 		return nil, errUsage
 	}
 	if fs.NArg() > 0 {
@@ -194,16 +197,6 @@ const cartBuyers = 2000
 // prefixRE is what -prefix accepts: a valid Redis key prefix, ZooKeeper
 // node name and SQL identifier alike.
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
-
-func (c *config) checkChart() error {
-	switch strings.ToLower(filepath.Ext(c.chart)) {
-	case "", ".png", ".svg":
-		if c.chart == "" || filepath.Ext(c.chart) != "" {
-			return nil
-		}
-	}
-	return fmt.Errorf("-chart %q: charts are PNG or SVG; name the file *.png or *.svg", c.chart)
-}
 
 // selected reports whether -strategies asks for strategy over store.
 func (c *config) selected(strategy, store string) bool {

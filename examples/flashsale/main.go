@@ -30,16 +30,16 @@
 //
 // The table goes to stdout (-format table, csv or json; the JSON fields are
 // named as the CSV columns, and a strategy that did not run is "ran": false
-// with no measures); a progress line goes
-// to stderr when stderr is a terminal or -progress is set (requests
-// answered, units sold, the rate so far and an ETA at that rate). -chart
-// draws, with gonum/plot, a PNG or SVG of every row's latency percentiles
-// (p50, p90, p99, max; log axis in ms) and throughput (log axis in
-// requests/s), each row labelled with the store it used; rows whose server
-// ran in this process (miniredis, and the memory row) are shaded and
-// starred, so that they do not read as a real server's speed. Its Redis
-// keys, ZooKeeper nodes and SQL tables are named after -prefix (default
-// flashsale).
+// with no measures); a progress line goes to stderr when stderr is a
+// terminal or -progress is set (requests answered, units sold, the rate so
+// far and an ETA at that rate). The chart of a sale is drawn by the command
+// examples/flashsale/chart from the JSON report, so that this one does not
+// build the plotting library:
+//
+//	go run ./examples/flashsale -format json | go run ./examples/flashsale/chart -o sale.png
+//
+// Its Redis keys, ZooKeeper nodes and SQL tables are named after -prefix
+// (default flashsale).
 //
 // With -metrics every strategy is wrapped in the otelstock decorator,
 // recording into an OpenTelemetry SDK meter of the sale's own, and the
@@ -73,9 +73,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.checkChart(); err != nil {
-		return err
-	}
 	env := newBackends(cfg)
 	defer env.close()
 
@@ -102,11 +99,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := write(stdout, cfg, env, results); err != nil {
 		return err
-	}
-	if cfg.chart != "" {
-		if err := writeChart(cfg.chart, cfg, results); err != nil {
-			return err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
