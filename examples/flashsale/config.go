@@ -39,6 +39,7 @@ type config struct {
 	zk       []string // empty: zklock is skipped
 
 	format   string
+	wide     bool
 	progress bool
 	metrics  bool
 
@@ -99,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.prefix, "prefix", "flashsale", "begins the sale's Redis keys and ZooKeeper root (/PREFIX/locks) and names its SQL tables (PREFIX_stock, PREFIX_ledger): lower-case letters, digits and _")
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
 	chart := fs.String("chart", "", "no longer drawn here: run with -format json and give the report to go run ./examples/flashsale/chart -o FILE.png (or .svg)")
+	fs.BoolVar(&c.wide, "wide", false, "the table with every column (wider than 120 columns); csv and json always have them all")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
 	fs.Bool("sqllock", false, "no effect, kept for old command lines: sqllock runs on every MySQL and PostgreSQL store given")
 	fs.BoolVar(&c.carts, "carts", false, "sell carts instead: each buyer 1-5 lines over -skus SKUs; some Reserve and never pay (-abandon), some ReduceLines (-direct), the others Reserve then Confirm; a reaper releases expired holds, and each SKU's stock is checked after they expire")
@@ -198,9 +200,16 @@ const cartBuyers = 2000
 // node name and SQL identifier alike.
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
+// oldNames are what -strategies still accepts for the baselines' former
+// names.
+var oldNames = map[string]string{"memory": "map", "ceiling": "bare-script"}
+
 // selected reports whether -strategies asks for strategy over store.
 func (c *config) selected(strategy, store string) bool {
 	for _, s := range list(c.strategies) {
+		if name, _, _ := strings.Cut(s, "/"); oldNames[name] != "" {
+			s = oldNames[name] + strings.TrimPrefix(s, name)
+		}
 		if s == "all" || s == strategy || s == strategy+"/"+store {
 			return true
 		}

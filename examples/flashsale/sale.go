@@ -49,7 +49,7 @@ type result struct {
 	Insufficient int64 `json:"insufficient"` // requests refused: sold out
 	Contention   int64 `json:"contention"`   // requests refused: gave up after -retries
 	Duplicate    int64 `json:"duplicate"`    // requests refused: the buyer had bought already
-	// Rebought counts, on a row without idempotency keys (the ceiling),
+	// Rebought counts, on a row without idempotency keys (the bare script),
 	// the repeat clicks that bought a second time: a keyed strategy
 	// refuses them as duplicates.
 	Rebought   int64  `json:"rebought"`
