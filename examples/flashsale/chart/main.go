@@ -27,6 +27,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -146,12 +147,12 @@ func write(path, format, title string, rows []row) error {
 	labels := make([]string, n)
 	var shaded []float64
 	for i, r := range drawn {
-		where := r.Where
+		name := r.Strategy + " / " + r.Store
 		if r.Embedded {
-			where += " *"
+			name += " *"
 			shaded = append(shaded, y(i))
 		}
-		labels[n-1-i] = r.Strategy + " / " + r.Store + "\n" + shorten(where, 48)
+		labels[n-1-i] = name + "\n" + shorten(r.Where, 44)
 	}
 
 	lat := plot.New()
@@ -161,6 +162,9 @@ func write(path, format, title string, rows []row) error {
 	lat.NominalY(labels...)
 	lat.Y.Min, lat.Y.Max = -0.5, float64(n)-0.5
 	lat.Y.Tick.Label.Font.Size = vg.Points(9)
+	// An SVG viewer without the layout's font draws its text in a wider
+	// one, from where the layout put it: the labels get room to grow.
+	lat.Y.Padding = 0.75 * vg.Inch
 	lat.Add(&bands{rows: shaded})
 	lo, hi := math.Inf(1), 0.0
 	for _, r := range drawn {
@@ -207,10 +211,11 @@ func write(path, format, title string, rows []row) error {
 		l.Color, l.Width = bar, vg.Points(10)
 		thr.Add(l)
 		v, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: r.Throughput, Y: y(i)}},
-			Labels: []string{"  " + thousands(r.Throughput)}})
+			Labels: []string{thousands(r.Throughput)}})
 		if err != nil {
 			return err
 		}
+		v.Offset = vg.Point{X: vg.Points(4)}
 		for j := range v.TextStyle {
 			v.TextStyle[j].Font.Size = vg.Points(9)
 			v.TextStyle[j].YAlign = draw.YCenter
@@ -312,23 +317,28 @@ func msLabel(v float64) string {
 	return fmt.Sprintf("%.0fms", v)
 }
 
-// logTicks labels a log axis at 1, 2 and 5 times each power of ten, with
-// the unit, so that every labelled tick says what it is worth.
+// logTicks labels a log axis with the unit at 1, 2 and 5 times each power
+// of ten, or at 1 and 3 times when it spans 3 decades or more (labels
+// closer would touch), so that every labelled tick says what it is worth.
 type logTicks struct{ unit string }
 
 // Ticks implements plot.Ticker.
 func (t logTicks) Ticks(lo, hi float64) []plot.Tick {
 	var ticks []plot.Tick
+	labelled := []float64{1, 2, 5}
+	if math.Log10(hi/lo) >= 3 {
+		labelled = []float64{1, 3}
+	}
 	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
-		for _, m := range []float64{1, 2, 5} {
+		for _, m := range labelled {
 			v := m * math.Pow(10, e)
 			if v < lo || v > hi {
 				continue
 			}
 			ticks = append(ticks, plot.Tick{Value: v, Label: t.label(v)})
 		}
-		for m := 3.0; m < 10; m++ { // unlabelled minor ticks
-			if v := m * math.Pow(10, e); m != 5 && v >= lo && v <= hi {
+		for m := 2.0; m < 10; m++ { // unlabelled minor ticks
+			if v := m * math.Pow(10, e); !slices.Contains(labelled, m) && v >= lo && v <= hi {
 				ticks = append(ticks, plot.Tick{Value: v})
 			}
 		}

@@ -38,7 +38,7 @@ func TestSVG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sale.svg")
 	require.NoError(t, run([]string{"-o", path}, bytes.NewReader(in), io.Discard))
 	text := svgText(t, path)
-	for _, want := range []string{"luascript / redis", "rowlock / sqlite", "embedded miniredis *", "p50 latency", "p90 latency",
+	for _, want := range []string{"luascript / redis *", "rowlock / sqlite", "embedded miniredis", "p50 latency", "p90 latency",
 		"p99 latency", "max latency", "milliseconds, log scale", "Throughput (linear scale)", "requests per second",
 		"not a real server", "Not drawn: map / process (a map in this process, no server)", "100 ms", "1 s", "2,704"} {
 		assert.Contains(t, text, want, "the SVG chart's text")
@@ -75,6 +75,14 @@ func TestLogTicks(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"20 ms", "50 ms", "100 ms", "200 ms", "500 ms", "1 s", "2 s"}, labels)
+
+	labels = nil
+	for _, tick := range (logTicks{unit: "ms"}).Ticks(1.7, 2500) {
+		if tick.Label != "" {
+			labels = append(labels, tick.Label)
+		}
+	}
+	assert.Equal(t, []string{"3 ms", "10 ms", "30 ms", "100 ms", "300 ms", "1 s"}, labels, "over 3 decades, fewer labels")
 }
 
 func TestBadArgs(t *testing.T) {
