@@ -1,7 +1,18 @@
 // Command flashsale races every stock strategy of
 // github.com/stockkit/inventory on the same flash sale, many buyers on little
-// stock, and prints a side-by-side table: units sold, oversold and lost,
-// refusals by reason, elapsed time, throughput and latency percentiles.
+// stock, and prints a side-by-side table that fits 120 columns: units sold
+// and oversold, refusals by reason, retries, throughput and latency
+// percentiles (-wide adds units lost and left, errors, elapsed time, p90
+// and max). It ends with a verdict per store: the fastest strategy that
+// sold exactly (nothing oversold or lost, nothing left unsold to a buyer)
+// and its multiple of the next one's throughput.
+//
+// Two rows are baselines, not strategies, and never a verdict: map, a
+// mutex-guarded map in this process (no server, no I/O), and bare-script,
+// one bare check-and-DECRBY EVALSHA per call on the sale's Redis (no
+// idempotency keys: a repeat click buys twice), which runs only on a real
+// Redis and whose multiple of the Redis verdict's throughput the verdict
+// gives.
 //
 // With no flags it needs no server: Redis strategies run on in-process Redis
 // servers (miniredis) and SQL strategies on a temporary SQLite file.
