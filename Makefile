@@ -9,7 +9,7 @@
 #   make microbench [BENCH=regex] [PKG=./internal/foo/...]   the per-package benchmarks
 #   make soak                      long-running tests behind the soak build tag
 #   make drills [DRILLS=regex]     failover drills on private Sentinel, Cluster and ZooKeeper deployments
-#   make lint                      gofmt, go vet, staticcheck, banned modules
+#   make lint                      gofmt, go vet, staticcheck, banned modules, every go.mod tidy
 #
 # The repository holds three modules, tied by go.work: the library (root),
 # examples/ and integration/ (fault, stall and soak tests, and the SQLite
@@ -37,7 +37,7 @@ BANNED := github.com/Shopify/toxiproxy github.com/prometheus/ github.com/rs/zero
 # -race needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: services test sums norace bench bench-check microbench soak drills lint overlay modules banned
+.PHONY: services test sums norace bench bench-check microbench soak drills lint overlay modules banned tidy
 
 services:
 	bash scripts/services.sh
@@ -169,7 +169,17 @@ drills: overlay
 	bash scripts/drills.sh
 	cd integration/drills && $(GOTEST) -tags drills -count=1 -timeout 40m -run '$(DRILLS)'
 
-lint: overlay modules banned
+# tidy fails when a module's go.mod or go.sum is not what go mod tidy makes
+# of it (a requirement marked // indirect though imported directly, one
+# missing or unused), printing the difference. go mod tidy reads one module
+# and ignores go.work; GOWORK=off says so.
+tidy:
+	@failed=""; for m in $(MODULES); do \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "go.mod not tidy in:$$failed (run go mod tidy there)"; exit 1; fi
+
+lint: overlay modules banned tidy
 	@unformatted="$$($(GOFMT) -l .)" || exit 1; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; \

@@ -41,7 +41,7 @@ import (
 const refusalTTL = time.Second
 
 // strategyNames lists what -strategies accepts, in the order of the report.
-const strategyNames = "memory, luascript, ceiling, tiered, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
+const strategyNames = "map, luascript, bare-script, tiered, optimistic, optimistic-single, rowlock, sqllock, redislock, redlock, zklock"
 
 // schema names the sale's SQL tables after -prefix, apart from a service's
 // own; -prefix also begins every Redis key and ZooKeeper path it writes.
@@ -57,7 +57,7 @@ type target struct {
 	skip            string // not empty: why the target cannot run, and how to make it
 	where           string // where the stock (and the locks) live
 	embedded        bool   // a server of the target runs in this process
-	// keyless: the row is a ceiling without idempotency keys (ceiling.go);
+	// keyless: the row is the bare script without idempotency keys (barescript.go);
 	// its buyers call without a key, and a repeat click buys again.
 	keyless bool
 	// grace is how long after its TTL a hold may stay when its Reserve
@@ -109,7 +109,7 @@ func (b *backends) sqlNames() []string {
 func (b *backends) targets() []target {
 	cfg := b.cfg
 	ts := []target{
-		{strategy: "memory", store: "process", where: "a map in this process", embedded: true, open: func(context.Context) (inventory.StockManager, error) {
+		{strategy: "map", store: "process", where: "a map in this process, no server", embedded: true, open: func(context.Context) (inventory.StockManager, error) {
 			return inventorytest.NewMemory(cfg.keyTTL), nil
 		}},
 		{strategy: "luascript", store: "redis", where: b.where("redis"), embedded: b.embedded("redis"), open: func(ctx context.Context) (inventory.StockManager, error) {
@@ -127,14 +127,14 @@ func (b *backends) targets() []target {
 				luascript.WithRefusals(refusalTTL))
 		}},
 	}
-	if !cfg.carts { // the ceiling has no orders
-		ceil := target{strategy: "ceiling", store: "redis", where: b.where("redis") + "; bare check-and-DECRBY EVALSHA, no keys", embedded: b.embedded("redis"), keyless: true,
+	if !cfg.carts { // the bare script has no orders
+		ceil := target{strategy: "bare-script", store: "redis", where: b.where("redis") + "; bare check-and-DECRBY EVALSHA, no keys", embedded: b.embedded("redis"), keyless: true,
 			open: func(ctx context.Context) (inventory.StockManager, error) {
 				c, err := b.redis(ctx)
 				if err != nil {
 					return nil, err
 				}
-				return newCeiling(ctx, c, cfg.prefix)
+				return newBareScript(ctx, c, cfg.prefix)
 			}}
 		if b.embedded("redis") {
 			ceil.skip = "it measures a real Redis (miniredis starts a Lua interpreter per script): give -redis, or -services"

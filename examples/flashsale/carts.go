@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/retry"
 )
 
 // cartResult is what the cart sale (-carts) adds to a row. The row's own
@@ -409,7 +410,7 @@ func cartSale(ctx context.Context, cfg *config, om inventory.OrderManager, buyer
 // shop is one cart buyer's visit: each call takes a slot, and each retry is
 // part of its request.
 func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager, slots chan struct{}, c *counts) {
-	call := func(f func(context.Context) error) (error, bool) {
+	call := func(f func(context.Context, ...inventory.Option) error) (error, bool) {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -417,7 +418,7 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 		}
 		defer func() { <-slots }()
 		t0 := time.Now()
-		err, ambiguous := attempt(ctx, cfg, c, f)
+		err, ambiguous := attempt(ctx, cfg, c, b.id, f)
 		b.latencies = append(b.latencies, time.Since(t0))
 		c.requests.Add(1)
 		return err, ambiguous
@@ -427,8 +428,8 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 		units += l.Qty
 	}
 	if b.role == direct {
-		err, ambiguous := call(func(ctx context.Context) error {
-			return om.ReduceLines(ctx, b.lines, inventory.WithKey(b.id))
+		err, ambiguous := call(func(ctx context.Context, opts ...inventory.Option) error {
+			return om.ReduceLines(ctx, b.lines, opts...) // opts: the key b.id
 		})
 		b.outcome = b.verdict(err, ambiguous, c, sold)
 		if b.outcome == sold {
@@ -436,7 +437,10 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 		}
 		return
 	}
-	err, ambiguous := call(func(ctx context.Context) error { return om.Reserve(ctx, b.id, b.lines, cfg.holdTTL) })
+	// Reserve and Confirm take no options: the hold id b.id is their key.
+	err, ambiguous := call(func(ctx context.Context, _ ...inventory.Option) error {
+		return om.Reserve(ctx, b.id, b.lines, cfg.holdTTL)
+	})
 	if b.outcome = b.verdict(err, ambiguous, c, expired); b.outcome != expired || b.role == abandon {
 		// An abandoned hold is never confirmed: its units come back.
 		// Nor is one whose Reserve left no verdict; whether it held
@@ -451,7 +455,7 @@ func (b *cart) shop(ctx context.Context, cfg *config, om inventory.OrderManager,
 	if err != nil {
 		reserved = fmt.Sprintf("%v after an attempt without a verdict", err)
 	}
-	err, ambiguous = call(func(ctx context.Context) error { return om.Confirm(ctx, b.id) })
+	err, ambiguous = call(func(ctx context.Context, _ ...inventory.Option) error { return om.Confirm(ctx, b.id) })
 	b.outcome = b.confirmed(err, ambiguous, c, reserved)
 	if b.outcome == sold {
 		c.sold.Add(units)
@@ -531,37 +535,23 @@ func resolve(ctx context.Context, cfg *config, om inventory.OrderManager, buyers
 	}
 }
 
-// attempt runs f, again after ErrContention or an error without a verdict,
-// up to cfg.retries times with jittered backoff. It returns f's last error,
-// and whether an attempt failed without a verdict (so that an ErrDuplicate
-// after it means that attempt took effect).
-func attempt(ctx context.Context, cfg *config, c *counts, f func(context.Context) error) (err error, ambiguous bool) {
-	for n := 0; ; n++ {
+// attempt runs f with key through package retry: again after
+// ErrContention or an error without a verdict, up to cfg.retries times. It
+// returns f's last error, and whether an attempt failed without a verdict
+// (so that an ErrDuplicate after it means that attempt took effect).
+func attempt(ctx context.Context, cfg *config, c *counts, key string, f func(context.Context, ...inventory.Option) error) (err error, ambiguous bool) {
+	attempts := 0
+	err = retry.Run(ctx, key, func(ctx context.Context, opts ...inventory.Option) error {
+		if attempts++; attempts > 1 {
+			c.retries.Add(1)
+		}
 		callCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
-		err = f(callCtx)
-		cancel()
-		if err == nil || isVerdict(err) {
-			return err, ambiguous
+		defer cancel()
+		err := f(callCtx, opts...)
+		if retry.Retryable(err, true) && !errors.Is(err, inventory.ErrContention) {
+			ambiguous = true
 		}
-		ambiguous = ambiguous || !errors.Is(err, inventory.ErrContention)
-		if n == cfg.retries || ctx.Err() != nil {
-			return err, ambiguous
-		}
-		c.retries.Add(1)
-		if !sleep(ctx, backoff(cfg.backoff, n)) {
-			return ctx.Err(), ambiguous
-		}
-	}
-}
-
-// isVerdict reports whether err is an answer about the call rather than a
-// failure to make it.
-func isVerdict(err error) bool {
-	for _, v := range []error{inventory.ErrDuplicate, inventory.ErrInsufficientStock, inventory.ErrNotFound,
-		inventory.ErrInvalidArgument, inventory.ErrHoldReleased, inventory.ErrHoldConfirmed} {
-		if errors.Is(err, v) {
-			return true
-		}
-	}
-	return false
+		return err
+	}, cfg.retryOptions()...)
+	return err, ambiguous
 }

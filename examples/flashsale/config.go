@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/retry"
 )
 
 // config is what the flags say.
@@ -39,7 +39,7 @@ type config struct {
 	zk       []string // empty: zklock is skipped
 
 	format   string
-	chart    string
+	wide     bool
 	progress bool
 	metrics  bool
 
@@ -81,7 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&c.repeat, "repeat", 0.1, "share of buyers (0..1) who click buy twice with the same idempotency key")
 	fs.IntVar(&c.concurrency, "concurrency", 256, "most calls in flight at once")
 	fs.IntVar(&c.retries, "retries", 10, "retries of a call refused with ErrContention or failed without a verdict")
-	fs.DurationVar(&c.backoff, "backoff", 2*time.Millisecond, "first retry delay; it doubles on each retry, with full jitter, up to 100x")
+	fs.DurationVar(&c.backoff, "backoff", 2*time.Millisecond, "first retry delay; it doubles on each retry up to 100x, each drawn within ±50% (package retry)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline of each call, and of connecting to each server")
 	fs.DurationVar(&c.saleTimeout, "sale-timeout", 5*time.Minute, "deadline of each strategy's sale; a sale that does not finish in time fails")
 	fs.DurationVar(&c.keyTTL, "key-ttl", 10*time.Minute, "how long strategies keep idempotency keys")
@@ -99,7 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 
 	fs.StringVar(&c.prefix, "prefix", "flashsale", "begins the sale's Redis keys and ZooKeeper root (/PREFIX/locks) and names its SQL tables (PREFIX_stock, PREFIX_ledger): lower-case letters, digits and _")
 	fs.StringVar(&c.format, "format", "table", "output: table, csv or json")
-	fs.StringVar(&c.chart, "chart", "", "also write a chart of latency percentiles and throughput to this file, a PNG (*.png) or an SVG (*.svg)")
+	chart := fs.String("chart", "", "no longer drawn here: run with -format json and give the report to go run ./examples/flashsale/chart -o FILE.png (or .svg)")
+	fs.BoolVar(&c.wide, "wide", false, "the table with every column (wider than 120 columns); csv and json always have them all")
 	fs.BoolVar(&c.metrics, "metrics", false, "wrap each strategy in the otelstock decorator and print its counters beside the table (the sale fails if they disagree)")
 	fs.Bool("sqllock", false, "no effect, kept for old command lines: sqllock runs on every MySQL and PostgreSQL store given")
 	fs.BoolVar(&c.carts, "carts", false, "sell carts instead: each buyer 1-5 lines over -skus SKUs; some Reserve and never pay (-abandon), some ReduceLines (-direct), the others Reserve then Confirm; a reaper releases expired holds, and each SKU's stock is checked after they expire")
@@ -116,6 +117,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		if err == flag.ErrHelp {
 			return nil, err
 		}
+		return nil, errUsage
+	}
+	if *chart != "" {
+		fmt.Fprintf(stderr, "flashsale: -chart moved to its own command, so that the sale does not build the plotting library:\n"+
+			"\tgo run ./examples/flashsale -format json | go run ./examples/flashsale/chart -o %s\n", *chart)
 		return nil, errUsage
 	}
 	if fs.NArg() > 0 {
@@ -160,7 +166,7 @@ func (c *config) validate(stderr io.Writer) error {
 	check(c.repeat < 0 || c.repeat > 1, "-repeat must lie in 0..1")
 	check(c.concurrency < 1, "-concurrency must be at least 1")
 	check(c.retries < 0, "-retries must not be negative")
-	check(c.backoff < 0, "-backoff must not be negative")
+	check(c.backoff <= 0, "-backoff must be positive")
 	check(c.timeout <= 0, "-timeout must be positive")
 	check(c.saleTimeout <= 0, "-sale-timeout must be positive")
 	check(c.keyTTL < time.Millisecond, "-key-ttl must be at least 1ms")
@@ -194,24 +200,26 @@ const cartBuyers = 2000
 // node name and SQL identifier alike.
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
-func (c *config) checkChart() error {
-	switch strings.ToLower(filepath.Ext(c.chart)) {
-	case "", ".png", ".svg":
-		if c.chart == "" || filepath.Ext(c.chart) != "" {
-			return nil
-		}
-	}
-	return fmt.Errorf("-chart %q: charts are PNG or SVG; name the file *.png or *.svg", c.chart)
-}
+// oldNames are what -strategies still accepts for the baselines' former
+// names.
+var oldNames = map[string]string{"memory": "map", "ceiling": "bare-script"}
 
 // selected reports whether -strategies asks for strategy over store.
 func (c *config) selected(strategy, store string) bool {
 	for _, s := range list(c.strategies) {
+		if name, _, _ := strings.Cut(s, "/"); oldNames[name] != "" {
+			s = oldNames[name] + strings.TrimPrefix(s, name)
+		}
 		if s == "all" || s == strategy || s == strategy+"/"+store {
 			return true
 		}
 	}
 	return false
+}
+
+// retryOptions are package retry's options for -retries and -backoff.
+func (c *config) retryOptions() []retry.Option {
+	return []retry.Option{retry.WithAttempts(c.retries + 1), retry.WithBackoff(c.backoff, 100*c.backoff)}
 }
 
 // repeaters is how many buyers click twice.

@@ -1,7 +1,18 @@
 // Command flashsale races every stock strategy of
 // github.com/stockkit/inventory on the same flash sale, many buyers on little
-// stock, and prints a side-by-side table: units sold, oversold and lost,
-// refusals by reason, elapsed time, throughput and latency percentiles.
+// stock, and prints a side-by-side table that fits 120 columns: units sold
+// and oversold, refusals by reason, retries, throughput and latency
+// percentiles (-wide adds units lost and left, errors, elapsed time, p90
+// and max). It ends with a verdict per store: the fastest strategy that
+// sold exactly (nothing oversold or lost, nothing left unsold to a buyer)
+// and its multiple of the next one's throughput.
+//
+// Two rows are baselines, not strategies, and never a verdict: map, a
+// mutex-guarded map in this process (no server, no I/O), and bare-script,
+// one bare check-and-DECRBY EVALSHA per call on the sale's Redis (no
+// idempotency keys: a repeat click buys twice), which runs only on a real
+// Redis and whose multiple of the Redis verdict's throughput the verdict
+// gives.
 //
 // With no flags it needs no server: Redis strategies run on in-process Redis
 // servers (miniredis) and SQL strategies on a temporary SQLite file.
@@ -15,8 +26,9 @@
 // them click "buy" twice: the second click of a buyer who bought is refused
 // as a duplicate. A buyer
 // refused with inventory.ErrContention, or whose call failed without a
-// verdict, tries again after a jittered backoff, up to -retries times, with
-// the same key, so a retry never buys twice.
+// verdict, tries again through package retry (jittered exponential pauses
+// from -backoff), up to -retries times, with the same key, so a retry never
+// buys twice.
 //
 // The counts come from the backend, never from assumptions: after the sale
 // each strategy's stock is read back, and "oversold" (units sold beyond the
@@ -29,16 +41,16 @@
 //
 // The table goes to stdout (-format table, csv or json; the JSON fields are
 // named as the CSV columns, and a strategy that did not run is "ran": false
-// with no measures); a progress line goes
-// to stderr when stderr is a terminal or -progress is set (requests
-// answered, units sold, the rate so far and an ETA at that rate). -chart
-// draws, with gonum/plot, a PNG or SVG of every row's latency percentiles
-// (p50, p90, p99, max; log axis in ms) and throughput (log axis in
-// requests/s), each row labelled with the store it used; rows whose server
-// ran in this process (miniredis, and the memory row) are shaded and
-// starred, so that they do not read as a real server's speed. Its Redis
-// keys, ZooKeeper nodes and SQL tables are named after -prefix (default
-// flashsale).
+// with no measures); a progress line goes to stderr when stderr is a
+// terminal or -progress is set (requests answered, units sold, the rate so
+// far and an ETA at that rate). The chart of a sale is drawn by the command
+// examples/flashsale/chart from the JSON report, so that this one does not
+// build the plotting library:
+//
+//	go run ./examples/flashsale -format json | go run ./examples/flashsale/chart -o sale.png
+//
+// Its Redis keys, ZooKeeper nodes and SQL tables are named after -prefix
+// (default flashsale).
 //
 // With -metrics every strategy is wrapped in the otelstock decorator,
 // recording into an OpenTelemetry SDK meter of the sale's own, and the
@@ -72,9 +84,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.checkChart(); err != nil {
-		return err
-	}
 	env := newBackends(cfg)
 	defer env.close()
 
@@ -101,11 +110,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := write(stdout, cfg, env, results); err != nil {
 		return err
-	}
-	if cfg.chart != "" {
-		if err := writeChart(cfg.chart, cfg, results); err != nil {
-			return err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)

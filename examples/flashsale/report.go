@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 )
 
 // write writes the report in cfg.format.
@@ -85,79 +88,246 @@ func (r result) storeCell() string {
 	return r.Store
 }
 
-// startTable writes the line that describes the backends and returns a
-// table of results whose first row is header.
-func startTable(w io.Writer, env *backends, header string) *tabwriter.Writer {
-	fmt.Fprintf(w, "%s\n\n", strings.Join(env.describe(), "; "))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, header)
-	return tw
+// width is what the report fits in without -wide: the table, and every
+// line of text, wrapped.
+const width = 120
+
+// column is a column of a table: its header, whether only -wide shows it,
+// and its cell in a row that ran.
+type column struct {
+	header string
+	wide   bool
+	cell   func(result) string
 }
 
-func writeTable(w io.Writer, cfg *config, env *backends, results []result) error {
-	fmt.Fprintf(w, "flash sale: %d buyers (%d click twice) for %d units, %d per buyer, %d calls in flight\n",
-		cfg.buyers, cfg.repeaters(), cfg.stock, cfg.qty, cfg.concurrency)
-	tw := startTable(w, env, "strategy\tstore\tsold\toversold\tlost\tleft\t"+
-		"sold out\tcontention\tduplicate\terror\tretries\telapsed\treq/s\tp50\tp90\tp99\tmax\t")
+// count is a column of an integer.
+func count(header string, wide bool, v func(result) int64) column {
+	return column{header, wide, func(r result) string { return strconv.FormatInt(v(r), 10) }}
+}
+
+// latency is a column of a latency in milliseconds.
+func latency(header string, wide bool, v func(result) float64) column {
+	return column{header, wide, func(r result) string { return msString(v(r)) }}
+}
+
+// saleColumns are the single-SKU table's; the strategy and store come first.
+var saleColumns = []column{
+	count("sold", false, func(r result) int64 { return r.Sold }),
+	count("oversold", false, func(r result) int64 { return r.Oversold }),
+	count("lost", true, func(r result) int64 { return r.Lost }),
+	count("left", true, func(r result) int64 { return r.Left }),
+	count("sold out", false, func(r result) int64 { return r.Insufficient }),
+	count("contention", false, func(r result) int64 { return r.Contention }),
+	count("duplicate", false, func(r result) int64 { return r.Duplicate }),
+	count("error", true, func(r result) int64 { return r.Errors }),
+	count("retries", false, func(r result) int64 { return r.Retries }),
+	{"elapsed", true, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
+	{"req/s", false, func(r result) string { return fmt.Sprintf("%.0f", r.Throughput) }},
+	latency("p50", false, func(r result) float64 { return r.P50MS }),
+	latency("p90", true, func(r result) float64 { return r.P90MS }),
+	latency("p99", false, func(r result) float64 { return r.P99MS }),
+	latency("max", true, func(r result) float64 { return r.MaxMS }),
+}
+
+// cartTableColumns are the cart table's (-carts).
+var cartTableColumns = []column{
+	count("sold", false, func(r result) int64 { return r.Sold }),
+	count("held", true, func(r result) int64 { return r.Carts.Held }),
+	count("expired", false, func(r result) int64 { return r.Carts.Expired }),
+	count("left", false, func(r result) int64 { return r.Left }),
+	count("oversold", false, func(r result) int64 { return r.Oversold }),
+	count("lost", true, func(r result) int64 { return r.Lost }),
+	{"check", false, func(r result) string { return r.Carts.Check }},
+	count("sold out", false, func(r result) int64 { return r.Insufficient }),
+	count("late", false, func(r result) int64 { return r.Carts.Late }),
+	count("contention", true, func(r result) int64 { return r.Contention }),
+	count("error", true, func(r result) int64 { return r.Errors }),
+	count("retries", true, func(r result) int64 { return r.Retries }),
+	{"elapsed", true, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
+	{"released in", true, func(r result) string { return fmt.Sprintf("%.2fs", r.Carts.ReleaseMS/1000) }},
+	{"req/s", false, func(r result) string { return fmt.Sprintf("%.0f", r.Throughput) }},
+	latency("p50", false, func(r result) float64 { return r.P50MS }),
+	latency("p99", false, func(r result) float64 { return r.P99MS }),
+	latency("max", true, func(r result) float64 { return r.MaxMS }),
+}
+
+// writeRows writes the backends line and the table of results in columns
+// (those without wide unless cfg.wide), and returns the rows' notes.
+func writeRows(w io.Writer, cfg *config, env *backends, results []result, columns []column) ([]string, error) {
+	fmt.Fprintf(w, "%s\n\n", wrap(strings.Join(env.describe(), "; "), width))
+	var shown []column
+	for _, c := range columns {
+		if cfg.wide || !c.wide {
+			shown = append(shown, c)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	cells := []string{"strategy", "store"}
+	for _, c := range shown {
+		cells = append(cells, c.header)
+	}
+	fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	var notes []string
 	for _, r := range results {
 		notes = append(notes, r.notes()...)
 		if r.Skipped != "" {
 			continue
 		}
-		if !r.Ran {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
-			continue
+		cells = []string{r.Strategy, r.storeCell()}
+		for _, c := range shown {
+			v := "-"
+			if r.Ran && (r.Carts != nil || !cfg.carts) {
+				v = c.cell(r)
+			}
+			cells = append(cells, v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.Strategy, r.storeCell(), r.Sold, r.Oversold, r.Lost, r.Left,
-			r.Insufficient, r.Contention, r.Duplicate, r.Errors, r.Retries,
-			r.ElapsedMS/1000, r.Throughput, msString(r.P50MS), msString(r.P90MS), msString(r.P99MS), msString(r.MaxMS))
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
-	if err := tw.Flush(); err != nil {
+	return notes, tw.Flush()
+}
+
+func writeTable(w io.Writer, cfg *config, env *backends, results []result) error {
+	fmt.Fprintln(w, wrap(fmt.Sprintf("flash sale: %d buyers (%d click twice) for %d units, %d per buyer, %d calls in flight",
+		cfg.buyers, cfg.repeaters(), cfg.stock, cfg.qty, cfg.concurrency), width))
+	notes, err := writeRows(w, cfg, env, results, saleColumns)
+	if err != nil {
 		return err
 	}
-	notes = append(notes, ceilingNotes(results)...)
+	notes = append(notes, baselineNotes(results)...)
 	notes = append(notes, tieredNotes(results)...)
 	if cfg.metrics {
 		if err := writeMetricsTable(w, results); err != nil {
 			return err
 		}
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
-	}
-	_, err := fmt.Fprintln(w, "\nsold and left are units; sold out, contention, duplicate and error count refused requests;\n"+
-		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included.\n"+
-		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
-	return err
+	writeNotes(w, notes)
+	fmt.Fprintln(w, "\n"+wrap("sold and left are units; sold out, contention (gave up after -retries), duplicate and error count refused requests; "+
+		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included; "+
+		"-wide adds lost, left, error, elapsed, p90 and max.", width))
+	fmt.Fprintln(w, wrap("* embedded: the row's server ran in this process (miniredis): its speed is not a real server's.", width))
+	return writeVerdicts(w, cfg, results)
 }
 
-// ceilingNotes explains the ceiling rows and gives, for each Redis row that
-// ran beside one, its throughput as a multiple of the ceiling's.
-func ceilingNotes(results []result) []string {
-	var notes []string
-	for _, c := range results {
-		if c.Strategy != "ceiling" || !c.Ran || c.Failure != "" {
+// writeNotes writes notes, each wrapped, its next lines indented.
+func writeNotes(w io.Writer, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintln(w, wrap(n, width))
+	}
+}
+
+// wrap breaks s into lines of at most n columns at spaces (a word longer
+// than n stays whole), indenting every line after the first by two.
+func wrap(s string, n int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		l := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case line+1+l > n:
+			b.WriteString("\n  ")
+			line = 2
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += l
+	}
+	return b.String()
+}
+
+// isBaseline reports whether r is a baseline, not a strategy: the
+// in-process map, or the bare script without keys.
+func isBaseline(r result) bool { return r.Strategy == "map" || r.Strategy == "bare-script" }
+
+// exact reports whether r sold exactly: it ran without a failure, sold no
+// unit twice and lost none, and sold every unit its buyers asked for up to
+// the stock (with -carts: its stock check held).
+func exact(cfg *config, r result) bool {
+	if !r.Ran || r.Failure != "" || r.Oversold != 0 || r.Lost != 0 {
+		return false
+	}
+	if r.Carts != nil {
+		return r.Carts.Check == "ok"
+	}
+	return r.Sold == min(r.Initial/cfg.qty, int64(r.Buyers))*cfg.qty
+}
+
+// writeVerdicts ends the report with a line per store: the fastest
+// strategy that sold exactly, and by how much it beat the next.
+func writeVerdicts(w io.Writer, cfg *config, results []result) error {
+	var stores []string
+	byStore := map[string][]result{}
+	for _, r := range results {
+		if !r.Ran || isBaseline(r) {
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("%s/%s is a ceiling, not a strategy: one bare check-and-DECRBY EVALSHA per call on the same Redis, "+
-			"client and concurrency; it never oversells, but it has no idempotency keys (%d repeat clicks bought a second time) and no resend protection",
-			c.Strategy, c.Store, c.Rebought))
-		for _, r := range results {
-			if r.Ran && r.Failure == "" && r.Strategy != "ceiling" && r.Strategy != "memory" && r.Embedded == c.Embedded && usesRedis(r) && c.Throughput > 0 {
-				notes = append(notes, fmt.Sprintf("%s/%s: %.2fx the ceiling's req/s (one sale each: rerun to see the spread)",
-					r.Strategy, r.Store, r.Throughput/c.Throughput))
+		if byStore[r.Store] == nil {
+			stores = append(stores, r.Store)
+		}
+		byStore[r.Store] = append(byStore[r.Store], r)
+	}
+	if len(stores) > 0 {
+		fmt.Fprintln(w, "\nverdict: per store, the fastest strategy that sold exactly (no unit oversold or lost, none left unsold to a buyer):")
+	}
+	for _, store := range stores {
+		var ok []result
+		for _, r := range byStore[store] {
+			if exact(cfg, r) {
+				ok = append(ok, r)
 			}
 		}
+		slices.SortStableFunc(ok, func(a, b result) int { return cmp.Compare(b.Throughput, a.Throughput) })
+		var v string
+		switch len(ok) {
+		case 0:
+			v = fmt.Sprintf("%s: none of %d sold exactly", store, len(byStore[store]))
+		case 1:
+			v = fmt.Sprintf("%s: %s, %.0f req/s, the only one that sold exactly", store, ok[0].Strategy, ok[0].Throughput)
+			if len(byStore[store]) == 1 {
+				v = fmt.Sprintf("%s: %s, %.0f req/s, sold exactly (the only strategy on this store)", store, ok[0].Strategy, ok[0].Throughput)
+			}
+		default:
+			v = fmt.Sprintf("%s: %s, %.0f req/s, %.1fx the next, %s (%.0f req/s)", store, ok[0].Strategy, ok[0].Throughput,
+				ok[0].Throughput/ok[1].Throughput, ok[1].Strategy, ok[1].Throughput)
+		}
+		if len(ok) > 0 {
+			if n := len(byStore[store]) - len(ok); n > 0 && len(ok) > 1 {
+				v += fmt.Sprintf("; %d did not sell exactly", n)
+			}
+			for _, b := range results {
+				if b.Strategy == "bare-script" && b.Store == store && b.Ran && b.Failure == "" && b.Throughput > 0 {
+					v += fmt.Sprintf("; the bare script without keys did %.2fx %s's req/s", b.Throughput/ok[0].Throughput, ok[0].Strategy)
+				}
+			}
+			if ok[0].Embedded {
+				v += "; embedded: not a real server's speed"
+			}
+		}
+		if _, err := fmt.Fprintln(w, "  "+strings.ReplaceAll(wrap(v, width-2), "\n", "\n  ")); err != nil {
+			return err
+		}
 	}
-	return notes
+	return nil
 }
 
-// usesRedis reports whether row r sold with one script call per Reduce on
-// the sale's Redis (-redis, or its embedded miniredis), as the ceiling does.
-func usesRedis(r result) bool {
-	return r.Strategy == "luascript" || r.Strategy == "tiered" && !strings.HasPrefix(r.Where, "private")
+// baselineNotes says what the baseline rows are.
+func baselineNotes(results []result) []string {
+	var notes []string
+	for _, b := range results {
+		if !b.Ran || !isBaseline(b) {
+			continue
+		}
+		if b.Strategy == "map" {
+			notes = append(notes, fmt.Sprintf("%s/%s is a baseline, not a strategy: a mutex-guarded map in this process, no server and no I/O.", b.Strategy, b.Store))
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s/%s is a baseline, not a strategy: one bare check-and-DECRBY EVALSHA per call on the same Redis, "+
+			"client and concurrency; it never oversells, but it has no idempotency keys (%d repeat clicks bought a second time) and no resend protection "+
+			"(one sale each: rerun to see the spread).", b.Strategy, b.Store, b.Rebought))
+	}
+	return notes
 }
 
 // tieredNotes says, per tiered row, who sold the units and what Reconcile
@@ -213,12 +383,16 @@ func writeMetricsTable(w io.Writer, results []result) error {
 	return err
 }
 
-// msString shows a latency with two decimals, or three below 0.1ms.
+// msString shows a latency given in milliseconds with three significant
+// digits, in µs below 1ms and in s from 1000ms.
 func msString(v float64) string {
-	if v < 0.1 {
-		return strconv.FormatFloat(v, 'f', 3, 64) + "ms"
+	switch {
+	case v < 1:
+		return fmt.Sprintf("%.3gµs", v*1000)
+	case v < 1000:
+		return fmt.Sprintf("%.3gms", v)
 	}
-	return strconv.FormatFloat(v, 'f', 2, 64) + "ms"
+	return fmt.Sprintf("%.3gs", v/1000)
 }
 
 // cartColumns are the CSV's with -carts: the cart sale's figures after the
@@ -252,37 +426,19 @@ func writeCartsCSV(w io.Writer, results []result) error {
 }
 
 func writeCartsTable(w io.Writer, cfg *config, env *backends, results []result) error {
-	fmt.Fprintf(w, "cart sale: %d carts of 1-%d lines over %d SKUs of %d units, 1-%d units a line; %.0f%% reserve and never pay, "+
-		"%.0f%% ReduceLines, the others Reserve then Confirm; holds live %v, a reaper sweeps every %v; %d calls in flight\n",
-		cfg.buyers, min(5, cfg.skus), cfg.skus, cfg.stock, cfg.qty, 100*cfg.abandon, 100*cfg.direct, cfg.holdTTL, cfg.reap, cfg.concurrency)
-	tw := startTable(w, env, "strategy\tstore\tsold\theld\texpired\tleft\toversold\tlost\tcheck\t"+
-		"sold out\tlate\tcontention\terror\tretries\telapsed\treleased in\treq/s\tp50\tp99\tmax\t")
-	var notes []string
-	for _, r := range results {
-		notes = append(notes, r.notes()...)
-		if r.Skipped != "" {
-			continue
-		}
-		c := r.Carts
-		if !r.Ran || c == nil {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Strategy, r.Store)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.2fs\t%.0f\t%s\t%s\t%s\t\n",
-			r.Strategy, r.storeCell(), r.Sold, c.Held, c.Expired, r.Left, r.Oversold, r.Lost, c.Check,
-			r.Insufficient, c.Late, r.Contention, r.Errors, r.Retries,
-			r.ElapsedMS/1000, c.ReleaseMS/1000, r.Throughput, msString(r.P50MS), msString(r.P99MS), msString(r.MaxMS))
-	}
-	if err := tw.Flush(); err != nil {
+	fmt.Fprintln(w, wrap(fmt.Sprintf("cart sale: %d carts of 1-%d lines over %d SKUs of %d units, 1-%d units a line; %.0f%% reserve and never pay, "+
+		"%.0f%% ReduceLines, the others Reserve then Confirm; holds live %v, a reaper sweeps every %v; %d calls in flight",
+		cfg.buyers, min(5, cfg.skus), cfg.skus, cfg.stock, cfg.qty, 100*cfg.abandon, 100*cfg.direct, cfg.holdTTL, cfg.reap, cfg.concurrency), width))
+	notes, err := writeRows(w, cfg, env, results, cartTableColumns)
+	if err != nil {
 		return err
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
-	}
-	_, err := fmt.Fprintln(w, "\nsold, held, expired and left are units over all SKUs: held is in holds when the buying ended, expired the units of holds\n"+
-		"never confirmed (abandoned, or confirmed too late), which must all come back; left is read back after every hold's TTL.\n"+
-		"check: per SKU, initial - available == sold - returned + held (no returns here) when the buying ended and after expiry (held 0).\n"+
-		"sold out counts carts refused, late the Confirms that found their hold expired; released in: from the end of the buying to held 0.\n"+
-		"* embedded: the row's server ran in this process (miniredis, or a map): its speed is not a real server's.")
-	return err
+	writeNotes(w, notes)
+	fmt.Fprintln(w, "\n"+wrap("sold, held, expired and left are units over all SKUs: held is in holds when the buying ended, expired the units of holds "+
+		"never confirmed (abandoned, or confirmed too late), which must all come back; left is read back after every hold's TTL. "+
+		"check: per SKU, initial - available == sold - returned + held (no returns here) when the buying ended and after expiry (held 0). "+
+		"sold out counts carts refused, late the Confirms that found their hold expired; released in: from the end of the buying to held 0. "+
+		"-wide adds held, lost, contention, error, retries, elapsed, released in and max.", width))
+	fmt.Fprintln(w, wrap("* embedded: the row's server ran in this process (miniredis): its speed is not a real server's.", width))
+	return writeVerdicts(w, cfg, results)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/retry"
 )
 
 // result is one row of the report. Its JSON names are the CSV's columns.
@@ -49,7 +49,7 @@ type result struct {
 	Insufficient int64 `json:"insufficient"` // requests refused: sold out
 	Contention   int64 `json:"contention"`   // requests refused: gave up after -retries
 	Duplicate    int64 `json:"duplicate"`    // requests refused: the buyer had bought already
-	// Rebought counts, on a row without idempotency keys (the ceiling),
+	// Rebought counts, on a row without idempotency keys (the bare script),
 	// the repeat clicks that bought a second time: a keyed strategy
 	// refuses them as duplicates.
 	Rebought   int64  `json:"rebought"`
@@ -279,9 +279,9 @@ func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string
 			ready.Done()
 			<-gun
 			b := &buyers[i]
-			var key inventory.Option // nil: ignored
+			key := "" // none: the row has no idempotency keys
 			if !keyless {
-				key = inventory.WithKey(buyerKey(i))
+				key = buyerKey(i)
 			}
 			for range clicks {
 				select {
@@ -306,73 +306,52 @@ func sale(ctx context.Context, cfg *config, m inventory.StockManager, sku string
 // buyerKey is buyer i's id, its idempotency key.
 func buyerKey(i int) string { return fmt.Sprintf("buyer-%d", i) }
 
-// click is one press of "buy": a Reduce with the buyer's key, repeated after
-// ErrContention or an error without a verdict, with jittered exponential
-// backoff.
-func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager, sku string, key inventory.Option, c *counts) {
+// click is one press of "buy": a Reduce with the buyer's key (none when
+// keyless), made again through package retry after ErrContention or, with a
+// key, an error without a verdict.
+func (b *buyer) click(ctx context.Context, cfg *config, m inventory.StockManager, sku, key string, c *counts) {
 	defer c.requests.Add(1)
-	for attempt := 0; ; attempt++ {
+	attempts := 0
+	_, err := retry.Do(ctx, key, func(ctx context.Context, opts ...inventory.Option) (int64, error) {
+		if attempts++; attempts > 1 {
+			c.retries.Add(1)
+		}
 		callCtx, cancel := context.WithTimeout(ctx, cfg.timeout)
-		_, err := m.Reduce(callCtx, sku, cfg.qty, key)
-		cancel()
-		switch {
-		case err == nil:
-			if b.bought {
-				c.rebought.Add(1)
-			}
+		defer cancel()
+		rem, err := m.Reduce(callCtx, sku, cfg.qty, opts...)
+		if err != nil && retry.Retryable(err, true) && !errors.Is(err, inventory.ErrContention) {
+			b.ambiguous = true // it may have taken effect
+		}
+		return rem, err
+	}, cfg.retryOptions()...)
+	switch {
+	case err == nil:
+		if b.bought {
+			c.rebought.Add(1)
+		}
+		b.bought = true
+		b.buys++
+		c.sold.Add(cfg.qty)
+	case errors.Is(err, inventory.ErrDuplicate):
+		if !b.bought && b.ambiguous {
+			// A failed call did take effect: the key says so.
 			b.bought = true
-			b.buys++
 			c.sold.Add(cfg.qty)
-			return
-		case errors.Is(err, inventory.ErrDuplicate):
-			if !b.bought && b.ambiguous {
-				// A failed call did take effect: the key says so.
-				b.bought = true
-				c.sold.Add(cfg.qty)
-				c.resolved.Add(1)
-				return
-			}
-			c.duplicate.Add(1)
-			return
-		case errors.Is(err, inventory.ErrInsufficientStock):
-			c.insufficient.Add(1)
-			return
-		case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrInvalidArgument):
-			c.fail(err)
+			c.resolved.Add(1)
 			return
 		}
-		contention := errors.Is(err, inventory.ErrContention)
-		if key == nil && !contention {
-			// Without a key a retry could take units twice.
-			c.unknown.Add(1)
-			c.fail(err)
-			return
-		}
-		b.ambiguous = b.ambiguous || !contention
-		if attempt == cfg.retries || ctx.Err() != nil {
-			if contention {
-				c.contention.Add(1)
-			} else {
-				c.fail(err)
-			}
-			return
-		}
-		c.retries.Add(1)
-		if !sleep(ctx, backoff(cfg.backoff, attempt)) {
-			c.fail(ctx.Err())
-			return
-		}
+		c.duplicate.Add(1)
+	case errors.Is(err, inventory.ErrInsufficientStock):
+		c.insufficient.Add(1)
+	case errors.Is(err, inventory.ErrContention) && ctx.Err() == nil:
+		c.contention.Add(1) // gave up after -retries
+	case key == "" && retry.Retryable(err, true) && !errors.Is(err, inventory.ErrContention):
+		// Without a key a retry could take units twice.
+		c.unknown.Add(1)
+		c.fail(err)
+	default:
+		c.fail(err)
 	}
-}
-
-// backoff is a full-jitter delay for retry attempt (0-based): uniform in
-// [0, base*2^attempt), capped at 100*base.
-func backoff(base time.Duration, attempt int) time.Duration {
-	d := min(base<<min(attempt, 16), 100*base)
-	if d <= 0 {
-		return 0
-	}
-	return rand.N(d)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -82,12 +82,16 @@
 // format (the OpenTelemetry Prometheus exporter over otelstock): calls by
 // operation and outcome (inventory_client_operations_total), their duration
 // (inventory_client_operation_duration_seconds), calls in flight and units
-// moved. -rate limits the purchases of the whole service to that many per
-// second and -rate-per-sku those of each SKU (package ratelimit; bursts of
-// up to -burst and -burst-per-sku, one second's worth by default); a purchase over a limit is answered 503 busy
-// with Retry-After: 1, before it reaches the backend, and counted with
-// outcome contention. The handler logs failures itself, with the request,
-// so the service stacks otelstock over ratelimit without slogstock.
+// moved; beside them the Go runtime's metrics (go_*) and the process's
+// (process_*). No series carries an empty label: the exporter's
+// otel_scope_* labels are left out (one scope, otelstock). -rate limits the
+// purchases of the whole service to that many per second and -rate-per-sku
+// those of each SKU (package ratelimit; bursts of up to -burst and
+// -burst-per-sku, one second's worth by default); a purchase over a limit
+// is answered 503 busy with Retry-After: 1, before it reaches the backend,
+// and counted with outcome contention. The handler logs failures itself,
+// with the request, so the service stacks otelstock over ratelimit without
+// slogstock.
 //
 // The server stops gracefully on SIGINT or SIGTERM: it stops accepting,
 // lets requests in flight finish (for up to -shutdown-timeout), then closes
@@ -110,6 +114,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -312,8 +317,12 @@ func instrument(m inventory.StockManager, cfg *config) (inventory.StockManager, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// The Go runtime's and the process's metrics beside the stock calls';
+	// the calls' series carry no otel_scope_* labels (one scope, otelstock:
+	// its version would sit on every series, its schema URL empty).
 	reg := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -543,6 +543,13 @@ func TestMetricsAndRateLimit(t *testing.T) {
 	assert.Equal(t, 8.0, metric(t, text, "inventory_client_operation_duration_seconds_count", reduce), "one duration per purchase")
 	assert.Equal(t, 3.0, metric(t, text, "inventory_client_units_total", `inventory_direction="reduce"`), "units sold")
 	assert.Equal(t, 0.0, metric(t, text, "inventory_client_active_operations", reduce), "nothing in flight")
+	// The Go runtime's and the process's metrics are there too, and no
+	// series has an empty label (the exporter's otel_scope_schema_url was).
+	assert.Regexp(t, `(?m)^go_goroutines [0-9]+$`, text)
+	assert.Regexp(t, `(?m)^go_memstats_heap_alloc_bytes [0-9.e+]+$`, text)
+	assert.Regexp(t, `(?m)^process_resident_memory_bytes [0-9.e+]+$`, text)
+	assert.NotContains(t, text, `=""`, "an empty label")
+	assert.NotContains(t, text, "otel_scope_", "a scope label on every series")
 
 	code, _, r = c.do("GET", "/stock/shoe", "")
 	require.Equal(t, http.StatusOK, code)

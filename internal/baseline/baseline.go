@@ -1,5 +1,5 @@
 // Package baseline holds the bare forms the strategies are measured against
-// (make bench's comparisons, flashsale's ceiling row). They are not
+// (make bench's comparisons, flashsale's bare-script row). They are not
 // strategies: safe against overselling, but with no idempotency keys, no
 // resend protection and no errors told apart.
 package baseline
