@@ -103,8 +103,11 @@ func Do[T any](ctx context.Context, key string, call func(ctx context.Context, o
 	if p, ok := errors.AsType[*backoff.PermanentError](err); ok {
 		err = p.Err // the last attempt's own error, a verdict
 	}
-	if err != nil && last != nil && err != last {
+	switch {
+	case err != nil && last != nil && err != last:
 		err = errors.Join(last, err) // ctx ended during a pause
+	case err != nil && ctx.Err() != nil && Retryable(err, key != "") && !errors.Is(err, ctx.Err()):
+		err = errors.Join(err, ctx.Err()) // ctx ended during the call, which would have been retried
 	}
 	return v, err
 }

@@ -133,6 +133,23 @@ func TestDoStopsWithCtx(t *testing.T) {
 	require.Equal(t, 1, calls)
 }
 
+// TestDoCtxEndsDuringCall: a ctx that ends while the call runs, which then
+// answers an error worth retrying, stops the retries with both errors
+// (this ordering once made TestDoStopsWithCtx fail under load: Do returned
+// only ErrContention).
+func TestDoCtxEndsDuringCall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := retry.Do(ctx, "", func(context.Context, ...inventory.Option) (int64, error) {
+		calls++
+		cancel()
+		return 0, inventory.ErrContention
+	}, retry.WithBackoff(time.Hour, time.Hour))
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, inventory.ErrContention, "the call's own error is kept")
+	require.Equal(t, 1, calls)
+}
+
 func TestRunAndOptions(t *testing.T) {
 	ctx := context.Background()
 	tries := 0
