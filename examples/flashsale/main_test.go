@@ -870,7 +870,8 @@ func (m partialCarts) ReduceLines(ctx context.Context, lines []inventory.Line, o
 // interface's methods are promoted.
 type plainManager struct{ inventory.StockManager }
 
-// The cart table has the held and expired columns and the check.
+// The cart table has the expired column and the check, and with -wide the
+// held and lost columns too; it ends with the verdicts.
 func TestCartsTableAndCSV(t *testing.T) {
 	t.Parallel()
 	args := append(slices.Clone(cartArgs), "-strategies", "map,rowlock,zklock")
@@ -878,10 +879,18 @@ func TestCartsTableAndCSV(t *testing.T) {
 	require.NoError(t, run(context.Background(), args, &table, io.Discard))
 	out := table.String()
 	t.Logf("table:\n%s", out)
-	for _, want := range []string{"cart sale: 300 carts of 1-4 lines over 4 SKUs of 15 units", "held", "expired", "check", "late", "zklock/redis did not run"} {
+	for _, want := range []string{"cart sale: 300 carts of 1-4 lines over 4 SKUs of 15 units", "expired", "check", "late", "zklock/redis did not run"} {
 		assert.Contains(t, out, want)
 	}
-	assert.Regexp(t, `(?m)^ +rowlock +sqlite +\d+ +\d+ +\d+ +\d+ +0 +0 +ok `, out)
+	for _, line := range strings.Split(out, "\n") {
+		assert.LessOrEqual(t, utf8.RuneCountInString(line), 120, "%q", line)
+	}
+	assert.Regexp(t, `(?m)^ +rowlock +sqlite +\d+ +\d+ +\d+ +0 +ok `, out, "sold, expired, left, oversold 0, check ok")
+	assert.Regexp(t, `(?m)^  sqlite: rowlock, \d+ req/s, sold exactly \(the only strategy on this store\)$`, out)
+
+	table.Reset()
+	require.NoError(t, run(context.Background(), append(args, "-wide"), &table, io.Discard))
+	assert.Regexp(t, `(?m)^ +rowlock +sqlite +\d+ +\d+ +\d+ +\d+ +0 +0 +ok `, table.String(), "sold, held, expired, left, oversold 0, lost 0, check ok")
 
 	var cs bytes.Buffer
 	require.NoError(t, run(context.Background(), append(args, "-format", "csv"), &cs, io.Discard))
