@@ -1,9 +1,9 @@
 // Command flashsale races every stock strategy of
 // github.com/stockkit/inventory on the same flash sale, many buyers on little
-// stock, and prints a side-by-side table that fits 120 columns: units sold
-// and oversold, refusals by reason, retries, throughput and latency
-// percentiles (-wide adds units lost and left, errors, elapsed time, p90
-// and max). It ends with a verdict per store: the fastest strategy that
+// stock, and prints a side-by-side table that fits 120 columns: units sold,
+// oversold and left, refusals (sold out, contention), elapsed time,
+// throughput and latency percentiles (-wide adds units lost, duplicates,
+// errors, retries, p90 and max). It ends with a verdict per store: the fastest strategy that
 // sold exactly (nothing oversold or lost, nothing left unsold to a buyer)
 // and its multiple of the next one's throughput.
 //

@@ -206,7 +206,7 @@ func TestBareScript(t *testing.T) {
 	require.NoError(t, run(context.Background(), append(args, "-stock", "50"), &table, io.Discard))
 	out := table.String()
 	t.Logf("table:\n%s", out)
-	assert.Regexp(t, `(?m)^ +bare-script +redis +50 +0 +350 +0 +0 `, out, "the bare script's row: 50 sold, 350 clicks sold out, no duplicate")
+	assert.Regexp(t, `(?m)^ +bare-script +redis +50 +0 +0 +350 +0 `, out, "the bare script's row: 50 sold, none oversold or left, 350 clicks sold out, no contention")
 	assert.Contains(t, unwrap(out), "bare-script/redis is a baseline, not a strategy")
 	assert.Regexp(t, `redis: luascript, \d+ req/s, sold exactly \(the only strategy on this store\); the bare script without keys did \d+\.\d\dx luascript's req/s`, unwrap(out))
 }
@@ -226,7 +226,7 @@ func TestWidth(t *testing.T) {
 	for _, line := range strings.Split(narrow.String(), "\n") {
 		assert.LessOrEqual(t, utf8.RuneCountInString(line), 120, "%q", line)
 	}
-	assert.Regexp(t, `(?m)^ +strategy +store +sold +oversold +sold out +contention +duplicate +retries +req/s +p50 +p99$`, narrow.String())
+	assert.Regexp(t, `(?m)^ +strategy +store +sold +oversold +left +sold out +contention +elapsed +req/s +p50 +p99$`, narrow.String())
 	lines := strings.Split(strings.TrimSpace(narrow.String()), "\n")
 	assert.Regexp(t, `^  sqlite: (optimistic-single|rowlock), \d+ req/s, \d+\.\dx the next, (optimistic-single|rowlock) \(\d+ req/s\)$`, lines[len(lines)-1])
 

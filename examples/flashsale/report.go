@@ -115,13 +115,13 @@ var saleColumns = []column{
 	count("sold", false, func(r result) int64 { return r.Sold }),
 	count("oversold", false, func(r result) int64 { return r.Oversold }),
 	count("lost", true, func(r result) int64 { return r.Lost }),
-	count("left", true, func(r result) int64 { return r.Left }),
+	count("left", false, func(r result) int64 { return r.Left }),
 	count("sold out", false, func(r result) int64 { return r.Insufficient }),
 	count("contention", false, func(r result) int64 { return r.Contention }),
-	count("duplicate", false, func(r result) int64 { return r.Duplicate }),
+	count("duplicate", true, func(r result) int64 { return r.Duplicate }),
 	count("error", true, func(r result) int64 { return r.Errors }),
-	count("retries", false, func(r result) int64 { return r.Retries }),
-	{"elapsed", true, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
+	count("retries", true, func(r result) int64 { return r.Retries }),
+	{"elapsed", false, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
 	{"req/s", false, func(r result) string { return fmt.Sprintf("%.0f", r.Throughput) }},
 	latency("p50", false, func(r result) float64 { return r.P50MS }),
 	latency("p90", true, func(r result) float64 { return r.P90MS }),
@@ -143,7 +143,7 @@ var cartTableColumns = []column{
 	count("contention", true, func(r result) int64 { return r.Contention }),
 	count("error", true, func(r result) int64 { return r.Errors }),
 	count("retries", true, func(r result) int64 { return r.Retries }),
-	{"elapsed", true, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
+	{"elapsed", false, func(r result) string { return fmt.Sprintf("%.2fs", r.ElapsedMS/1000) }},
 	{"released in", true, func(r result) string { return fmt.Sprintf("%.2fs", r.Carts.ReleaseMS/1000) }},
 	{"req/s", false, func(r result) string { return fmt.Sprintf("%.0f", r.Throughput) }},
 	latency("p50", false, func(r result) float64 { return r.P50MS }),
@@ -201,9 +201,9 @@ func writeTable(w io.Writer, cfg *config, env *backends, results []result) error
 		}
 	}
 	writeNotes(w, notes)
-	fmt.Fprintln(w, "\n"+wrap("sold and left are units; sold out, contention (gave up after -retries), duplicate and error count refused requests; "+
+	fmt.Fprintln(w, "\n"+wrap("sold and left are units; sold out and contention (gave up after -retries) count refused requests (-wide: duplicate and error too); "+
 		"oversold and lost come from the stock read back after the sale and must be 0; latencies are per request, retries included; "+
-		"-wide adds lost, left, error, elapsed, p90 and max.", width))
+		"-wide adds lost, duplicate, error, retries, p90 and max.", width))
 	fmt.Fprintln(w, wrap("* embedded: the row's server ran in this process (miniredis): its speed is not a real server's.", width))
 	return writeVerdicts(w, cfg, results)
 }
@@ -438,7 +438,7 @@ func writeCartsTable(w io.Writer, cfg *config, env *backends, results []result) 
 		"never confirmed (abandoned, or confirmed too late), which must all come back; left is read back after every hold's TTL. "+
 		"check: per SKU, initial - available == sold - returned + held (no returns here) when the buying ended and after expiry (held 0). "+
 		"sold out counts carts refused, late the Confirms that found their hold expired; released in: from the end of the buying to held 0. "+
-		"-wide adds held, lost, contention, error, retries, elapsed, released in and max.", width))
+		"-wide adds held, lost, contention, error, retries, released in and max.", width))
 	fmt.Fprintln(w, wrap("* embedded: the row's server ran in this process (miniredis): its speed is not a real server's.", width))
 	return writeVerdicts(w, cfg, results)
 }
