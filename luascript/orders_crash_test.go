@@ -118,57 +118,77 @@ func TestCrashInReserveLazy(t *testing.T) {
 	x.levels(0, 0, 10, 0)
 }
 
+// TestCrashInConfirmBeforeCommit: the hold lasts 200 ms, or longer when
+// the pin came too late to find it live.
 func TestCrashInConfirmBeforeCommit(t *testing.T) {
-	x := newCrash(t)
-	const ttl = 200 * time.Millisecond
-	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
-	o := x.recordOrder("o1")
-	_, st, err := x.m.eval(x.ctx, []string{o.groups[0].part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
-	require.NoError(t, err)
-	require.Equal(t, "ok", st)
-	// The Confirm dies here: part 0 pinned, part 1 not, the record held.
-	time.Sleep(ttl)
-	left, err := x.m.Reduce(x.ctx, x.skus[1], 1)
-	require.NoError(t, err, "the unpinned part expired and the Reduce released it")
-	require.EqualValues(t, 9, left)
-	_, err = x.m.Reduce(x.ctx, x.skus[0], 10)
-	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "a pinned part waits for its record")
-	require.Equal(t, 1, x.sweepUntil(10, 0, 9, 0), "Sweep settled the pinned part by its record")
-	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrHoldReleased)
-	x.levels(10, 0, 9, 0)
-}
-
-func TestCrashInConfirmAfterCommit(t *testing.T) {
-	x := newCrash(t)
-	const ttl = 100 * time.Millisecond
-	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
-	o := x.recordOrder("o1")
-	for _, g := range o.groups {
-		_, st, err := x.m.eval(x.ctx, []string{g.part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
+	testenv.TTLRounds(t, 200*time.Millisecond, 4*time.Second, func(ttl time.Duration) bool {
+		x := newCrash(t)
+		start := time.Now()
+		require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
+		o := x.recordOrder("o1")
+		_, st, err := x.m.eval(x.ctx, []string{o.groups[0].part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
+		if !testenv.Live(t, start, ttl, "the pin") {
+			return false
+		}
 		require.NoError(t, err)
 		require.Equal(t, "ok", st)
-	}
-	st, err := x.m.recordOp(x.ctx, o, "commit", "held", "confirmed")
-	require.NoError(t, err)
-	require.Equal(t, "ok", st)
-	// The Confirm dies here: the record says confirmed, no part is sold.
-	ttlLeft, err := x.c.PTTL(x.ctx, o.rec).Result()
-	require.NoError(t, err)
-	require.Less(t, ttlLeft, time.Duration(0), "a confirmed record stays until its parts are sold")
-	time.Sleep(ttl)
-	require.Zero(t, x.sweepUntil(7, 0, 6, 0), "Sweep sold the parts: nothing released")
-	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrDuplicate)
-	require.ErrorIs(t, x.m.Cancel(x.ctx, "o1"), inventory.ErrHoldConfirmed)
-	ttlLeft, err = x.c.PTTL(x.ctx, o.rec).Result()
-	require.NoError(t, err)
-	require.Greater(t, ttlLeft, time.Duration(0), "then it lasts the key TTL")
-	x.levels(7, 0, 6, 0)
+		// The Confirm dies here: part 0 pinned, part 1 not, the record held.
+		time.Sleep(ttl)
+		left, err := x.m.Reduce(x.ctx, x.skus[1], 1)
+		require.NoError(t, err, "the unpinned part expired and the Reduce released it")
+		require.EqualValues(t, 9, left)
+		_, err = x.m.Reduce(x.ctx, x.skus[0], 10)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock, "a pinned part waits for its record")
+		require.Equal(t, 1, x.sweepUntil(10, 0, 9, 0), "Sweep settled the pinned part by its record")
+		require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrHoldReleased)
+		x.levels(10, 0, 9, 0)
+		return true
+	})
+}
+
+// TestCrashInConfirmAfterCommit: the hold lasts 100 ms, or longer when the
+// pins came too late to find it live.
+func TestCrashInConfirmAfterCommit(t *testing.T) {
+	testenv.TTLRounds(t, 100*time.Millisecond, 2*time.Second, func(ttl time.Duration) bool {
+		x := newCrash(t)
+		start := time.Now()
+		require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, ttl))
+		o := x.recordOrder("o1")
+		var sts []string
+		for _, g := range o.groups {
+			_, st, err := x.m.eval(x.ctx, []string{g.part}, "pin", o.nonce, x.m.pinGrace.Milliseconds())
+			require.NoError(t, err)
+			sts = append(sts, st)
+		}
+		if !testenv.Live(t, start, ttl, "the pins") {
+			return false
+		}
+		require.Equal(t, []string{"ok", "ok"}, sts)
+		st, err := x.m.recordOp(x.ctx, o, "commit", "held", "confirmed")
+		require.NoError(t, err)
+		require.Equal(t, "ok", st)
+		// The Confirm dies here: the record says confirmed, no part is sold.
+		ttlLeft, err := x.c.PTTL(x.ctx, o.rec).Result()
+		require.NoError(t, err)
+		require.Less(t, ttlLeft, time.Duration(0), "a confirmed record stays until its parts are sold")
+		time.Sleep(ttl)
+		require.Zero(t, x.sweepUntil(7, 0, 6, 0), "Sweep sold the parts: nothing released")
+		require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrDuplicate)
+		require.ErrorIs(t, x.m.Cancel(x.ctx, "o1"), inventory.ErrHoldConfirmed)
+		ttlLeft, err = x.c.PTTL(x.ctx, o.rec).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttlLeft, time.Duration(0), "then it lasts the key TTL")
+		x.levels(7, 0, 6, 0)
+		return true
+	})
 }
 
 func TestCrashInLinesCall(t *testing.T) {
 	for _, dir := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
-		t.Run(string(dir), func(t *testing.T) {
+		t.Run(string(dir), inRounds(200*time.Millisecond, 4*time.Second, func(t *testing.T, ttl time.Duration) bool {
 			x := newCrash(t)
+			x.m.linesTTL = ttl
+			start := time.Now()
 			o := x.order(kindKeyed, string(dir)+":cart-1")
 			kind := map[inventory.Direction]string{inventory.DirReduce: "reduce", inventory.DirReturn: "return"}[dir]
 			require.NoError(t, x.m.begin(x.ctx, o, x.m.linesTTL, "keyed", x.lines))
@@ -183,8 +203,11 @@ func TestCrashInLinesCall(t *testing.T) {
 			if dir == inventory.DirReturn {
 				call = x.m.ReturnLines
 			}
-			require.ErrorIs(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")), inventory.ErrContention,
-				"within its time, the dead call may still be under way")
+			err := call(x.ctx, x.lines, inventory.WithKey("cart-1"))
+			if !testenv.Live(t, start, ttl, "the call with the dead call's key") {
+				return false
+			}
+			require.ErrorIs(t, err, inventory.ErrContention, "within its time, the dead call may still be under way")
 			x.sweepUntil(10, 0, 10, 0)
 			require.Eventually(t, func() bool { // the pending return is dropped too
 				_, err := x.m.Sweep(x.ctx)
@@ -203,7 +226,15 @@ func TestCrashInLinesCall(t *testing.T) {
 			} else {
 				x.levels(13, 0, 14, 0)
 			}
-		})
+			return true
+		}))
+	}
+}
+
+// inRounds is testenv.TTLRounds for t.Run.
+func inRounds(ttl, max time.Duration, round func(t *testing.T, ttl time.Duration) bool) func(*testing.T) {
+	return func(t *testing.T) {
+		testenv.TTLRounds(t, ttl, max, func(ttl time.Duration) bool { return round(t, ttl) })
 	}
 }
 

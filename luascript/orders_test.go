@@ -50,19 +50,34 @@ func skus(name string, n int, sameSlot bool) []string {
 // (subtests oneSlot=true, oneSlot=false), each initialised to qty, on a
 // Manager of its own made with opts.
 func eachLayout(t *testing.T, name string, n int, qty int64, f func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string), opts ...luascript.Option) {
+	layouts(t, func(t *testing.T, c redis.UniversalClient, same bool) {
+		m, s := layout(t, c, name, n, qty, same, opts...)
+		f(t, context.Background(), m, s)
+	})
+}
+
+// layouts runs f on the standalone Redis and on the Cluster, each time for
+// SKUs in one Cluster slot and in several (subtests oneSlot=true,
+// oneSlot=false).
+func layouts(t *testing.T, f func(t *testing.T, c redis.UniversalClient, sameSlot bool)) {
 	servers(t, func(t *testing.T, c redis.UniversalClient) {
 		for _, same := range []bool{true, false} {
-			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) {
-				ctx := context.Background()
-				m := newManager(t, c, opts...)
-				s := skus(name, n, same)
-				for _, sku := range s {
-					require.NoError(t, m.Init(ctx, sku, qty))
-				}
-				f(t, ctx, m, s)
-			})
+			t.Run(fmt.Sprintf("oneSlot=%v", same), func(t *testing.T) { f(t, c, same) })
 		}
 	})
+}
+
+// layout makes a Manager of its own with opts, and n SKUs named after
+// name, in one Cluster slot when sameSlot, else in n slots, each
+// initialised to qty.
+func layout(t *testing.T, c redis.UniversalClient, name string, n int, qty int64, sameSlot bool, opts ...luascript.Option) (*luascript.Manager, []string) {
+	t.Helper()
+	m := newManager(t, c, opts...)
+	s := skus(name, n, sameSlot)
+	for _, sku := range s {
+		require.NoError(t, m.Init(context.Background(), sku, qty))
+	}
+	return m, s
 }
 
 type checker struct {
@@ -152,23 +167,34 @@ func TestHoldLifecycle(t *testing.T) {
 
 // TestExpiryWithTraffic: a hold past its TTL counts as held until a call
 // that moves its SKU (a plain Reduce here) releases it in its own step.
+// The hold lasts 50 ms, or longer when the first Reduce came too late to
+// find it live.
 func TestExpiryWithTraffic(t *testing.T) {
-	eachLayout(t, "expire", 2, 10, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
-		ck := checker{t, m, ctx}
-		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 10, 10), 50*time.Millisecond))
-		_, err := m.Reduce(ctx, s[0], 1)
-		require.ErrorIs(t, err, inventory.ErrInsufficientStock, "held units are not available")
-		time.Sleep(120 * time.Millisecond)
-		ck.stock(s[0], 0, 10) // expired, not yet released
-		left, err := m.Reduce(ctx, s[0], 1)
-		require.NoError(t, err, "the Reduce released the expired hold first")
-		require.EqualValues(t, 9, left)
-		ck.stock(s[0], 9, 0)
-		require.NoError(t, m.ReduceLines(ctx, lines(s[1:], 10)))
-		ck.stock(s[1], 0, 0)
-		require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased)
-		ck.stock(s[0], 9, 0)
-		ck.stock(s[1], 0, 0)
+	layouts(t, func(t *testing.T, c redis.UniversalClient, same bool) {
+		ctx := context.Background()
+		testenv.TTLRounds(t, 50*time.Millisecond, 4*time.Second, func(ttl time.Duration) bool {
+			m, s := layout(t, c, "expire", 2, 10, same)
+			ck := checker{t, m, ctx}
+			start := time.Now()
+			require.NoError(t, m.Reserve(ctx, "o1", lines(s, 10, 10), ttl))
+			_, err := m.Reduce(ctx, s[0], 1)
+			if !testenv.Live(t, start, ttl, "the Reduce of held units") {
+				return false
+			}
+			require.ErrorIs(t, err, inventory.ErrInsufficientStock, "held units are not available")
+			time.Sleep(ttl + 70*time.Millisecond)
+			ck.stock(s[0], 0, 10) // expired, not yet released
+			left, err := m.Reduce(ctx, s[0], 1)
+			require.NoError(t, err, "the Reduce released the expired hold first")
+			require.EqualValues(t, 9, left)
+			ck.stock(s[0], 9, 0)
+			require.NoError(t, m.ReduceLines(ctx, lines(s[1:], 10)))
+			ck.stock(s[1], 0, 0)
+			require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased)
+			ck.stock(s[0], 9, 0)
+			ck.stock(s[1], 0, 0)
+			return true
+		})
 	})
 }
 
@@ -273,51 +299,59 @@ func TestConfirmRacesExpiry(t *testing.T) {
 }
 
 // TestSweep releases expired holds nobody touches, from several sweepers
-// at once: each hold once.
+// at once: each hold once. The holds last 2 s, or longer when making them
+// took a loaded machine longer than that.
 func TestSweep(t *testing.T) {
-	eachLayout(t, "sweep", 3, 1000, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
-		ck := checker{t, m, ctx}
-		require.NoError(t, m.Reserve(ctx, "live", lines(s, 1, 1, 1), time.Minute))
-		n, err := m.Sweep(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n, "nothing due yet")
-		const holds, ttl = 250, 2 * time.Second // more than one SweepBatch
-		start := time.Now()
-		var wg sync.WaitGroup
-		for g := range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := g; i < holds; i += 10 {
-					if err := m.Reserve(ctx, fmt.Sprint("o", i), lines(s, 1, 2, 3), ttl); err != nil {
+	layouts(t, func(t *testing.T, c redis.UniversalClient, same bool) {
+		ctx := context.Background()
+		testenv.TTLRounds(t, 2*time.Second, 8*time.Second, func(ttl time.Duration) bool {
+			m, s := layout(t, c, "sweep", 3, 1000, same)
+			ck := checker{t, m, ctx}
+			require.NoError(t, m.Reserve(ctx, "live", lines(s, 1, 1, 1), time.Minute))
+			n, err := m.Sweep(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n, "nothing due yet")
+			const holds = 250 // more than one SweepBatch
+			start := time.Now()
+			var wg sync.WaitGroup
+			for g := range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := g; i < holds; i += 10 {
+						if err := m.Reserve(ctx, fmt.Sprint("o", i), lines(s, 1, 2, 3), ttl); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			// No Reserve released an earlier one, so Sweep finds them all.
+			if !testenv.Live(t, start, ttl, "the last Reserve (the holds made before any expired)") {
+				return false
+			}
+			time.Sleep(ttl + 50*time.Millisecond) // after the last one's TTL
+			ck.stock(s[0], 1000-holds-1, holds+1) // expired, not yet released
+			var total atomic.Int64
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n, err := m.Sweep(ctx)
+					if err != nil {
 						t.Error(err)
 					}
-				}
-			}()
-		}
-		wg.Wait()
-		// No Reserve released an earlier one, so Sweep finds them all.
-		require.Less(t, time.Since(start), ttl, "the holds were made before any expired")
-		time.Sleep(ttl + 50*time.Millisecond) // after the last one's TTL
-		ck.stock(s[0], 1000-holds-1, holds+1) // expired, not yet released
-		var total atomic.Int64
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := m.Sweep(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				total.Add(int64(n))
-			}()
-		}
-		wg.Wait()
-		require.EqualValues(t, holds, total.Load(), "each hold released once")
-		ck.stock(s[0], 999, 1)
-		ck.stock(s[2], 999, 1)
-		require.NoError(t, m.Confirm(ctx, "live"))
-		ck.stock(s[1], 999, 0)
+					total.Add(int64(n))
+				}()
+			}
+			wg.Wait()
+			require.EqualValues(t, holds, total.Load(), "each hold released once")
+			ck.stock(s[0], 999, 1)
+			ck.stock(s[2], 999, 1)
+			require.NoError(t, m.Confirm(ctx, "live"))
+			ck.stock(s[1], 999, 0)
+			return true
+		})
 	})
 }
 
@@ -391,18 +425,29 @@ func TestHoldsLeaveNothing(t *testing.T) {
 }
 
 // TestExpiredIDFreeAfterKeyTTL: a hold that expired and that nothing
-// released frees its id once the key TTL has passed since its TTL.
+// released frees its id once the key TTL has passed since its TTL. The key
+// TTL is 300 ms, or longer when the repeated Reserve came too late to find
+// the id still taken.
 func TestExpiredIDFreeAfterKeyTTL(t *testing.T) {
-	const keyTTL = 300 * time.Millisecond
-	eachLayout(t, "free", 2, 10, func(t *testing.T, ctx context.Context, m *luascript.Manager, s []string) {
-		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 1, 1), 10*time.Millisecond))
-		time.Sleep(50 * time.Millisecond)
-		require.ErrorIs(t, m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute), inventory.ErrDuplicate,
-			"ended less than the key TTL ago")
-		time.Sleep(keyTTL)
-		require.NoError(t, m.Reserve(ctx, "o1", lines(s, 2, 2), time.Minute))
-		checker{t, m, ctx}.stock(s[0], 8, 2)
-	}, luascript.WithKeyTTL(keyTTL))
+	layouts(t, func(t *testing.T, c redis.UniversalClient, same bool) {
+		ctx := context.Background()
+		testenv.TTLRounds(t, 300*time.Millisecond, 5*time.Second, func(keyTTL time.Duration) bool {
+			m, s := layout(t, c, "free", 2, 10, same, luascript.WithKeyTTL(keyTTL))
+			const ttl = 10 * time.Millisecond
+			start := time.Now()
+			require.NoError(t, m.Reserve(ctx, "o1", lines(s, 1, 1), ttl))
+			time.Sleep(50 * time.Millisecond)
+			err := m.Reserve(ctx, "o1", lines(s, 1, 1), time.Minute)
+			if !testenv.Live(t, start, ttl+keyTTL, "the Reserve of the expired hold's id") {
+				return false
+			}
+			require.ErrorIs(t, err, inventory.ErrDuplicate, "ended less than the key TTL ago")
+			time.Sleep(keyTTL)
+			require.NoError(t, m.Reserve(ctx, "o1", lines(s, 2, 2), time.Minute))
+			checker{t, m, ctx}.stock(s[0], 8, 2)
+			return true
+		})
+	})
 }
 
 // keys lists the keys matching pattern on every master.

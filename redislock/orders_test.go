@@ -82,49 +82,57 @@ func skusOnMasters(t *testing.T, c *redis.ClusterClient, prefix string) []string
 func TestReserveAcrossShardsCrash(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.RedisCluster(t)
-	prefix := testenv.RedisPrefix(t, c)
-	rs, err := redisstore.New(c, redisstore.WithPrefix(prefix))
-	require.NoError(t, err)
-	l, err := redislock.NewLocker(c, redislock.WithPrefix(lockPrefix(t, c)))
-	require.NoError(t, err)
-	const ttl, grace = 200 * time.Millisecond, 500 * time.Millisecond
-	down := new(atomic.Bool)
-	crashing, err := lockmgr.NewManager(l, downStore{HoldStore: rs, down: down, holds: new(atomic.Int64), after: 2},
-		lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
-	require.NoError(t, err)
-	m, err := lockmgr.NewManager(l, rs, lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
-	require.NoError(t, err)
-
-	skus := skusOnMasters(t, c, prefix)
-	for _, s := range skus {
-		require.NoError(t, m.Init(ctx, s, 5))
-	}
-	cart := []inventory.Line{{SKU: skus[0], Qty: 2}, {SKU: skus[1], Qty: 1}, {SKU: skus[2], Qty: 1}}
-	start := time.Now()
-	require.ErrorIs(t, crashing.Reserve(ctx, "order-1", cart, ttl), errCrashed)
-
-	want := func(sku string, available, held int64) {
-		t.Helper()
-		n, err := m.Get(ctx, sku)
+	// The hold lasts 200 ms, or longer when the second Reserve came late.
+	testenv.TTLRounds(t, 200*time.Millisecond, 4*time.Second, func(ttl time.Duration) bool {
+		prefix := testenv.RedisPrefix(t, c)
+		rs, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 		require.NoError(t, err)
-		h, err := m.Held(ctx, sku)
+		l, err := redislock.NewLocker(c, redislock.WithPrefix(lockPrefix(t, c)))
 		require.NoError(t, err)
-		require.Equal(t, [2]int64{available, held}, [2]int64{n, h}, "available and held units of %q", sku)
-	}
-	want(skus[0], 3, 2)
-	want(skus[1], 5, 0)
-	require.ErrorIs(t, m.Confirm(ctx, "order-1"), inventory.ErrNotFound)
-	require.ErrorIs(t, m.Reserve(ctx, "order-1", cart, ttl), inventory.ErrContention, "the crashed Reserve may still be running: its id is busy, not used")
+		const grace = 500 * time.Millisecond
+		down := new(atomic.Bool)
+		crashing, err := lockmgr.NewManager(l, downStore{HoldStore: rs, down: down, holds: new(atomic.Int64), after: 2},
+			lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
+		require.NoError(t, err)
+		m, err := lockmgr.NewManager(l, rs, lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(grace))
+		require.NoError(t, err)
 
-	time.Sleep(time.Until(start.Add(ttl + grace + 100*time.Millisecond)))
-	n, err := m.Sweep(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	for _, s := range skus {
-		want(s, 5, 0)
-	}
-	require.NoError(t, m.Reserve(ctx, "order-1", cart, time.Minute), "the id is free again")
-	require.NoError(t, m.Confirm(ctx, "order-1"))
-	want(skus[0], 3, 0)
-	want(skus[2], 4, 0)
+		skus := skusOnMasters(t, c, prefix)
+		for _, s := range skus {
+			require.NoError(t, m.Init(ctx, s, 5))
+		}
+		cart := []inventory.Line{{SKU: skus[0], Qty: 2}, {SKU: skus[1], Qty: 1}, {SKU: skus[2], Qty: 1}}
+		start := time.Now()
+		require.ErrorIs(t, crashing.Reserve(ctx, "order-1", cart, ttl), errCrashed)
+
+		want := func(sku string, available, held int64) {
+			t.Helper()
+			n, err := m.Get(ctx, sku)
+			require.NoError(t, err)
+			h, err := m.Held(ctx, sku)
+			require.NoError(t, err)
+			require.Equal(t, [2]int64{available, held}, [2]int64{n, h}, "available and held units of %q", sku)
+		}
+		want(skus[0], 3, 2)
+		want(skus[1], 5, 0)
+		require.ErrorIs(t, m.Confirm(ctx, "order-1"), inventory.ErrNotFound)
+		err = m.Reserve(ctx, "order-1", cart, ttl)
+		if !testenv.Live(t, start, ttl, "the Reserve of the crashed Reserve's id") {
+			return false
+		}
+		require.ErrorIs(t, err, inventory.ErrContention, "the crashed Reserve may still be running: its id is busy, not used")
+
+		time.Sleep(time.Until(start.Add(ttl + grace + 100*time.Millisecond)))
+		n, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		for _, s := range skus {
+			want(s, 5, 0)
+		}
+		require.NoError(t, m.Reserve(ctx, "order-1", cart, time.Minute), "the id is free again")
+		require.NoError(t, m.Confirm(ctx, "order-1"))
+		want(skus[0], 3, 0)
+		want(skus[2], 4, 0)
+		return true
+	})
 }

@@ -119,33 +119,51 @@ func TestStore(t *testing.T) {
 	})
 }
 
+// TestKeyTTL: the key TTL is 200 ms, or longer when a Seen came too late
+// to find the key still kept.
 func TestKeyTTL(t *testing.T) {
-	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+	sqltest.Run(t, keyTTLRounds(200*time.Millisecond, 4*time.Second, func(t *testing.T, db *sqlx.DB, keyTTL time.Duration) bool {
 		ctx := ctx(t)
-		s := newStore(t, db, sqlstore.WithKeyTTL(200*time.Millisecond))
+		s := newStore(t, db, sqlstore.WithKeyTTL(keyTTL))
 		sku := testenv.Prefix()
 		require.NoError(t, s.Init(ctx, sku, 10))
 		_, v, err := s.Read(ctx, sku)
 		require.NoError(t, err)
+		start := time.Now()
 		ok, err := s.CompareAndSet(ctx, sku, v, 9, inventory.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, found, err := s.Seen(ctx, sku, inventory.DirReduce, "k")
+		if !testenv.Live(t, start, keyTTL, "the Seen of the new key") {
+			return false
+		}
 		require.NoError(t, err)
 		require.True(t, found)
 
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(keyTTL + 100*time.Millisecond)
 		_, found, err = s.Seen(ctx, sku, inventory.DirReduce, "k")
 		require.NoError(t, err)
 		require.False(t, found, "an expired key counts as absent")
+		start = time.Now()
 		ok, err = s.CompareAndSet(ctx, sku, v+1, 8, inventory.DirReduce, "k")
 		require.NoError(t, err, "an expired key can be used again")
 		require.True(t, ok)
 		rem, found, err := s.Seen(ctx, sku, inventory.DirReduce, "k")
+		if !testenv.Live(t, start, keyTTL, "the Seen of the key used again") {
+			return false
+		}
 		require.NoError(t, err)
 		require.True(t, found)
 		require.EqualValues(t, 8, rem)
-	})
+		return true
+	}))
+}
+
+// keyTTLRounds is testenv.TTLRounds for sqltest.Run.
+func keyTTLRounds(ttl, max time.Duration, round func(t *testing.T, db *sqlx.DB, ttl time.Duration) bool) func(*testing.T, *sqlx.DB) {
+	return func(t *testing.T, db *sqlx.DB) {
+		testenv.TTLRounds(t, ttl, max, func(ttl time.Duration) bool { return round(t, db, ttl) })
+	}
 }
 
 // TestBytewiseSKUs checks the collation: SKUs that differ only in case,
