@@ -125,18 +125,17 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
 // Manager implements [inventory.StockManager] with optimistic concurrency
 // over SQL. It is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f   front.Stock // validates, checks ctx, wraps errors; calls m.move
-	t   *sqldialect.Tables
-	o   *sqldialect.Orders
-	cfg config
+	sqlengine.Manager // the calls; Reduce and Return call m.move
+	t                 *sqldialect.Tables
+	cfg               config
 
 	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
 	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
@@ -156,8 +155,6 @@ type Manager struct {
 var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
-	_ inventory.StockManager = (*Tx)(nil)
-	_ inventory.OrderManager = (*Tx)(nil)
 )
 
 type config struct {
@@ -273,85 +270,15 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	}
 	// SQLite's writers take turns on one lock: a read before the write is
 	// only more work there, so the lines calls lock as rowlock's do.
-	m := &Manager{t: t, cfg: c, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
-		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
-	m.f = t.Front(m.move)
-	if c.refusalsSet {
-		m.f = m.f.WithRefusals(refusals.New(c.refusals))
-	}
+	m := &Manager{t: t, cfg: c}
+	m.Manager = sqlengine.NewManager(&sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
+		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}, m.move, c.refusals)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	if t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
 	}
 	return m, nil
 }
-
-// Init implements [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
-}
-
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return m.o.Reserve(ctx, nil, id, lines, ttl)
-}
-
-// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
-// TTL releases it in the same transaction and returns
-// [inventory.ErrHoldReleased].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.o.Confirm(ctx, nil, id)
-}
-
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.o.Cancel(ctx, nil, id)
-}
-
-// Held implements [inventory.OrderManager].
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	return m.o.Held(ctx, nil, sku)
-}
-
-// Sweep implements [inventory.OrderManager]: it releases up to the sweep
-// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
-// of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
-// left for the next Sweep (or the call holding them releases it).
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	return m.o.Sweep(ctx, nil)
-}
-
-// InTx returns the Manager's calls bound to tx, a transaction of the
-// caller's on the Manager's database: see "Inside a caller's transaction"
-// in the package documentation. The value is for the goroutine that owns
-// tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
@@ -360,7 +287,7 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Confirm, Cancel, Held, Sweep ([inventory.OrderManager]), each as the
 // Manager's but run in a savepoint of tx. Get and Held read what tx sees;
 // Sweep releases every hold in tx.
-type Tx = sqldialect.Tx
+type Tx = sqlengine.Tx
 
 // move is Reduce or Return behind the front.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
@@ -423,7 +350,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 			return 0, m.t.NotFound(sku)
 		case r.Expired:
 			// Expired holds to release first: the lines call does both.
-			return m.o.Move(ctx, nil, sku, qty, dir, key)
+			return m.O.Move(ctx, nil, sku, qty, dir, key)
 		}
 		cur := r.Stock
 		if err := m.t.Check(sku, dir, cur, qty); err != nil {

@@ -3,10 +3,10 @@
 // (placeholders, identifier quoting, upserts, how an UPDATE reports the new
 // value, which errors mean "lock contention"), and the statements over the
 // stock table, the idempotency ledger, the holds table and the orders
-// table, built once from a validated schema. [Orders] runs the order calls
-// (and single-SKU moves) of optimistic and rowlock over them, in a
-// transaction of its own or a caller's; seam.go has sqlstore's hold
-// statements (lockmgr.HoldStore).
+// table, built once from a validated schema, with [Tables] to run them.
+// The engine that runs the order calls over them (transactions, retries,
+// holds) is package sqlengine; seam.go has sqlstore's hold statements
+// (lockmgr.HoldStore).
 //
 // Hold times are Unix microseconds on the database's clock, an expression
 // each engine's file defines once ({{.Now}} in the statements); idempotency

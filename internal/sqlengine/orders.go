@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Orders runs the calls of [inventory.OrderManager], and single-SKU moves,
@@ -30,7 +31,7 @@ import (
 //
 // The zero Orders is not usable: set T.
 type Orders struct {
-	T *Tables
+	T *sqldialect.Tables
 	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
 	// (and their expired holds) first, without locks, check the lines, and
 	// then write each row with one conditional UPDATE, in SKU order: the
@@ -83,7 +84,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 			}
 		}
 		s := &shot{lockCtx: lockCtx}
-		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
+		err := o.T.Atomic(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
 		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
 			return fmt.Errorf("%s: %s: %w: no lock within %v: %w", o.T.Pkg(), op, inventory.ErrContention, o.LockWait, err)
 		}
@@ -121,11 +122,11 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 
 // lockCtx bounds one call's lock statements: twice the server's own bound.
 func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if o.LockWait <= 0 || o.T.Engine == SQLite {
+	if o.LockWait <= 0 || o.T.Engine == sqldialect.SQLite {
 		return ctx, func() {}
 	}
 	bound := o.LockWait
-	if o.T.Engine == MySQL {
+	if o.T.Engine == sqldialect.MySQL {
 		bound = (o.LockWait + time.Second - 1).Truncate(time.Second)
 	}
 	return context.WithTimeout(ctx, 2*bound)
@@ -134,7 +135,7 @@ func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFu
 // own runs fn in a transaction of its own, with the lock wait bounds.
 func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
 	txCtx := ctx
-	if o.LockWait > 0 && o.T.Engine == SQLite {
+	if o.LockWait > 0 && o.T.Engine == sqldialect.SQLite {
 		var cancel context.CancelFunc
 		txCtx, cancel = context.WithTimeout(ctx, o.LockWait)
 		defer cancel()
@@ -152,8 +153,8 @@ func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, 
 // row is one SKU of a call as the call found it, with the expired lines it
 // releases.
 type row struct {
-	Row
-	refs  []Ref
+	sqldialect.Row
+	refs  []sqldialect.Ref
 	units int64 // of refs
 }
 
@@ -443,7 +444,7 @@ func (o *Orders) claim(ctx context.Context, tx *sqlx.Tx, id string) error {
 }
 
 // gone reports whether every line of a hold ended more than ttl before now.
-func gone(ls []Line, now int64, ttl time.Duration) bool {
+func gone(ls []sqldialect.Line, now int64, ttl time.Duration) bool {
 	for _, l := range ls {
 		if !l.Ended.Valid || l.Ended.Int64 > now-ttl.Microseconds() {
 			return false
@@ -456,7 +457,7 @@ func gone(ls []Line, now int64, ttl time.Duration) bool {
 // the hold's SKUs, in a transaction that fn's nil error commits. The
 // outcome fn reports is returned after the commit.
 func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
-	fn func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (outcome error, err error)) error {
+	fn func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (outcome error, err error)) error {
 	if err := inventory.ValidateHoldID(id); err != nil {
 		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
 	}
@@ -482,7 +483,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 			return err
 		}
 		for _, r := range rs { // this hold's own lines are fn's to end
-			r.refs = slices.DeleteFunc(r.refs, func(ref Ref) bool {
+			r.refs = slices.DeleteFunc(r.refs, func(ref sqldialect.Ref) bool {
 				if ref.ID == id {
 					r.units -= ref.Qty
 				}
@@ -493,7 +494,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 		if err != nil {
 			return err
 		}
-		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
+		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l sqldialect.Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
 			return errConflict // the hold changed between the reads
 		}
 		if gone(ls, now, o.T.KeyTTL()) {
@@ -510,10 +511,10 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 }
 
 // giveBack ends the held lines of ls as state and gives their units back.
-func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line, rs map[string]*row, state string) (int, error) {
+func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqldialect.Line, rs map[string]*row, state string) (int, error) {
 	held := 0
 	for _, l := range ls {
-		if l.State == Held {
+		if l.State == sqldialect.Held {
 			held++
 		}
 	}
@@ -528,7 +529,7 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line
 		return 0, errConflict
 	}
 	for _, l := range ls {
-		if l.State != Held {
+		if l.State != sqldialect.Held {
 			continue
 		}
 		r := rs[l.SKU]
@@ -539,12 +540,12 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line
 	return held, nil
 }
 
-func states(ls []Line) (held, confirmed, released int) {
+func states(ls []sqldialect.Line) (held, confirmed, released int) {
 	for _, l := range ls {
 		switch l.State {
-		case Held:
+		case sqldialect.Held:
 			held++
-		case Confirmed:
+		case sqldialect.Confirmed:
 			confirmed++
 		default:
 			released++
@@ -557,7 +558,7 @@ func states(ls []Line) (held, confirmed, released int) {
 // is released in the same transaction (its units are back, as the error
 // says), even though Confirm returns ErrHoldReleased.
 func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 		held, confirmed, _ := states(ls)
 		switch {
 		case confirmed == len(ls):
@@ -569,20 +570,20 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 			}
 			return nil, err
 		}
-		_, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+		_, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
 		return fmt.Errorf("%s: confirm: %w: hold %q", o.T.Pkg(), inventory.ErrHoldReleased, id), err
 	})
 }
 
 // Cancel implements [inventory.OrderManager.Cancel].
 func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 		if _, confirmed, _ := states(ls); confirmed > 0 {
 			return fmt.Errorf("%s: cancel: %w: hold %q", o.T.Pkg(), inventory.ErrHoldConfirmed, id), nil
 		}
-		state := Cancelled
+		state := sqldialect.Cancelled
 		if ls[0].Expires <= now {
-			state = Expired
+			state = sqldialect.Expired
 		}
 		_, err := o.giveBack(ctx, tx, id, ls, rs, state)
 		return nil, err
@@ -617,12 +618,12 @@ func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 	released := 0
 	for _, id := range ids {
 		var n int
-		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 			n = 0
 			if ls[0].Expires > now {
 				return nil, nil
 			}
-			held, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+			held, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
 			if held > 0 {
 				n = 1
 			}

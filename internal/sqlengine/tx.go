@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Tx is a SQL strategy's (optimistic's, rowlock's) calls bound to a caller's transaction:
@@ -97,13 +98,13 @@ type Mover func(ctx context.Context, sku string, qty int64, dir inventory.Direct
 
 // Front returns the front of t's strategy over t's own pool: Init and Get
 // run on t.DB, Reduce and Return through move.
-func (t *Tables) Front(move Mover) front.Stock {
+func Front(t *sqldialect.Tables, move Mover) front.Stock {
 	return front.New(t.Pkg(), poolBackend{t, move})
 }
 
 // poolBackend is the [front.Backend] of [Tables.Front].
 type poolBackend struct {
-	*Tables
+	*sqldialect.Tables
 	move Mover
 }
 

@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Step is one Reduce or Return of a batch of one SKU's calls, which
@@ -51,8 +52,8 @@ type ledgerKey struct {
 // stock. It returns each step's outcome, the stock after the batch, the
 // ledger rows to write ([Tables.RecordAll]), whether any step moved the
 // stock, and whether any was refused for want of stock.
-func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (out []Outcome, after int64, records []Entry, moved, short bool) {
-	seen := make(map[ledgerKey]Entry, len(entries))
+func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.Entry, steps []Step) (out []Outcome, after int64, records []sqldialect.Entry, moved, short bool) {
+	seen := make(map[ledgerKey]sqldialect.Entry, len(entries))
 	for _, e := range entries {
 		seen[ledgerKey{e.Dir, e.Key}] = e
 	}
@@ -78,8 +79,8 @@ func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (
 		if s.Key != "" {
 			// Later steps with this key in the batch are its duplicates.
 			expired := seen[k].Expired // an expired row to replace
-			seen[k] = Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
-			records = append(records, Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
+			seen[k] = sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
+			records = append(records, sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
 		}
 	}
 	return out, cur, records, moved, short
@@ -105,7 +106,7 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Outcome, error) {
 	var (
 		out      []Outcome
-		records  []Entry
+		records  []sqldialect.Entry
 		readKeys bool
 	)
 	err := o.run(ctx, nil, string(steps[0].Dir), nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
@@ -116,7 +117,7 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 		r := rs[sku]
 		var after int64
 		var moved bool
-		out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, nil, steps)
+		out, after, records, moved, _ = Apply(o.T, sku, r.Stock+r.units, nil, steps)
 		if readKeys || refusedKeyed(steps, out) {
 			// A refused keyed call may be the retry of one that took
 			// effect meanwhile (its key was absent when read): it reports
@@ -125,7 +126,7 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 			if err != nil {
 				return err
 			}
-			out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, entries, steps)
+			out, after, records, moved, _ = Apply(o.T, sku, r.Stock+r.units, entries, steps)
 		}
 		if !moved {
 			for i := range out {
