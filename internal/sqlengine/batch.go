@@ -12,7 +12,7 @@ import (
 )
 
 // Step is one Reduce or Return of a batch of one SKU's calls, which
-// optimistic and rowlock apply together (see [Tables.Apply]).
+// optimistic and rowlock apply together (see [Apply]).
 type Step struct {
 	Qty int64
 	Dir inventory.Direction
@@ -45,12 +45,12 @@ type ledgerKey struct {
 
 // Apply computes the steps of sku in order from stock (the units of the
 // expired holds the write releases included) and entries, the ledger rows
-// of the steps' keys ([Tables.Entries]; nil if none was read): a step
+// of the steps' keys ([sqldialect.Tables.Entries]; nil if none was read): a step
 // whose key has an unexpired row, or was used by an earlier step of the
 // batch, is a duplicate, with that call's remaining; a step the stock does
 // not let through is refused, with the stock then; any other moves the
 // stock. It returns each step's outcome, the stock after the batch, the
-// ledger rows to write ([Tables.RecordAll]), whether any step moved the
+// ledger rows to write ([sqldialect.Tables.RecordAll]), whether any step moved the
 // stock, and whether any was refused for want of stock.
 func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.Entry, steps []Step) (out []Outcome, after int64, records []sqldialect.Entry, moved, short bool) {
 	seen := make(map[ledgerKey]sqldialect.Entry, len(entries))
@@ -92,13 +92,13 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // MoveBatch applies steps, Reduce and Return calls of sku, in order, in
 // one transaction of its own: it locks the row (FOR UPDATE with the lock
 // wait; on SQLite the write lock), releases the SKU's expired holds,
-// computes every step ([Tables.Apply]), writes the stock once and the
+// computes every step ([Apply]), writes the stock once and the
 // ledger rows of the keyed steps that moved, and commits. A batch in which
 // no step moves writes nothing. A non-nil error is the whole batch's:
 // nothing changed.
 //
 // The steps' keys are taken to be absent from the ledger (the callers
-// read them first, see [Tables.Precheck]), so the batch reads them only
+// read them first, see [sqldialect.Tables.Precheck]), so the batch reads them only
 // when a keyed step is refused; when the ledger INSERT finds one there
 // after all, the transaction rolls back and the batch is tried again,
 // reading them under the lock. So a lone call makes the round trips of
