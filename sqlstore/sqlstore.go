@@ -92,6 +92,7 @@ type Schema struct {
 // use. Create it with [New].
 type Store struct {
 	t  *sqldialect.Tables
+	h  *holds   // the statements of the holds (holds.go)
 	tx *sqlx.Tx // the caller's transaction; nil: the pool
 }
 
@@ -101,7 +102,7 @@ var _ lockmgr.HoldStore = (*Store)(nil)
 // database: see "Inside a caller's transaction" in the package
 // documentation. The value is for the goroutine that owns tx, and is good
 // until tx ends. CreateTables still runs on the pool.
-func (s *Store) InTx(tx *sqlx.Tx) *Store { return &Store{t: s.t, tx: tx} }
+func (s *Store) InTx(tx *sqlx.Tx) *Store { return &Store{t: s.t, h: s.h, tx: tx} }
 
 // q is where s reads and writes single statements.
 func (s *Store) q() sqlx.ExtContext {
@@ -143,7 +144,7 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{t: t}, nil
+	return &Store{t: t, h: newHolds(t)}, nil
 }
 
 // CreateTables creates the four tables, as named by the schema, if they
@@ -241,17 +242,17 @@ func validateKey(sku string, dir inventory.Direction, key string) error {
 // units of sku in one statement, then, if it has lines past their expiry,
 // the ids of up to max of them, earliest first.
 func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, version, held int64, expired []string, err error) {
-	return s.t.HoldsOf(ctx, s.q(), sku, max)
+	return s.h.HoldsOf(ctx, s.q(), sku, max)
 }
 
 // Hold implements [lockmgr.HoldStore].
 func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, id string, qty int64, expires time.Time) (bool, error) {
-	return s.t.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
+	return s.h.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
 }
 
 // Unhold implements [lockmgr.HoldStore].
 func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
-	return s.t.Unhold(ctx, s.tx, sku, id, sold)
+	return s.h.Unhold(ctx, s.tx, sku, id, sold)
 }
 
 // Held implements [lockmgr.HoldStore].
@@ -266,7 +267,7 @@ func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Li
 	if err != nil {
 		return lockmgr.Order{}, fmt.Errorf("sqlstore: create order %q: %w", id, err)
 	}
-	row, ok, err := s.t.CreateOrder(ctx, s.tx, id, js, ttl, grace)
+	row, ok, err := s.h.CreateOrder(ctx, s.tx, id, js, ttl, grace)
 	if err != nil {
 		return lockmgr.Order{}, err
 	}
@@ -278,7 +279,7 @@ func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Li
 
 // Order implements [lockmgr.HoldStore].
 func (s *Store) Order(ctx context.Context, id string) (lockmgr.Order, error) {
-	row, found, err := s.t.ReadOrder(ctx, s.q(), id, false)
+	row, found, err := s.h.ReadOrder(ctx, s.q(), id, false)
 	if err != nil {
 		return lockmgr.Order{}, err
 	}
@@ -289,11 +290,11 @@ func (s *Store) Order(ctx context.Context, id string) (lockmgr.Order, error) {
 }
 
 // forgotten reports whether a done record was kept past its time.
-func forgotten(row sqldialect.OrderRow) bool {
+func forgotten(row orderRow) bool {
 	return row.Done && row.Kept.Valid && row.Kept.Int64 <= row.Now
 }
 
-func order(id string, row sqldialect.OrderRow) (lockmgr.Order, error) {
+func order(id string, row orderRow) (lockmgr.Order, error) {
 	o := lockmgr.Order{ID: id, State: lockmgr.OrderState(row.State), Expires: time.UnixMilli(row.Expires / 1000),
 		Complete: row.Complete, Done: row.Done}
 	if err := json.Unmarshal(row.Lines, &o.Lines); err != nil {
@@ -307,7 +308,7 @@ func order(id string, row sqldialect.OrderRow) (lockmgr.Order, error) {
 // in one transaction.
 func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderStep) (o lockmgr.Order, changed bool, err error) {
 	err = s.t.Atomic(ctx, s.tx, "update order", func(tx *sqlx.Tx) error {
-		row, found, err := s.t.ReadOrder(ctx, tx, id, true)
+		row, found, err := s.h.ReadOrder(ctx, tx, id, true)
 		if err != nil {
 			return err
 		}
@@ -349,13 +350,13 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 			return err
 		}
 		if drop {
-			return s.t.DropOrder(ctx, tx, id)
+			return s.h.DropOrder(ctx, tx, id)
 		}
 		due := row.Abandon
 		if row.Complete || row.State != string(lockmgr.OrderHeld) {
 			due = row.Expires
 		}
-		return s.t.SetOrder(ctx, tx, id, row, due)
+		return s.h.SetOrder(ctx, tx, id, row, due)
 	})
 	if err != nil {
 		return lockmgr.Order{}, false, err
@@ -366,9 +367,9 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 // ExpiredOrders implements [lockmgr.HoldStore]. On the pool it also
 // deletes a batch of done records kept past the key TTL.
 func (s *Store) ExpiredOrders(ctx context.Context, max int) ([]string, error) {
-	ids, err := s.t.DueOrders(ctx, s.q(), max)
+	ids, err := s.h.DueOrders(ctx, s.q(), max)
 	if err == nil && s.tx == nil {
-		_, _ = s.t.PruneOrders(ctx) // forgotten records already count as absent
+		_, _ = s.h.PruneOrders(ctx) // forgotten records already count as absent
 	}
 	return ids, err
 }

@@ -154,6 +154,7 @@ type Tables struct {
 	q      statements
 	writes atomic.Uint32 // keys recorded, to prune now and then
 	prep   *preparedSet  // statements prepared once (prepared.go); nil but on MySQL
+	n      names         // what the statements' templates use
 }
 
 // statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
@@ -176,11 +177,6 @@ type statements struct {
 	held, due, pruneHolds                                      string
 	readHolds, release, reserve                                string
 	readHolds1                                                 string // readHolds with one row
-
-	// the lock strategies' holds (sqlstore, lockmgr.HoldStore)
-	holdsOf, holdLine, lockLine, dropLine, give                     string
-	createOrder, order, lockOrder, setOrder, dropOrder, forgetOrder string
-	dueOrders, pruneOrders                                          string
 
 	create []string
 }
@@ -220,7 +216,8 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	if cfg.LockWait < 0 {
 		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
 	}
-	t := &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}
+	t := &Tables{DB: db, Engine: eng, cfg: cfg}
+	t.q, t.n = build(eng, cfg)
 	t.prepare()
 	return t, nil
 }
@@ -228,8 +225,9 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 // rowsMark brackets the row of a batch list in a rendered statement.
 const rowsMark = "\x00"
 
-// build renders eng's statements over cfg's schema.
-func build(eng Engine, cfg Config) statements {
+// build renders eng's statements over cfg's schema, and returns the names
+// they used.
+func build(eng Engine, cfg Config) (statements, names) {
 	text := map[Engine]statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
 	quote := func(id string) string { return text.quote + id + text.quote }
 	s := cfg.Schema
@@ -246,16 +244,7 @@ func build(eng Engine, cfg Config) statements {
 		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
 		n.LockTimeoutMillis = max(1, cfg.LockWait.Milliseconds())
 	}
-	render := func(src string) string {
-		tmpl := template.Must(template.New("").Funcs(template.FuncMap{
-			"rows": func(row string) string { return rowsMark + row + rowsMark },
-		}).Parse(src))
-		var b strings.Builder
-		if err := tmpl.Execute(&b, n); err != nil {
-			panic(err) // names has every field the statements use: a bug, which every test hits
-		}
-		return dedent(b.String())
-	}
+	render := func(src string) string { return n.render(src) }
 	q := statements{quote: text.quote, now: text.now, keys: render(text.keys), insert: render(text.insert),
 		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
 	for _, f := range []struct{ dst, src *string }{
@@ -265,11 +254,6 @@ func build(eng Engine, cfg Config) statements {
 		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
 		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
 		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
-		{&q.holdsOf, &text.holdsOf}, {&q.holdLine, &text.holdLine}, {&q.lockLine, &text.lockLine},
-		{&q.dropLine, &text.dropLine}, {&q.give, &text.give}, {&q.createOrder, &text.createOrder},
-		{&q.order, &text.order}, {&q.lockOrder, &text.lockOrder}, {&q.setOrder, &text.setOrder},
-		{&q.dropOrder, &text.dropOrder}, {&q.forgetOrder, &text.forgetOrder}, {&q.dueOrders, &text.dueOrders},
-		{&q.pruneOrders, &text.pruneOrders},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}
@@ -278,8 +262,30 @@ func build(eng Engine, cfg Config) statements {
 	for _, c := range text.create {
 		q.create = append(q.create, render(c))
 	}
-	return q
+	return q, n
 }
+
+// render executes src, a statement's template, over n.
+func (n names) render(src string) string {
+	tmpl := template.Must(template.New("").Funcs(template.FuncMap{
+		"rows": func(row string) string { return rowsMark + row + rowsMark },
+	}).Parse(src))
+	var b strings.Builder
+	if err := tmpl.Execute(&b, n); err != nil {
+		panic(err) // names has every field the statements use: a bug, which every test hits
+	}
+	return dedent(b.String())
+}
+
+// Render builds a statement of another package's (sqlstore's) over t's
+// schema, as t's own are built: src is text/template text over the quoted
+// names of the schema ({{.Table}}, {{.SKU}}, {{.Stock}}, {{.Version}},
+// {{.Ledger}}, {{.Holds}}, {{.Orders}}) and {{.Now}}, the database's clock
+// in Unix microseconds, with ? placeholders (numbered on PostgreSQL).
+func (t *Tables) Render(src string) string { return bind(t.Engine, t.n.render(src)) }
+
+// Rows returns the rows res affected, or err.
+func Rows(res sql.Result, err error) (int64, error) { return rows(res, err) }
 
 // dedent removes from the second and later lines of a statement the
 // indentation they share in the Go source.
@@ -571,11 +577,11 @@ func rows(res sql.Result, err error) (int64, error) {
 // (it closes the connection), and database/sql's own Commit or Rollback,
 // a no-op on the server, runs after it in the background.
 func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return t.txWith(ctx, nil, fn)
+	return t.TxWith(ctx, nil, fn)
 }
 
-// txWith is Tx with the transaction options opts (nil: the defaults).
-func (t *Tables) txWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+// TxWith is Tx with the transaction options opts (nil: the defaults).
+func (t *Tables) TxWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	t.warm(ctx)
 	tx, err := t.DB.BeginTxx(ctx, opts)
 	if err != nil {
