@@ -205,4 +205,3 @@ func TestGolden(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(want), b.String(), "run with -update and review the diff")
 }
-
