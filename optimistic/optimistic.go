@@ -116,7 +116,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -309,16 +308,6 @@ func bounds(dir inventory.Direction, qty int64) (delta, lo, hi int64) {
 // single is the single-statement mode.
 func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
 	delta, lo, hi := bounds(dir, qty)
-	seen := func() (int64, bool, error) {
-		if key == "" {
-			return 0, false, nil
-		}
-		rem, found, err := m.t.Seen(ctx, m.t.DB, sku, dir, key)
-		if err == nil && found {
-			err = m.t.Duplicate(sku, dir, key)
-		}
-		return rem, found, err
-	}
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err
@@ -327,7 +316,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 	for attempt := 1; ; attempt++ {
 		rem, ok, err := m.update(ctx, sku, delta, lo, hi, dir, key)
 		if errors.Is(err, inventory.ErrDuplicate) {
-			if rem, found, err := seen(); found || err != nil {
+			if rem, found, err := m.seen(ctx, sku, dir, key); found || err != nil {
 				return rem, err // with the first call's remaining
 			}
 			return 0, err
@@ -335,32 +324,55 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 		if err != nil || ok {
 			return rem, err
 		}
-		// A call with the same key may have just taken the stock.
-		if rem, found, err := seen(); err != nil || found {
+		if rem, done, err := m.missed(ctx, sku, qty, dir, key); done {
 			return rem, err
-		}
-		// No row matched: find out why from a fresh read.
-		rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
-		if err != nil {
-			return 0, err
-		}
-		r, ok := rs[sku]
-		switch {
-		case !ok:
-			return 0, m.t.NotFound(sku)
-		case r.Expired:
-			// Expired holds to release first: the lines call does both.
-			return m.O.Move(ctx, nil, sku, qty, dir, key)
-		}
-		cur := r.Stock
-		if err := m.t.Check(sku, dir, cur, qty); err != nil {
-			return cur, err
 		}
 		if attempt >= m.cfg.attempts {
 			return 0, fmt.Errorf("optimistic: %s %q: %w after %d attempts", dir, sku, inventory.ErrContention, attempt)
 		}
 		// The stock changed back between the UPDATE and the read: again.
 	}
+}
+
+// seen reports a keyed call that took effect, with ErrDuplicate and its
+// remaining.
+func (m *Manager) seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+	if key == "" {
+		return 0, false, nil
+	}
+	rem, found, err := m.t.Seen(ctx, m.t.DB, sku, dir, key)
+	if err == nil && found {
+		err = m.t.Duplicate(sku, dir, key)
+	}
+	return rem, found, err
+}
+
+// missed finds out, from a fresh read, why the single statement matched no
+// row: done=true with the call's answer (a duplicate, an unknown SKU, a
+// refusal, or the move made with the release of the SKU's expired holds);
+// done=false when the stock lets the call through after all.
+func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, done bool, err error) {
+	// A call with the same key may have just taken the stock.
+	if rem, found, err := m.seen(ctx, sku, dir, key); err != nil || found {
+		return rem, true, err
+	}
+	rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
+	if err != nil {
+		return 0, true, err
+	}
+	r, ok := rs[sku]
+	switch {
+	case !ok:
+		return 0, true, m.t.NotFound(sku)
+	case r.Expired:
+		// Expired holds to release first: the lines call does both.
+		rem, err := m.O.Move(ctx, nil, sku, qty, dir, key)
+		return rem, true, err
+	}
+	if err := m.t.Check(sku, dir, r.Stock, qty); err != nil {
+		return r.Stock, true, err
+	}
+	return 0, false, nil
 }
 
 // update runs the conditional UPDATE, with the ledger row in the same
@@ -386,12 +398,6 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 		m.t.Tidy(ctx, 1)
 	}
 	return rem, ok, nil
-}
-
-// backoff returns the next decorrelated-jitter pause after prev.
-func (m *Manager) backoff(prev time.Duration) time.Duration {
-	hi := max(3*prev, m.cfg.base+1)
-	return min(m.cfg.cap, m.cfg.base+rand.N(hi-m.cfg.base))
 }
 
 // sleep pauses for d or until ctx is done; it reports whether it slept.

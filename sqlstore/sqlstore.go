@@ -58,6 +58,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -315,38 +316,9 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 		if !found || forgotten(row) {
 			return fmt.Errorf("sqlstore: %w: order %q", inventory.ErrNotFound, id)
 		}
-		held := row.State == string(lockmgr.OrderHeld)
-		past := row.Now >= row.Expires
-		pick := func(expired bool, otherwise lockmgr.OrderState) string {
-			if expired {
-				return string(lockmgr.OrderExpired)
-			}
-			return string(otherwise)
-		}
-		drop := false
-		switch {
-		case step == lockmgr.StepComplete && held && !row.Complete:
-			row.Complete = true
-		case step == lockmgr.StepConfirm && held && row.Complete:
-			row.State = pick(past, lockmgr.OrderConfirmed)
-		case step == lockmgr.StepCancel && held && row.Complete:
-			row.State = pick(past, lockmgr.OrderCancelled)
-		case step == lockmgr.StepExpire && held &&
-			(row.Complete && past || !row.Complete && row.Now >= row.Abandon):
-			row.State = string(lockmgr.OrderExpired)
-		case step == lockmgr.StepFinish && !held && !row.Done && !row.Complete:
-			drop = true // a Reserve that never completed: its id is free
-		case step == lockmgr.StepFinish && !held && !row.Done:
-			row.Done = true
-			row.Kept.Int64, row.Kept.Valid = row.Now+s.t.KeyTTL().Microseconds(), true
-		case step == lockmgr.StepAbort && held && !row.Complete:
-			drop = true
-		default:
-			o, err = order(id, row)
-			return err
-		}
-		changed = true
-		if o, err = order(id, row); err != nil {
+		var drop bool
+		row, drop, changed = transition(row, step, s.t.KeyTTL())
+		if o, err = order(id, row); err != nil || !changed {
 			return err
 		}
 		if drop {
@@ -362,6 +334,50 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 		return lockmgr.Order{}, false, err
 	}
 	return o, changed, nil
+}
+
+// transition returns row moved on by step, if the step's condition holds
+// on the database's clock (row.Now): changed=false leaves the record as it
+// is; drop=true deletes it. A finished record is kept for keep.
+func transition(row orderRow, step lockmgr.OrderStep, keep time.Duration) (next orderRow, drop, changed bool) {
+	if row.State == string(lockmgr.OrderHeld) {
+		return heldStep(row, step)
+	}
+	if step != lockmgr.StepFinish || row.Done {
+		return row, false, false
+	}
+	if !row.Complete {
+		return row, true, true // a Reserve that never completed: its id is free
+	}
+	row.Done = true
+	row.Kept = sql.NullInt64{Int64: row.Now + keep.Microseconds(), Valid: true}
+	return row, false, true
+}
+
+// heldStep is [transition] of a held record.
+func heldStep(row orderRow, step lockmgr.OrderStep) (next orderRow, drop, changed bool) {
+	past := row.Now >= row.Expires
+	end := func(s lockmgr.OrderState) (orderRow, bool, bool) {
+		if past {
+			s = lockmgr.OrderExpired
+		}
+		row.State = string(s)
+		return row, false, true
+	}
+	switch {
+	case step == lockmgr.StepComplete && !row.Complete:
+		row.Complete = true
+		return row, false, true
+	case step == lockmgr.StepConfirm && row.Complete:
+		return end(lockmgr.OrderConfirmed)
+	case step == lockmgr.StepCancel && row.Complete:
+		return end(lockmgr.OrderCancelled)
+	case step == lockmgr.StepExpire && (row.Complete && past || !row.Complete && row.Now >= row.Abandon):
+		return end(lockmgr.OrderExpired)
+	case step == lockmgr.StepAbort && !row.Complete:
+		return row, true, true
+	}
+	return row, false, false
 }
 
 // ExpiredOrders implements [lockmgr.HoldStore]. On the pool it also

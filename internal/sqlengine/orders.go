@@ -109,7 +109,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 		if attempt >= o.Attempts {
 			return fmt.Errorf("%s: %s: %w after %d attempts", o.T.Pkg(), op, inventory.ErrContention, attempt)
 		}
-		pause = min(o.Cap, o.Base+rand.N(max(3*pause, o.Base+1)-o.Base))
+		pause = o.Pause(pause)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -118,6 +118,12 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 		case <-t.C:
 		}
 	}
+}
+
+// Pause returns the decorrelated-jitter pause after prev: drawn from Base
+// up to three times prev, capped at Cap.
+func (o *Orders) Pause(prev time.Duration) time.Duration {
+	return min(o.Cap, o.Base+rand.N(max(3*prev, o.Base+1)-o.Base))
 }
 
 // lockCtx bounds one call's lock statements: twice the server's own bound.
@@ -304,111 +310,30 @@ func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines 
 // ErrInvalidArgument), with the stock seen.
 func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir inventory.Direction,
 	ledgerSKU, key, hold string, ttl time.Duration, refuse func([]inventory.Line, []int64, error) error) ([]int64, error) {
-	skus := make([]string, len(lines))
+	m := &linesMove{o: o, lines: lines, dir: dir, ledgerSKU: ledgerSKU, key: key, hold: hold, ttl: ttl, refuse: refuse,
+		skus: make([]string, len(lines)), stock: make([]int64, len(lines))}
 	for i, l := range lines {
-		skus[i] = l.SKU
+		m.skus[i] = l.SKU
 	}
-	slices.Sort(skus)
-	stock := make([]int64, len(lines))
-
-	// plan computes stock from rs, or returns the refusal.
-	plan := func(rs map[string]*row) error {
-		var refused error
-		for i, l := range lines {
-			r := rs[l.SKU]
-			avail := r.Stock + r.units
-			if dir == inventory.DirReturn {
-				if err := inventory.CheckReturn(avail, l.Qty); err != nil && refused == nil {
-					refused = fmt.Errorf("%q: %w", l.SKU, err)
-				}
-				stock[i] = avail + l.Qty
-			} else {
-				if avail < l.Qty {
-					refused = inventory.ErrInsufficientStock
-				}
-				stock[i] = avail - l.Qty
-			}
-		}
-		if refused == nil {
-			return nil
-		}
-		for i, l := range lines {
-			stock[i] = rs[l.SKU].Stock // what Get shows: nothing was released
-		}
-		return refuse(lines, stock, refused)
-	}
-	// apply writes the planned stock through tx.
-	apply := func(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) error {
-		if hold != "" {
-			if err := o.claim(ctx, tx, hold); err != nil {
-				return err
-			}
-		}
-		for _, sku := range skus {
-			i := slices.IndexFunc(lines, func(l inventory.Line) bool { return l.SKU == sku })
-			if !o.CAS {
-				if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
-					return err
-				}
-				continue
-			}
-			// One conditional UPDATE that adds the released units and
-			// moves the line, if the stock still lets it: it waits for a
-			// row lock instead of losing to its holder.
-			r, q := rs[sku], lines[i].Qty
-			delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
-			if dir == inventory.DirReturn {
-				delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
-			}
-			rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
-			if err == nil && ok {
-				ok, err = o.T.Release(ctx, tx, sku, r.refs)
-			}
-			if err == nil && !ok {
-				err = errConflict // the stock no longer fits, or the holds were released: read again
-			}
-			if err != nil {
-				return err
-			}
-			stock[i] = rem
-		}
-		if key != "" {
-			dup, err := o.T.Record(ctx, tx, ledgerSKU, dir, key, remainingOf(ledgerSKU, stock))
-			if err == nil && dup {
-				err = o.T.Duplicate(ledgerSKU, dir, key)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if hold != "" {
-			ok, err := o.T.Reserve(ctx, tx, hold, lines, ttl)
-			if err == nil && !ok {
-				err = fmt.Errorf("%s: %w: hold %q exists", o.T.Pkg(), inventory.ErrDuplicate, hold)
-			}
-			return err
-		}
-		return nil
-	}
-
+	slices.Sort(m.skus)
 	var err error
 	if o.CAS {
 		var rs map[string]*row
 		err = o.run(ctx, caller, op, func(ctx context.Context, q sqlx.QueryerContext) error {
 			var err error
-			if rs, err = o.rows(ctx, nil, q, nil, skus, false); err != nil {
+			if rs, err = o.rows(ctx, nil, q, nil, m.skus, false); err != nil {
 				return err
 			}
-			return plan(rs)
-		}, func(ctx context.Context, _ *shot, tx *sqlx.Tx) error { return apply(ctx, tx, rs) })
+			return m.plan(rs)
+		}, func(ctx context.Context, _ *shot, tx *sqlx.Tx) error { return m.apply(ctx, tx, rs) })
 	} else {
 		err = o.run(ctx, caller, op, nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
-			rs, err := o.rows(ctx, s, nil, tx, skus, true)
+			rs, err := o.rows(ctx, s, nil, tx, m.skus, true)
 			if err == nil {
-				err = plan(rs)
+				err = m.plan(rs)
 			}
 			if err == nil {
-				err = apply(ctx, tx, rs)
+				err = m.apply(ctx, tx, rs)
 			}
 			return err
 		})
@@ -416,7 +341,106 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 	if err == nil && key != "" {
 		o.T.Tidy(ctx, 1)
 	}
-	return stock, err
+	return m.stock, err
+}
+
+// linesMove is one call of [Orders.moveLines]: its arguments, and the
+// stock of each line, planned and then written.
+type linesMove struct {
+	o                    *Orders
+	lines                []inventory.Line
+	dir                  inventory.Direction
+	ledgerSKU, key, hold string
+	ttl                  time.Duration
+	refuse               func([]inventory.Line, []int64, error) error
+	skus                 []string // of the lines, sorted
+	stock                []int64  // per line
+}
+
+// plan computes the stock of each line from rs, or returns the refusal.
+func (m *linesMove) plan(rs map[string]*row) error {
+	var refused error
+	for i, l := range m.lines {
+		r := rs[l.SKU]
+		avail := r.Stock + r.units
+		if m.dir == inventory.DirReturn {
+			if err := inventory.CheckReturn(avail, l.Qty); err != nil && refused == nil {
+				refused = fmt.Errorf("%q: %w", l.SKU, err)
+			}
+			m.stock[i] = avail + l.Qty
+			continue
+		}
+		if avail < l.Qty {
+			refused = inventory.ErrInsufficientStock
+		}
+		m.stock[i] = avail - l.Qty
+	}
+	if refused == nil {
+		return nil
+	}
+	for i, l := range m.lines {
+		m.stock[i] = rs[l.SKU].Stock // what Get shows: nothing was released
+	}
+	return m.refuse(m.lines, m.stock, refused)
+}
+
+// apply writes the planned stock through tx, in SKU order, with the
+// ledger row and the hold's lines.
+func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) error {
+	if m.hold != "" {
+		if err := m.o.claim(ctx, tx, m.hold); err != nil {
+			return err
+		}
+	}
+	for _, sku := range m.skus {
+		i := slices.IndexFunc(m.lines, func(l inventory.Line) bool { return l.SKU == sku })
+		if err := m.write(ctx, tx, i, rs[sku]); err != nil {
+			return err
+		}
+	}
+	if m.key != "" {
+		dup, err := m.o.T.Record(ctx, tx, m.ledgerSKU, m.dir, m.key, remainingOf(m.ledgerSKU, m.stock))
+		if err == nil && dup {
+			err = m.o.T.Duplicate(m.ledgerSKU, m.dir, m.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if m.hold == "" {
+		return nil
+	}
+	ok, err := m.o.T.Reserve(ctx, tx, m.hold, m.lines, m.ttl)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: %w: hold %q exists", m.o.T.Pkg(), inventory.ErrDuplicate, m.hold)
+	}
+	return err
+}
+
+// write writes line i, whose row is r, through tx: without CAS, the row
+// read under its lock; with CAS, one conditional UPDATE that adds the
+// released units and moves the line, if the stock still lets it (it waits
+// for a row lock instead of losing to its holder).
+func (m *linesMove) write(ctx context.Context, tx *sqlx.Tx, i int, r *row) error {
+	sku, q := m.lines[i].SKU, m.lines[i].Qty
+	if !m.o.CAS {
+		return m.o.write(ctx, tx, sku, r, m.stock[i])
+	}
+	delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
+	if m.dir == inventory.DirReturn {
+		delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
+	}
+	rem, ok, err := m.o.T.Shift(ctx, tx, sku, delta, lo, hi)
+	if err == nil && ok {
+		ok, err = m.o.T.Release(ctx, tx, sku, r.refs)
+	}
+	if err == nil && !ok {
+		err = errConflict // the stock no longer fits, or the holds were released: read again
+	}
+	if err == nil {
+		m.stock[i] = rem
+	}
+	return err
 }
 
 func remainingOf(ledgerSKU string, stock []int64) int64 {
