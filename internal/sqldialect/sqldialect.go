@@ -5,8 +5,8 @@
 // stock table, the idempotency ledger, the holds table and the orders
 // table, built once from a validated schema, with [Tables] to run them.
 // The engine that runs the order calls over them (transactions, retries,
-// holds) is package sqlengine; seam.go has sqlstore's hold statements
-// (lockmgr.HoldStore).
+// holds) is package sqlengine; sqlstore keeps the statements of its holds
+// (lockmgr.HoldStore) itself, built with [Tables.Render].
 //
 // Hold times are Unix microseconds on the database's clock, an expression
 // each engine's file defines once ({{.Now}} in the statements); idempotency
@@ -332,8 +332,13 @@ func (t *Tables) Err(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("%s: %s: %w", t.cfg.Pkg, op, err)
 }
 
-func (t *Tables) contention(err error) bool {
-	switch t.Engine {
+func (t *Tables) contention(err error) bool { return Contention(t.Engine, err) }
+
+// Contention reports whether err, from a statement on engine eng, means
+// lock contention: a deadlock, a lock wait timeout, a serialization
+// failure or a busy database.
+func Contention(eng Engine, err error) bool {
+	switch eng {
 	case MySQL:
 		return mysqlContention(err)
 	case Postgres:
