@@ -385,11 +385,7 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 		if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
 			return err
 		}
-		dup, err := m.t.Record(ctx, tx, sku, dir, key, rem)
-		if err == nil && dup {
-			err = m.t.Duplicate(sku, dir, key)
-		}
-		return err
+		return m.t.Record(ctx, tx, sku, dir, key, rem)
 	})
 	if err != nil {
 		return 0, false, err

@@ -216,11 +216,7 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 		if ok, err = s.t.Set(ctx, tx, sku, version, newStock); err != nil || !ok {
 			return err
 		}
-		dup, err := s.t.Record(ctx, tx, sku, dir, key, newStock)
-		if err == nil && dup {
-			err = s.t.Duplicate(sku, dir, key)
-		}
-		return err
+		return s.t.Record(ctx, tx, sku, dir, key, newStock)
 	})
 	if err != nil {
 		return false, err

@@ -547,8 +547,9 @@ func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) erro
 
 // Record writes (sku, dir, key) -> remaining into the ledger through e,
 // normally the transaction that moved the stock. An expired entry is
-// replaced; dup=true means an unexpired one exists and nothing was written.
-func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir inventory.Direction, key string, remaining int64) (dup bool, err error) {
+// replaced; an unexpired one is left, and the error wraps
+// [inventory.ErrDuplicate]: the call is the repeat of one that took effect.
+func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir inventory.Direction, key string, remaining int64) error {
 	now := time.Now().UnixMilli()
 	exp := now + t.cfg.KeyTTL.Milliseconds()
 	n, err := rows(e.ExecContext(ctx, t.q.record, sku, string(dir), key, remaining, exp))
@@ -556,9 +557,12 @@ func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, d
 		n, err = rows(e.ExecContext(ctx, t.q.renew, remaining, exp, sku, string(dir), key, now))
 	}
 	if err != nil {
-		return false, t.Err(ctx, "record key", err)
+		return t.Err(ctx, "record key", err)
 	}
-	return n == 0, nil
+	if n == 0 {
+		return t.Duplicate(sku, dir, key)
+	}
+	return nil
 }
 
 // Duplicate is the error for a key that already took effect.

@@ -103,12 +103,8 @@ func TestStatements(t *testing.T) {
 				require.False(t, ok, "unknown sku")
 			}},
 			{"record", func(t *testing.T) {
-				dup, err := tb.Record(ctx, db, sku, reduce, "k1", 4)
-				require.NoError(t, err)
-				require.False(t, dup)
-				dup, err = tb.Record(ctx, db, sku, reduce, "k1", 3)
-				require.NoError(t, err)
-				require.True(t, dup)
+				require.NoError(t, tb.Record(ctx, db, sku, reduce, "k1", 4))
+				require.ErrorIs(t, tb.Record(ctx, db, sku, reduce, "k1", 3), inventory.ErrDuplicate)
 			}},
 			{"seen", func(t *testing.T) {
 				rem, found, err := tb.Seen(ctx, db, sku, reduce, "k1")
@@ -120,13 +116,9 @@ func TestStatements(t *testing.T) {
 				require.False(t, found, "the other direction")
 			}},
 			{"renew", func(t *testing.T) {
-				dup, err := short.Record(ctx, db, sku, reduce, "k2", 1)
-				require.NoError(t, err)
-				require.False(t, dup)
+				require.NoError(t, short.Record(ctx, db, sku, reduce, "k2", 1))
 				time.Sleep(5 * time.Millisecond)
-				dup, err = tb.Record(ctx, db, sku, reduce, "k2", 2)
-				require.NoError(t, err)
-				require.False(t, dup, "the expired entry is replaced")
+				require.NoError(t, tb.Record(ctx, db, sku, reduce, "k2", 2), "the expired entry is replaced")
 				rem, found, err := tb.Seen(ctx, db, sku, reduce, "k2")
 				require.NoError(t, err)
 				require.True(t, found)

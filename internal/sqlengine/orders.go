@@ -399,11 +399,7 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 		}
 	}
 	if m.key != "" {
-		dup, err := m.o.T.Record(ctx, tx, m.ledgerSKU, m.dir, m.key, remainingOf(m.ledgerSKU, m.stock))
-		if err == nil && dup {
-			err = m.o.T.Duplicate(m.ledgerSKU, m.dir, m.key)
-		}
-		if err != nil {
+		if err := m.o.T.Record(ctx, tx, m.ledgerSKU, m.dir, m.key, remainingOf(m.ledgerSKU, m.stock)); err != nil {
 			return err
 		}
 	}
