@@ -122,6 +122,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
@@ -289,7 +290,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 type Tx = sqlengine.Tx
 
 // move is Reduce or Return behind the front.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
 	}
@@ -298,15 +299,15 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 
 // bounds gives the conditional UPDATE's arguments for moving qty units in
 // dir: the signed change, and the range the stock must be in before it.
-func bounds(dir inventory.Direction, qty int64) (delta, lo, hi int64) {
-	if dir == inventory.DirReturn {
+func bounds(dir driver.Direction, qty int64) (delta, lo, hi int64) {
+	if dir == driver.DirReturn {
 		return qty, 0, inventory.MaxStock - qty
 	}
 	return -qty, qty, inventory.MaxStock
 }
 
 // single is the single-statement mode.
-func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) single(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	delta, lo, hi := bounds(dir, qty)
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
@@ -336,7 +337,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 
 // seen reports a keyed call that took effect, with ErrDuplicate and its
 // remaining.
-func (m *Manager) seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+func (m *Manager) seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
 	if key == "" {
 		return 0, false, nil
 	}
@@ -351,7 +352,7 @@ func (m *Manager) seen(ctx context.Context, sku string, dir inventory.Direction,
 // row: done=true with the call's answer (a duplicate, an unknown SKU, a
 // refusal, or the move made with the release of the SKU's expired holds);
 // done=false when the stock lets the call through after all.
-func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, done bool, err error) {
+func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (rem int64, done bool, err error) {
 	// A call with the same key may have just taken the stock.
 	if rem, found, err := m.seen(ctx, sku, dir, key); err != nil || found {
 		return rem, true, err
@@ -377,7 +378,7 @@ func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir invento
 
 // update runs the conditional UPDATE, with the ledger row in the same
 // transaction when keyed. ok=false: no row matched, nothing changed.
-func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir inventory.Direction, key string) (rem int64, ok bool, err error) {
+func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir driver.Direction, key string) (rem int64, ok bool, err error) {
 	if key == "" {
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
 	}

@@ -107,6 +107,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
@@ -240,7 +241,7 @@ type call = merge.Call[sqlengine.Step, sqlengine.Outcome]
 // flight at once are applied together (see "Combining" in the package
 // documentation). A keyed call that lost to one with the same key while
 // it waited reports the duplicate it is, with the first remaining.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err

@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
@@ -15,7 +16,7 @@ import (
 // optimistic and rowlock apply together (see [Apply]).
 type Step struct {
 	Qty int64
-	Dir inventory.Direction
+	Dir driver.Direction
 	Key string // "" for none
 }
 
@@ -39,7 +40,7 @@ func Keys(steps []Step) []string {
 
 // ledgerKey is a key of a SKU's ledger.
 type ledgerKey struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
@@ -70,7 +71,7 @@ func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.E
 			short = short || errors.Is(err, inventory.ErrInsufficientStock)
 			continue
 		}
-		if s.Dir == inventory.DirReduce {
+		if s.Dir == driver.DirReduce {
 			cur -= s.Qty
 		} else {
 			cur += s.Qty

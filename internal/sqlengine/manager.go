@@ -7,6 +7,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	refusal "github.com/stockkit/inventory/internal/refusals"
 )
@@ -56,12 +57,12 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.O.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
+	return m.O.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.O.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
+	return m.O.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
