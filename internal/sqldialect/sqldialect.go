@@ -640,9 +640,15 @@ func (t *Tables) Tidy(ctx context.Context, n int) {
 
 // Prune deletes up to 1000 expired ledger entries and reports how many.
 func (t *Tables) Prune(ctx context.Context) (int64, error) {
-	n, err := rows(t.DB.ExecContext(ctx, t.q.prune, time.Now().UnixMilli()))
+	return t.count(ctx, t.DB, "prune keys", t.q.prune, time.Now().UnixMilli())
+}
+
+// count runs stmt with args through e and returns how many rows it
+// affected; its error is op's.
+func (t *Tables) count(ctx context.Context, e sqlx.ExecerContext, op, stmt string, args ...any) (int64, error) {
+	n, err := rows(e.ExecContext(ctx, stmt, args...))
 	if err != nil {
-		return 0, t.Err(ctx, "prune keys", err)
+		return 0, t.Err(ctx, op, err)
 	}
 	return n, nil
 }
