@@ -85,7 +85,7 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 			return
 		}
 		*short = false // the retry tries the conditional UPDATE first
-		pause = m.O.Pause(pause)
+		pause = m.o.Pause(pause)
 		sleep(ctx, pause)
 	}
 }

@@ -135,6 +135,7 @@ import (
 type Manager struct {
 	sqlengine.Manager // the calls; Reduce and Return call m.move
 	t                 *sqldialect.Tables
+	o                 *sqlengine.Orders // the order calls, and the engine's moves
 	cfg               config
 
 	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
@@ -271,8 +272,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	// SQLite's writers take turns on one lock: a read before the write is
 	// only more work there, so the lines calls lock as rowlock's do.
 	m := &Manager{t: t, cfg: c}
-	m.Manager = sqlengine.NewManager(&sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
-		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}, m.move, c.refusals)
+	m.o = &sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
+		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}
+	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	if t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
@@ -367,7 +369,7 @@ func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir driver.
 		return 0, true, m.t.NotFound(sku)
 	case r.Expired:
 		// Expired holds to release first: the lines call does both.
-		rem, err := m.O.Move(ctx, nil, sku, qty, dir, key)
+		rem, err := m.o.Move(ctx, nil, sku, qty, dir, key)
 		return rem, true, err
 	}
 	if err := m.t.Check(sku, dir, r.Stock, qty); err != nil {

@@ -8,7 +8,7 @@ import (
 
 // SetAfterLock makes f run while a call holds its row locks, between its
 // locks and its writes; set it before any call.
-func SetAfterLock(m *Manager, f func(skus []string)) { m.O.AfterLock = f }
+func SetAfterLock(m *Manager, f func(skus []string)) { m.o.AfterLock = f }
 
 // Queued returns how many calls of sku wait for the SKU's transaction in
 // flight, not yet taken into a batch.
@@ -22,5 +22,5 @@ func MoveAlone(ctx context.Context, m *Manager, sku string, qty int64, dir drive
 			return rem, err
 		}
 	}
-	return m.O.Move(ctx, nil, sku, qty, dir, key)
+	return m.o.Move(ctx, nil, sku, qty, dir, key)
 }

@@ -125,6 +125,7 @@ const DefaultLockTimeout = 5 * time.Second
 type Manager struct {
 	sqlengine.Manager // the calls; Reduce and Return call m.move
 	t                 *sqldialect.Tables
+	o                 *sqlengine.Orders // the order calls, and the engine's moves
 
 	comb *merge.Keyed[string, struct{}, sqlengine.Step, sqlengine.Outcome] // the calls of each SKU in flight
 }
@@ -216,8 +217,9 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{t: t}
-	m.Manager = sqlengine.NewManager(&sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
-		LockWait: c.wait, SweepLimit: c.sweep}, m.move, c.refusals)
+	m.o = &sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
+		LockWait: c.wait, SweepLimit: c.sweep}
+	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
 	m.comb = merge.NewKeyed(maxBatch, m.apply)
 	return m, nil
 }
@@ -272,7 +274,7 @@ func (m *Manager) apply(ctx context.Context, sku string, _ *struct{}, batch []*c
 	if len(live) == 0 {
 		return
 	}
-	out, err := m.O.MoveBatch(ctx, sku, steps)
+	out, err := m.o.MoveBatch(ctx, sku, steps)
 	for i, c := range live {
 		if err == nil {
 			c.Ans = out[i]

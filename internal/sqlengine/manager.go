@@ -20,8 +20,7 @@ import (
 // not usable; make one with [NewManager].
 type Manager struct {
 	f front.Stock
-	// O runs the order calls, and single-SKU moves, of the strategy.
-	O *Orders
+	o *Orders // runs the order calls
 }
 
 // NewManager returns the shared part of a SQL strategy over o: Reduce and
@@ -32,7 +31,7 @@ func NewManager(o *Orders, move Mover, refusals time.Duration) Manager {
 	if refusals > 0 {
 		f = f.WithRefusals(refusal.New(refusals))
 	}
-	return Manager{f: f, O: o}
+	return Manager{f: f, o: o}
 }
 
 // Init implements [inventory.StockManager].
@@ -57,34 +56,34 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.O.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.O.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
 func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return m.O.Reserve(ctx, nil, id, lines, ttl)
+	return m.o.Reserve(ctx, nil, id, lines, ttl)
 }
 
 // Confirm implements [inventory.OrderManager]. Confirm of a hold past its
 // TTL releases it in the same transaction and returns
 // [inventory.ErrHoldReleased].
 func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.O.Confirm(ctx, nil, id)
+	return m.o.Confirm(ctx, nil, id)
 }
 
 // Cancel implements [inventory.OrderManager].
 func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.O.Cancel(ctx, nil, id)
+	return m.o.Cancel(ctx, nil, id)
 }
 
 // Held implements [inventory.OrderManager].
 func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	return m.O.Held(ctx, nil, sku)
+	return m.o.Held(ctx, nil, sku)
 }
 
 // Sweep implements [inventory.OrderManager]: it releases up to the sweep
@@ -93,13 +92,13 @@ func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 // hold whose SKUs' rows stay locked past the lock wait is left for the
 // next Sweep (or the call holding them releases it).
 func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	return m.O.Sweep(ctx, nil)
+	return m.o.Sweep(ctx, nil)
 }
 
 // InTx returns the strategy's calls bound to tx, a transaction of the
 // caller's on the strategy's database (see [Tx]). The value is for the
 // goroutine that owns tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return BindTx(m.O, tx) }
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return BindTx(m.o, tx) }
 
 var (
 	_ inventory.StockManager = (*Manager)(nil)
