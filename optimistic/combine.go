@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
@@ -21,7 +22,7 @@ import (
 type (
 	req struct {
 		qty int64
-		dir inventory.Direction
+		dir driver.Direction
 		key string
 	}
 	ans struct {
@@ -84,13 +85,13 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 			return
 		}
 		*short = false // the retry tries the conditional UPDATE first
-		pause = m.backoff(pause)
+		pause = m.o.Pause(pause)
 		sleep(ctx, pause)
 	}
 }
 
 type ledgerKey struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
@@ -135,7 +136,7 @@ func newPlan(n int) plan {
 // take plans call i, c, as applied after the calls before it.
 func (p *plan) take(i int, c *call, expired bool) {
 	q := c.Req.qty
-	if c.Req.dir == inventory.DirReduce {
+	if c.Req.dir == driver.DirReduce {
 		p.lo = max(p.lo, q-p.net) // s + net >= q
 		p.net -= q
 	} else {
@@ -151,7 +152,7 @@ func (p *plan) take(i int, c *call, expired bool) {
 // refuse plans call i, c, as refused after the calls before it.
 func (p *plan) refuse(i int, c *call) {
 	q := c.Req.qty
-	if c.Req.dir == inventory.DirReduce {
+	if c.Req.dir == driver.DirReduce {
 		p.hi = min(p.hi, q-p.net-1) // s + net < q
 		p.short = true
 	} else {
@@ -210,11 +211,11 @@ func split(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) plan {
 
 // fitsOne reports whether qty units can move in dir on stock cur, as
 // [sqldialect.Tables.Check] does.
-func fitsOne(dir inventory.Direction, cur, qty int64) bool {
-	if dir == inventory.DirReduce {
+func fitsOne(dir driver.Direction, cur, qty int64) bool {
+	if dir == driver.DirReduce {
 		return cur >= qty
 	}
-	return inventory.CheckReturn(cur, qty) == nil
+	return driver.CheckReturn(cur, qty) == nil
 }
 
 // answer sets each call's answer from the plan, s being the stock before
@@ -291,71 +292,98 @@ func (m *Manager) attempt(ctx context.Context, sku string, short *bool, batch []
 }
 
 // readWrite reads the row of sku, its expired holds and the ledger rows of
-// the batch's keys through q, plans the batch on them ([split]) and writes
-// the plan: through tx if it is not nil (a transaction whose first
-// statement locks the row), otherwise as one UPDATE, or a transaction of
-// its own when there are holds to release or keys to record. ok=false:
-// the write found the stock outside the plan's range, or a key recorded
-// meanwhile; nothing was written. On success every call's answer is set.
+// the batch's keys through q ([Manager.read]), plans the batch on them
+// ([split]) and writes the plan ([Manager.write]). ok=false: the write
+// found the stock outside the plan's range, or a key recorded meanwhile;
+// nothing was written. On success every call's answer is set.
 func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, sku string, short *bool, batch []*call) (ok bool, err error) {
-	var r sqldialect.Row
-	if tx != nil {
-		if r, err = m.t.LockHolds(ctx, tx, sku); err != nil {
-			return false, err
-		}
-	} else {
-		rs, err := m.t.ReadHolds(ctx, q, []string{sku})
-		if err != nil {
-			return false, err
-		}
-		if r, ok = rs[sku]; !ok {
-			return false, m.t.NotFound(sku)
-		}
+	rd, err := m.read(ctx, q, tx, sku, batch)
+	if err != nil {
+		return false, err
 	}
-	var expired []sqldialect.Ref // lines past their TTL, released with the write
-	var units int64
-	if r.Expired {
-		if expired, units, err = m.t.Expired(ctx, q, sku); err != nil {
-			return false, err
-		}
-	}
-	stock := r.Stock + units
-	seen := map[ledgerKey]sqldialect.Entry{}
-	var keys []string
-	for _, c := range batch {
-		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
-			keys = append(keys, c.Req.key)
-		}
-	}
-	if len(keys) > 0 {
-		// Read after the row: a key recorded in between makes the write
-		// of its ledger row fail, and the batch read again.
-		es, err := m.t.Entries(ctx, q, sku, keys)
-		if err != nil {
-			return false, err
-		}
-		for _, e := range es {
-			seen[ledgerKey{e.Dir, e.Key}] = e
-		}
-	}
-	p := split(stock, batch, seen)
+	p := split(rd.stock, batch, rd.seen)
 	*short = p.short
 	if !slices.ContainsFunc(p.steps, func(st step) bool { return st.kind == took }) {
-		p.answer(m, sku, batch, stock) // nothing to write: as read
+		p.answer(m, sku, batch, rd.stock) // nothing to write: as read
 		return true, nil
 	}
 	if m.beforeCAS != nil {
 		m.beforeCAS(sku)
 	}
 	m.writes.Add(1)
+	after, ok, err := m.write(ctx, tx, sku, batch, &p, rd)
+	if err != nil || !ok {
+		return false, err
+	}
+	if tx == nil && p.keyed > 0 {
+		m.t.Tidy(ctx, p.keyed)
+	}
+	p.answer(m, sku, batch, after-p.net)
+	return true, nil
+}
+
+// readout is what [Manager.read] found of a SKU.
+type readout struct {
+	stock   int64                          // the row's, with the units of the expired holds
+	expired []sqldialect.Ref               // lines past their TTL, released with the write
+	units   int64                          // of expired
+	seen    map[ledgerKey]sqldialect.Entry // the ledger rows of the batch's keys
+}
+
+// read reads the row of sku through q, or locks it through tx if tx is
+// not nil, then its expired holds and the ledger rows of the batch's keys.
+func (m *Manager) read(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, sku string, batch []*call) (rd readout, err error) {
+	var r sqldialect.Row
+	if tx != nil {
+		r, err = m.t.LockHolds(ctx, tx, sku)
+	} else {
+		var rs map[string]sqldialect.Row
+		if rs, err = m.t.ReadHolds(ctx, q, []string{sku}); err == nil {
+			var found bool
+			if r, found = rs[sku]; !found {
+				err = m.t.NotFound(sku)
+			}
+		}
+	}
+	if err == nil && r.Expired {
+		rd.expired, rd.units, err = m.t.Expired(ctx, q, sku)
+	}
+	if err != nil {
+		return rd, err
+	}
+	rd.stock = r.Stock + rd.units
+	rd.seen = map[ledgerKey]sqldialect.Entry{}
+	var keys []string
+	for _, c := range batch {
+		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
+			keys = append(keys, c.Req.key)
+		}
+	}
+	if len(keys) == 0 {
+		return rd, nil
+	}
+	// Read after the row: a key recorded in between makes the write of its
+	// ledger row fail, and the batch read again.
+	es, err := m.t.Entries(ctx, q, sku, keys)
+	for _, e := range es {
+		rd.seen[ledgerKey{e.Dir, e.Key}] = e
+	}
+	return rd, err
+}
+
+// write writes plan p of batch, read as rd: through tx if it is not nil (a
+// transaction whose first statement locked the row), otherwise as one
+// UPDATE, or a transaction of its own when there are holds to release or
+// keys to record. It returns the stock after the write; ok=false: nothing
+// was written.
+func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*call, p *plan, rd readout) (after int64, ok bool, err error) {
 	// The bounds and change of the row's own stock, which the released
 	// units join.
-	lo, hi, delta := max(p.lo-units, 0), p.hi-units, p.net+units
-	var after int64
+	lo, hi, delta := max(p.lo-rd.units, 0), p.hi-rd.units, p.net+rd.units
 	write := func(e sqlx.ExtContext) error {
 		after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
 		if err == nil && ok {
-			ok, err = m.t.Release(ctx, e, sku, expired)
+			ok, err = m.t.Release(ctx, e, sku, rd.expired)
 		}
 		if err == nil && ok && p.keyed > 0 {
 			ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
@@ -365,7 +393,7 @@ func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx
 	switch {
 	case tx != nil:
 		err = write(tx)
-	case p.keyed == 0 && len(expired) == 0:
+	case p.keyed == 0 && len(rd.expired) == 0:
 		err = write(m.t.DB)
 	default:
 		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -376,17 +404,10 @@ func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx
 			return err
 		})
 		if errors.Is(err, errConflict) {
-			return false, nil
+			return 0, false, nil
 		}
 	}
-	if err != nil || !ok {
-		return false, err
-	}
-	if tx == nil && p.keyed > 0 {
-		m.t.Tidy(ctx, p.keyed)
-	}
-	p.answer(m, sku, batch, after-p.net)
-	return true, nil
+	return after, ok, err
 }
 
 // countKeyed returns how many calls of batch took effect with a key, once

@@ -116,27 +116,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
 // Manager implements [inventory.StockManager] with optimistic concurrency
 // over SQL. It is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f   front.Stock // validates, checks ctx, wraps errors; calls m.move
-	t   *sqldialect.Tables
-	o   *sqldialect.Orders
-	cfg config
+	sqlengine.Manager // the calls; Reduce and Return call m.move
+	t                 *sqldialect.Tables
+	o                 *sqlengine.Orders // the order calls, and the engine's moves
+	cfg               config
 
 	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
 	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
@@ -156,8 +156,6 @@ type Manager struct {
 var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
-	_ inventory.StockManager = (*Tx)(nil)
-	_ inventory.OrderManager = (*Tx)(nil)
 )
 
 type config struct {
@@ -273,85 +271,16 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	}
 	// SQLite's writers take turns on one lock: a read before the write is
 	// only more work there, so the lines calls lock as rowlock's do.
-	m := &Manager{t: t, cfg: c, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
-		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
-	m.f = t.Front(m.move)
-	if c.refusalsSet {
-		m.f = m.f.WithRefusals(refusals.New(c.refusals))
-	}
+	m := &Manager{t: t, cfg: c}
+	m.o = &sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
+		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}
+	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	if t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
 	}
 	return m, nil
 }
-
-// Init implements [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
-}
-
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return m.o.Reserve(ctx, nil, id, lines, ttl)
-}
-
-// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
-// TTL releases it in the same transaction and returns
-// [inventory.ErrHoldReleased].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.o.Confirm(ctx, nil, id)
-}
-
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.o.Cancel(ctx, nil, id)
-}
-
-// Held implements [inventory.OrderManager].
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	return m.o.Held(ctx, nil, sku)
-}
-
-// Sweep implements [inventory.OrderManager]: it releases up to the sweep
-// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
-// of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
-// left for the next Sweep (or the call holding them releases it).
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	return m.o.Sweep(ctx, nil)
-}
-
-// InTx returns the Manager's calls bound to tx, a transaction of the
-// caller's on the Manager's database: see "Inside a caller's transaction"
-// in the package documentation. The value is for the goroutine that owns
-// tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
@@ -360,10 +289,10 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Confirm, Cancel, Held, Sweep ([inventory.OrderManager]), each as the
 // Manager's but run in a savepoint of tx. Get and Held read what tx sees;
 // Sweep releases every hold in tx.
-type Tx = sqldialect.Tx
+type Tx = sqlengine.Tx
 
 // move is Reduce or Return behind the front.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
 	}
@@ -372,26 +301,16 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 
 // bounds gives the conditional UPDATE's arguments for moving qty units in
 // dir: the signed change, and the range the stock must be in before it.
-func bounds(dir inventory.Direction, qty int64) (delta, lo, hi int64) {
-	if dir == inventory.DirReturn {
+func bounds(dir driver.Direction, qty int64) (delta, lo, hi int64) {
+	if dir == driver.DirReturn {
 		return qty, 0, inventory.MaxStock - qty
 	}
 	return -qty, qty, inventory.MaxStock
 }
 
 // single is the single-statement mode.
-func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) single(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	delta, lo, hi := bounds(dir, qty)
-	seen := func() (int64, bool, error) {
-		if key == "" {
-			return 0, false, nil
-		}
-		rem, found, err := m.t.Seen(ctx, m.t.DB, sku, dir, key)
-		if err == nil && found {
-			err = m.t.Duplicate(sku, dir, key)
-		}
-		return rem, found, err
-	}
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err
@@ -400,7 +319,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 	for attempt := 1; ; attempt++ {
 		rem, ok, err := m.update(ctx, sku, delta, lo, hi, dir, key)
 		if errors.Is(err, inventory.ErrDuplicate) {
-			if rem, found, err := seen(); found || err != nil {
+			if rem, found, err := m.seen(ctx, sku, dir, key); found || err != nil {
 				return rem, err // with the first call's remaining
 			}
 			return 0, err
@@ -408,26 +327,8 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 		if err != nil || ok {
 			return rem, err
 		}
-		// A call with the same key may have just taken the stock.
-		if rem, found, err := seen(); err != nil || found {
+		if rem, done, err := m.missed(ctx, sku, qty, dir, key); done {
 			return rem, err
-		}
-		// No row matched: find out why from a fresh read.
-		rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
-		if err != nil {
-			return 0, err
-		}
-		r, ok := rs[sku]
-		switch {
-		case !ok:
-			return 0, m.t.NotFound(sku)
-		case r.Expired:
-			// Expired holds to release first: the lines call does both.
-			return m.o.Move(ctx, nil, sku, qty, dir, key)
-		}
-		cur := r.Stock
-		if err := m.t.Check(sku, dir, cur, qty); err != nil {
-			return cur, err
 		}
 		if attempt >= m.cfg.attempts {
 			return 0, fmt.Errorf("optimistic: %s %q: %w after %d attempts", dir, sku, inventory.ErrContention, attempt)
@@ -436,9 +337,50 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 	}
 }
 
+// seen reports a keyed call that took effect, with ErrDuplicate and its
+// remaining.
+func (m *Manager) seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
+	if key == "" {
+		return 0, false, nil
+	}
+	rem, found, err := m.t.Seen(ctx, m.t.DB, sku, dir, key)
+	if err == nil && found {
+		err = m.t.Duplicate(sku, dir, key)
+	}
+	return rem, found, err
+}
+
+// missed finds out, from a fresh read, why the single statement matched no
+// row: done=true with the call's answer (a duplicate, an unknown SKU, a
+// refusal, or the move made with the release of the SKU's expired holds);
+// done=false when the stock lets the call through after all.
+func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (rem int64, done bool, err error) {
+	// A call with the same key may have just taken the stock.
+	if rem, found, err := m.seen(ctx, sku, dir, key); err != nil || found {
+		return rem, true, err
+	}
+	rs, err := m.t.ReadHolds(ctx, m.t.DB, []string{sku})
+	if err != nil {
+		return 0, true, err
+	}
+	r, ok := rs[sku]
+	switch {
+	case !ok:
+		return 0, true, m.t.NotFound(sku)
+	case r.Expired:
+		// Expired holds to release first: the lines call does both.
+		rem, err := m.o.Move(ctx, nil, sku, qty, dir, key)
+		return rem, true, err
+	}
+	if err := m.t.Check(sku, dir, r.Stock, qty); err != nil {
+		return r.Stock, true, err
+	}
+	return 0, false, nil
+}
+
 // update runs the conditional UPDATE, with the ledger row in the same
 // transaction when keyed. ok=false: no row matched, nothing changed.
-func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir inventory.Direction, key string) (rem int64, ok bool, err error) {
+func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir driver.Direction, key string) (rem int64, ok bool, err error) {
 	if key == "" {
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
 	}
@@ -446,11 +388,7 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 		if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
 			return err
 		}
-		dup, err := m.t.Record(ctx, tx, sku, dir, key, rem)
-		if err == nil && dup {
-			err = m.t.Duplicate(sku, dir, key)
-		}
-		return err
+		return m.t.Record(ctx, tx, sku, dir, key, rem)
 	})
 	if err != nil {
 		return 0, false, err
@@ -459,12 +397,6 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 		m.t.Tidy(ctx, 1)
 	}
 	return rem, ok, nil
-}
-
-// backoff returns the next decorrelated-jitter pause after prev.
-func (m *Manager) backoff(prev time.Duration) time.Duration {
-	hi := max(3*prev, m.cfg.base+1)
-	return min(m.cfg.cap, m.cfg.base+rand.N(hi-m.cfg.base))
 }
 
 // sleep pauses for d or until ctx is done; it reports whether it slept.

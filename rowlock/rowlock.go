@@ -107,10 +107,11 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
@@ -122,18 +123,16 @@ const DefaultLockTimeout = 5 * time.Second
 // transaction, which applies the calls of a SKU that arrived together. It
 // is safe for concurrent use. Create it with [New].
 type Manager struct {
-	f front.Stock // validates, checks ctx, wraps errors; calls m.move
-	t *sqldialect.Tables
-	o *sqldialect.Orders
+	sqlengine.Manager // the calls; Reduce and Return call m.move
+	t                 *sqldialect.Tables
+	o                 *sqlengine.Orders // the order calls, and the engine's moves
 
-	comb *merge.Keyed[string, struct{}, sqldialect.Step, sqldialect.Outcome] // the calls of each SKU in flight
+	comb *merge.Keyed[string, struct{}, sqlengine.Step, sqlengine.Outcome] // the calls of each SKU in flight
 }
 
 var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
-	_ inventory.StockManager = (*Tx)(nil)
-	_ inventory.OrderManager = (*Tx)(nil)
 )
 
 type config struct {
@@ -217,82 +216,13 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t, o: &sqldialect.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
-		LockWait: c.wait, SweepLimit: c.sweep}}
-	m.f = t.Front(m.move)
-	if c.refusalsSet {
-		m.f = m.f.WithRefusals(refusals.New(c.refusals))
-	}
+	m := &Manager{t: t}
+	m.o = &sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
+		LockWait: c.wait, SweepLimit: c.sweep}
+	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
 	m.comb = merge.NewKeyed(maxBatch, m.apply)
 	return m, nil
 }
-
-// Init implements [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
-}
-
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return m.o.Reserve(ctx, nil, id, lines, ttl)
-}
-
-// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
-// TTL releases it in the same transaction and returns
-// [inventory.ErrHoldReleased].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.o.Confirm(ctx, nil, id)
-}
-
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.o.Cancel(ctx, nil, id)
-}
-
-// Held implements [inventory.OrderManager].
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	return m.o.Held(ctx, nil, sku)
-}
-
-// Sweep implements [inventory.OrderManager]: it releases up to the sweep
-// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
-// of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
-// left for the next Sweep (or the call holding them releases it).
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	return m.o.Sweep(ctx, nil)
-}
-
-// InTx returns the Manager's calls bound to tx, a transaction of the
-// caller's on the Manager's database: see "Inside a caller's transaction"
-// in the package documentation. The value is for the goroutine that owns
-// tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
@@ -301,25 +231,25 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 // Confirm, Cancel, Held, Sweep ([inventory.OrderManager]), each as the
 // Manager's but run in a savepoint of tx. Get and Held read what tx sees;
 // Sweep releases every hold in tx.
-type Tx = sqldialect.Tx
+type Tx = sqlengine.Tx
 
 // maxBatch bounds the calls of one SKU that one transaction applies.
 const maxBatch = 128
 
 // call is one Reduce or Return queued in Manager.comb, with its answer.
-type call = merge.Call[sqldialect.Step, sqldialect.Outcome]
+type call = merge.Call[sqlengine.Step, sqlengine.Outcome]
 
 // move is Reduce or Return behind the front: the calls of one SKU in
 // flight at once are applied together (see "Combining" in the package
 // documentation). A keyed call that lost to one with the same key while
 // it waited reports the duplicate it is, with the first remaining.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err
 		}
 	}
-	a, err := m.comb.Do(ctx, sku, sqldialect.Step{Qty: qty, Dir: dir, Key: key})
+	a, err := m.comb.Do(ctx, sku, sqlengine.Step{Qty: qty, Dir: dir, Key: key})
 	if err != nil {
 		return 0, m.t.Err(ctx, string(dir), err)
 	}
@@ -327,16 +257,16 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 }
 
 // apply applies batch, the calls of sku taken together, in one
-// transaction (sqldialect.Orders.MoveBatch), run by a goroutine of
+// transaction (sqlengine.Orders.MoveBatch), run by a goroutine of
 // merge.Keyed's: ctx is cancelled once every caller of the batch left.
 // A caller whose ctx ended before it started leaves unapplied; a failed
 // transaction's error is every call's.
 func (m *Manager) apply(ctx context.Context, sku string, _ *struct{}, batch []*call) {
 	live := make([]*call, 0, len(batch))
-	steps := make([]sqldialect.Step, 0, len(batch))
+	steps := make([]sqlengine.Step, 0, len(batch))
 	for _, c := range batch {
 		if err := c.Ctx.Err(); err != nil {
-			c.Ans = sqldialect.Outcome{Err: m.t.Err(c.Ctx, string(c.Req.Dir), err)}
+			c.Ans = sqlengine.Outcome{Err: m.t.Err(c.Ctx, string(c.Req.Dir), err)}
 			continue
 		}
 		live, steps = append(live, c), append(steps, c.Req)
@@ -350,7 +280,7 @@ func (m *Manager) apply(ctx context.Context, sku string, _ *struct{}, batch []*c
 			c.Ans = out[i]
 			continue
 		}
-		c.Ans = sqldialect.Outcome{Err: err}
+		c.Ans = sqlengine.Outcome{Err: err}
 		if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			c.Ans.Err = fmt.Errorf("%w: %w", err, cerr)
 		}

@@ -58,6 +58,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -65,6 +66,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/lockmgr"
 )
@@ -92,6 +94,7 @@ type Schema struct {
 // use. Create it with [New].
 type Store struct {
 	t  *sqldialect.Tables
+	h  *holds   // the statements of the holds (holds.go)
 	tx *sqlx.Tx // the caller's transaction; nil: the pool
 }
 
@@ -101,7 +104,7 @@ var _ lockmgr.HoldStore = (*Store)(nil)
 // database: see "Inside a caller's transaction" in the package
 // documentation. The value is for the goroutine that owns tx, and is good
 // until tx ends. CreateTables still runs on the pool.
-func (s *Store) InTx(tx *sqlx.Tx) *Store { return &Store{t: s.t, tx: tx} }
+func (s *Store) InTx(tx *sqlx.Tx) *Store { return &Store{t: s.t, h: s.h, tx: tx} }
 
 // q is where s reads and writes single statements.
 func (s *Store) q() sqlx.ExtContext {
@@ -143,7 +146,7 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{t: t}, nil
+	return &Store{t: t, h: newHolds(t)}, nil
 }
 
 // CreateTables creates the four tables, as named by the schema, if they
@@ -158,7 +161,7 @@ func (s *Store) CreateTables(ctx context.Context) error {
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
 // forget idempotency keys.
 func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	return s.t.InitOn(ctx, s.q(), sku, qty)
@@ -166,7 +169,7 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns the stock of sku; an unknown SKU is [inventory.ErrNotFound].
 func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	return s.t.GetOn(ctx, s.q(), sku)
@@ -176,7 +179,7 @@ func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
 // autocommit statement, never an older snapshot); an unknown SKU is
 // [inventory.ErrNotFound].
 func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, 0, err
 	}
 	return s.t.Read(ctx, s.q(), sku)
@@ -184,7 +187,7 @@ func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err
 
 // Seen reports whether an unexpired ledger entry holds (sku, dir, key), and
 // the remaining value recorded with it.
-func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+func (s *Store) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
 	if err := validateKey(sku, dir, key); err != nil {
 		return 0, false, err
 	}
@@ -197,8 +200,8 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 // transaction records (sku, dir, key) -> newStock in the ledger for the key
 // TTL; if an unexpired entry already holds it, nothing is written and the
 // error wraps [inventory.ErrDuplicate] (use Seen for the recorded value).
-func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (ok bool, err error) {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return false, err
 	}
 	if newStock < 0 || newStock > inventory.MaxStock {
@@ -214,11 +217,7 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 		if ok, err = s.t.Set(ctx, tx, sku, version, newStock); err != nil || !ok {
 			return err
 		}
-		dup, err := s.t.Record(ctx, tx, sku, dir, key, newStock)
-		if err == nil && dup {
-			err = s.t.Duplicate(sku, dir, key)
-		}
-		return err
+		return s.t.Record(ctx, tx, sku, dir, key, newStock)
 	})
 	if err != nil {
 		return false, err
@@ -229,11 +228,11 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	return ok, nil
 }
 
-func validateKey(sku string, dir inventory.Direction, key string) error {
-	if dir != inventory.DirReduce && dir != inventory.DirReturn {
+func validateKey(sku string, dir driver.Direction, key string) error {
+	if dir != driver.DirReduce && dir != driver.DirReturn {
 		return fmt.Errorf("sqlstore: %w: direction %q", inventory.ErrInvalidArgument, dir)
 	}
-	_, err := inventory.ValidateMove(sku, 1, []inventory.Option{inventory.WithKey(key)})
+	_, err := driver.ValidateMove(sku, 1, []inventory.Option{inventory.WithKey(key)})
 	return err
 }
 
@@ -241,17 +240,17 @@ func validateKey(sku string, dir inventory.Direction, key string) error {
 // units of sku in one statement, then, if it has lines past their expiry,
 // the ids of up to max of them, earliest first.
 func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, version, held int64, expired []string, err error) {
-	return s.t.HoldsOf(ctx, s.q(), sku, max)
+	return s.h.HoldsOf(ctx, s.q(), sku, max)
 }
 
 // Hold implements [lockmgr.HoldStore].
 func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, id string, qty int64, expires time.Time) (bool, error) {
-	return s.t.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
+	return s.h.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
 }
 
 // Unhold implements [lockmgr.HoldStore].
 func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
-	return s.t.Unhold(ctx, s.tx, sku, id, sold)
+	return s.h.Unhold(ctx, s.tx, sku, id, sold)
 }
 
 // Held implements [lockmgr.HoldStore].
@@ -266,7 +265,7 @@ func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Li
 	if err != nil {
 		return lockmgr.Order{}, fmt.Errorf("sqlstore: create order %q: %w", id, err)
 	}
-	row, ok, err := s.t.CreateOrder(ctx, s.tx, id, js, ttl, grace)
+	row, ok, err := s.h.CreateOrder(ctx, s.tx, id, js, ttl, grace)
 	if err != nil {
 		return lockmgr.Order{}, err
 	}
@@ -278,7 +277,7 @@ func (s *Store) CreateOrder(ctx context.Context, id string, lines []inventory.Li
 
 // Order implements [lockmgr.HoldStore].
 func (s *Store) Order(ctx context.Context, id string) (lockmgr.Order, error) {
-	row, found, err := s.t.ReadOrder(ctx, s.q(), id, false)
+	row, found, err := s.h.ReadOrder(ctx, s.q(), id, false)
 	if err != nil {
 		return lockmgr.Order{}, err
 	}
@@ -289,11 +288,11 @@ func (s *Store) Order(ctx context.Context, id string) (lockmgr.Order, error) {
 }
 
 // forgotten reports whether a done record was kept past its time.
-func forgotten(row sqldialect.OrderRow) bool {
+func forgotten(row orderRow) bool {
 	return row.Done && row.Kept.Valid && row.Kept.Int64 <= row.Now
 }
 
-func order(id string, row sqldialect.OrderRow) (lockmgr.Order, error) {
+func order(id string, row orderRow) (lockmgr.Order, error) {
 	o := lockmgr.Order{ID: id, State: lockmgr.OrderState(row.State), Expires: time.UnixMilli(row.Expires / 1000),
 		Complete: row.Complete, Done: row.Done}
 	if err := json.Unmarshal(row.Lines, &o.Lines); err != nil {
@@ -307,55 +306,26 @@ func order(id string, row sqldialect.OrderRow) (lockmgr.Order, error) {
 // in one transaction.
 func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderStep) (o lockmgr.Order, changed bool, err error) {
 	err = s.t.Atomic(ctx, s.tx, "update order", func(tx *sqlx.Tx) error {
-		row, found, err := s.t.ReadOrder(ctx, tx, id, true)
+		row, found, err := s.h.ReadOrder(ctx, tx, id, true)
 		if err != nil {
 			return err
 		}
 		if !found || forgotten(row) {
 			return fmt.Errorf("sqlstore: %w: order %q", inventory.ErrNotFound, id)
 		}
-		held := row.State == string(lockmgr.OrderHeld)
-		past := row.Now >= row.Expires
-		pick := func(expired bool, otherwise lockmgr.OrderState) string {
-			if expired {
-				return string(lockmgr.OrderExpired)
-			}
-			return string(otherwise)
-		}
-		drop := false
-		switch {
-		case step == lockmgr.StepComplete && held && !row.Complete:
-			row.Complete = true
-		case step == lockmgr.StepConfirm && held && row.Complete:
-			row.State = pick(past, lockmgr.OrderConfirmed)
-		case step == lockmgr.StepCancel && held && row.Complete:
-			row.State = pick(past, lockmgr.OrderCancelled)
-		case step == lockmgr.StepExpire && held &&
-			(row.Complete && past || !row.Complete && row.Now >= row.Abandon):
-			row.State = string(lockmgr.OrderExpired)
-		case step == lockmgr.StepFinish && !held && !row.Done && !row.Complete:
-			drop = true // a Reserve that never completed: its id is free
-		case step == lockmgr.StepFinish && !held && !row.Done:
-			row.Done = true
-			row.Kept.Int64, row.Kept.Valid = row.Now+s.t.KeyTTL().Microseconds(), true
-		case step == lockmgr.StepAbort && held && !row.Complete:
-			drop = true
-		default:
-			o, err = order(id, row)
-			return err
-		}
-		changed = true
-		if o, err = order(id, row); err != nil {
+		var drop bool
+		row, drop, changed = transition(row, step, s.t.KeyTTL())
+		if o, err = order(id, row); err != nil || !changed {
 			return err
 		}
 		if drop {
-			return s.t.DropOrder(ctx, tx, id)
+			return s.h.DropOrder(ctx, tx, id)
 		}
 		due := row.Abandon
 		if row.Complete || row.State != string(lockmgr.OrderHeld) {
 			due = row.Expires
 		}
-		return s.t.SetOrder(ctx, tx, id, row, due)
+		return s.h.SetOrder(ctx, tx, id, row, due)
 	})
 	if err != nil {
 		return lockmgr.Order{}, false, err
@@ -363,12 +333,56 @@ func (s *Store) UpdateOrder(ctx context.Context, id string, step lockmgr.OrderSt
 	return o, changed, nil
 }
 
+// transition returns row moved on by step, if the step's condition holds
+// on the database's clock (row.Now): changed=false leaves the record as it
+// is; drop=true deletes it. A finished record is kept for keep.
+func transition(row orderRow, step lockmgr.OrderStep, keep time.Duration) (next orderRow, drop, changed bool) {
+	if row.State == string(lockmgr.OrderHeld) {
+		return heldStep(row, step)
+	}
+	if step != lockmgr.StepFinish || row.Done {
+		return row, false, false
+	}
+	if !row.Complete {
+		return row, true, true // a Reserve that never completed: its id is free
+	}
+	row.Done = true
+	row.Kept = sql.NullInt64{Int64: row.Now + keep.Microseconds(), Valid: true}
+	return row, false, true
+}
+
+// heldStep is [transition] of a held record.
+func heldStep(row orderRow, step lockmgr.OrderStep) (next orderRow, drop, changed bool) {
+	past := row.Now >= row.Expires
+	end := func(s lockmgr.OrderState) (orderRow, bool, bool) {
+		if past {
+			s = lockmgr.OrderExpired
+		}
+		row.State = string(s)
+		return row, false, true
+	}
+	switch {
+	case step == lockmgr.StepComplete && !row.Complete:
+		row.Complete = true
+		return row, false, true
+	case step == lockmgr.StepConfirm && row.Complete:
+		return end(lockmgr.OrderConfirmed)
+	case step == lockmgr.StepCancel && row.Complete:
+		return end(lockmgr.OrderCancelled)
+	case step == lockmgr.StepExpire && (row.Complete && past || !row.Complete && row.Now >= row.Abandon):
+		return end(lockmgr.OrderExpired)
+	case step == lockmgr.StepAbort && !row.Complete:
+		return row, true, true
+	}
+	return row, false, false
+}
+
 // ExpiredOrders implements [lockmgr.HoldStore]. On the pool it also
 // deletes a batch of done records kept past the key TTL.
 func (s *Store) ExpiredOrders(ctx context.Context, max int) ([]string, error) {
-	ids, err := s.t.DueOrders(ctx, s.q(), max)
+	ids, err := s.h.DueOrders(ctx, s.q(), max)
 	if err == nil && s.tx == nil {
-		_, _ = s.t.PruneOrders(ctx) // forgotten records already count as absent
+		_, _ = s.h.PruneOrders(ctx) // forgotten records already count as absent
 	}
 	return ids, err
 }

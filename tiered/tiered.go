@@ -157,6 +157,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
@@ -466,7 +467,7 @@ func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.p
 // selling the older allotment until a refill finds the newer generation;
 // repeat the Init.
 func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -495,7 +496,7 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 // Get returns Redis's allotment of sku plus its view of SQL's pool; while
 // the circuit is open, SQL's pool alone.
 func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -534,24 +535,24 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 // [ErrRedisUnreachable]. The call whose failure opened the circuit returns
 // its Redis error (its outcome unknown): a call is never sent to both.
 func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
+	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, err
 	}
-	return m.move(ctx, sku, qty, inventory.DirReduce, o.Key)
+	return m.move(ctx, sku, qty, driver.DirReduce, o.Key)
 }
 
 // Return gives qty units of sku back to Redis's allotment; while the
 // circuit is open, to SQL's pool (as Reduce).
 func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
+	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, err
 	}
-	return m.move(ctx, sku, qty, inventory.DirReturn, o.Key)
+	return m.move(ctx, sku, qty, driver.DirReturn, o.Key)
 }
 
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
 	}
@@ -578,8 +579,8 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 			}
 			return r.v, nil
 		case codeRefused:
-			if dir == inventory.DirReturn {
-				return 0, fmt.Errorf("tiered: return %q: %w", sku, inventory.CheckReturn(r.v, qty))
+			if dir == driver.DirReturn {
+				return 0, fmt.Errorf("tiered: return %q: %w", sku, driver.CheckReturn(r.v, qty))
 			}
 			return r.v, fmt.Errorf("tiered: reduce %d of %q: %w", qty, sku, inventory.ErrInsufficientStock)
 		case codeShort: // grant, then again
@@ -784,7 +785,7 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 // the same or a newer generation. It returns how many SKUs it loaded.
 func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
 	for _, sku := range skus {
-		if err := inventory.ValidateSKU(sku); err != nil {
+		if err := driver.ValidateSKU(sku); err != nil {
 			return 0, err
 		}
 	}

@@ -17,10 +17,6 @@ func (t *Tables) Statements() []Statement {
 		{"release", expand(t.Engine, q.release, 2)}, {"reserve", expand(t.Engine, q.reserve, 2)},
 		{"lines", q.lines}, {"lockLines", q.lockLines}, {"confirm", q.confirm}, {"end", q.end},
 		{"forget", q.forget}, {"held", q.held}, {"due", q.due}, {"pruneHolds", q.pruneHolds},
-		{"holdsOf", q.holdsOf}, {"holdLine", q.holdLine}, {"lockLine", q.lockLine}, {"dropLine", q.dropLine},
-		{"give", q.give}, {"createOrder", q.createOrder}, {"order", q.order}, {"lockOrder", q.lockOrder},
-		{"setOrder", q.setOrder}, {"dropOrder", q.dropOrder}, {"forgetOrder", q.forgetOrder},
-		{"dueOrders", q.dueOrders}, {"pruneOrders", q.pruneOrders},
 	}
 	for _, c := range q.create {
 		ss = append(ss, Statement{"create", c})

@@ -184,31 +184,19 @@ func (t *Tables) Lines(ctx context.Context, q sqlx.QueryerContext, id string, lo
 // ConfirmHold marks every held, unexpired line of hold id confirmed and
 // returns how many it marked.
 func (t *Tables) ConfirmHold(ctx context.Context, e sqlx.ExecerContext, id string) (int64, error) {
-	n, err := rows(e.ExecContext(ctx, t.q.confirm, id))
-	if err != nil {
-		return 0, t.Err(ctx, "confirm hold", err)
-	}
-	return n, nil
+	return t.count(ctx, e, "confirm hold", t.q.confirm, id)
 }
 
 // EndHold moves every held line of hold id to state (Cancelled or Expired)
 // and returns how many it moved; the caller gives their units back.
 func (t *Tables) EndHold(ctx context.Context, e sqlx.ExecerContext, id, state string) (int64, error) {
-	n, err := rows(e.ExecContext(ctx, t.q.end, state, id))
-	if err != nil {
-		return 0, t.Err(ctx, "end hold", err)
-	}
-	return n, nil
+	return t.count(ctx, e, "end hold", t.q.end, state, id)
 }
 
 // ForgetHold deletes the lines of hold id that ended more than the key TTL
 // ago and returns how many it deleted.
 func (t *Tables) ForgetHold(ctx context.Context, e sqlx.ExecerContext, id string) (int64, error) {
-	n, err := rows(e.ExecContext(ctx, t.q.forget, id, t.cfg.KeyTTL.Microseconds()))
-	if err != nil {
-		return 0, t.Err(ctx, "forget hold", err)
-	}
-	return n, nil
+	return t.count(ctx, e, "forget hold", t.q.forget, id, t.cfg.KeyTTL.Microseconds())
 }
 
 // KeyTTL is how long an ended hold's id stays taken.
@@ -239,11 +227,7 @@ func (t *Tables) Due(ctx context.Context, q sqlx.QueryerContext, limit int) ([]s
 // PruneHolds deletes up to 1000 lines that ended more than the key TTL ago
 // and reports how many.
 func (t *Tables) PruneHolds(ctx context.Context) (int64, error) {
-	n, err := rows(t.DB.ExecContext(ctx, t.q.pruneHolds, t.cfg.KeyTTL.Microseconds()))
-	if err != nil {
-		return 0, t.Err(ctx, "prune holds", err)
-	}
-	return n, nil
+	return t.count(ctx, t.DB, "prune holds", t.q.pruneHolds, t.cfg.KeyTTL.Microseconds())
 }
 
 // Pkg is the error prefix of t: the public package's name.

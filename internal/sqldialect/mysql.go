@@ -80,32 +80,6 @@ var mysqlSQL = statements{
 		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
 	pruneHolds: `DELETE FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000`,
 
-	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-			(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-			EXISTS (SELECT 1 FROM {{.Holds}} h
-				WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-	holdLine: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`,
-	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
-		FOR UPDATE`,
-	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-	give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-		WHERE {{.SKU}} = ?`,
-	createOrder: `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-		VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`,
-	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-		WHERE id = ?`,
-	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-		WHERE id = ?
-		FOR UPDATE`,
-	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-		WHERE id = ?`,
-	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-		ORDER BY due_at LIMIT ?`,
-	pruneOrders: `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`,
-
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
 			{{.SKU}} VARBINARY(255) NOT NULL PRIMARY KEY,

@@ -3,10 +3,10 @@
 // (placeholders, identifier quoting, upserts, how an UPDATE reports the new
 // value, which errors mean "lock contention"), and the statements over the
 // stock table, the idempotency ledger, the holds table and the orders
-// table, built once from a validated schema. [Orders] runs the order calls
-// (and single-SKU moves) of optimistic and rowlock over them, in a
-// transaction of its own or a caller's; seam.go has sqlstore's hold
-// statements (lockmgr.HoldStore).
+// table, built once from a validated schema, with [Tables] to run them.
+// The engine that runs the order calls over them (transactions, retries,
+// holds) is package sqlengine; sqlstore keeps the statements of its holds
+// (lockmgr.HoldStore) itself, built with [Tables.Render].
 //
 // Hold times are Unix microseconds on the database's clock, an expression
 // each engine's file defines once ({{.Now}} in the statements); idempotency
@@ -39,6 +39,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Engine is a SQL engine family.
@@ -154,6 +155,7 @@ type Tables struct {
 	q      statements
 	writes atomic.Uint32 // keys recorded, to prune now and then
 	prep   *preparedSet  // statements prepared once (prepared.go); nil but on MySQL
+	n      names         // what the statements' templates use
 }
 
 // statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
@@ -176,11 +178,6 @@ type statements struct {
 	held, due, pruneHolds                                      string
 	readHolds, release, reserve                                string
 	readHolds1                                                 string // readHolds with one row
-
-	// the lock strategies' holds (sqlstore, lockmgr.HoldStore)
-	holdsOf, holdLine, lockLine, dropLine, give                     string
-	createOrder, order, lockOrder, setOrder, dropOrder, forgetOrder string
-	dueOrders, pruneOrders                                          string
 
 	create []string
 }
@@ -220,7 +217,8 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	if cfg.LockWait < 0 {
 		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
 	}
-	t := &Tables{DB: db, Engine: eng, cfg: cfg, q: build(eng, cfg)}
+	t := &Tables{DB: db, Engine: eng, cfg: cfg}
+	t.q, t.n = build(eng, cfg)
 	t.prepare()
 	return t, nil
 }
@@ -228,8 +226,9 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 // rowsMark brackets the row of a batch list in a rendered statement.
 const rowsMark = "\x00"
 
-// build renders eng's statements over cfg's schema.
-func build(eng Engine, cfg Config) statements {
+// build renders eng's statements over cfg's schema, and returns the names
+// they used.
+func build(eng Engine, cfg Config) (statements, names) {
 	text := map[Engine]statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
 	quote := func(id string) string { return text.quote + id + text.quote }
 	s := cfg.Schema
@@ -246,16 +245,7 @@ func build(eng Engine, cfg Config) statements {
 		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
 		n.LockTimeoutMillis = max(1, cfg.LockWait.Milliseconds())
 	}
-	render := func(src string) string {
-		tmpl := template.Must(template.New("").Funcs(template.FuncMap{
-			"rows": func(row string) string { return rowsMark + row + rowsMark },
-		}).Parse(src))
-		var b strings.Builder
-		if err := tmpl.Execute(&b, n); err != nil {
-			panic(err) // names has every field the statements use: a bug, which every test hits
-		}
-		return dedent(b.String())
-	}
+	render := func(src string) string { return n.render(src) }
 	q := statements{quote: text.quote, now: text.now, keys: render(text.keys), insert: render(text.insert),
 		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
 	for _, f := range []struct{ dst, src *string }{
@@ -265,11 +255,6 @@ func build(eng Engine, cfg Config) statements {
 		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
 		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
 		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
-		{&q.holdsOf, &text.holdsOf}, {&q.holdLine, &text.holdLine}, {&q.lockLine, &text.lockLine},
-		{&q.dropLine, &text.dropLine}, {&q.give, &text.give}, {&q.createOrder, &text.createOrder},
-		{&q.order, &text.order}, {&q.lockOrder, &text.lockOrder}, {&q.setOrder, &text.setOrder},
-		{&q.dropOrder, &text.dropOrder}, {&q.forgetOrder, &text.forgetOrder}, {&q.dueOrders, &text.dueOrders},
-		{&q.pruneOrders, &text.pruneOrders},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}
@@ -278,8 +263,30 @@ func build(eng Engine, cfg Config) statements {
 	for _, c := range text.create {
 		q.create = append(q.create, render(c))
 	}
-	return q
+	return q, n
 }
+
+// render executes src, a statement's template, over n.
+func (n names) render(src string) string {
+	tmpl := template.Must(template.New("").Funcs(template.FuncMap{
+		"rows": func(row string) string { return rowsMark + row + rowsMark },
+	}).Parse(src))
+	var b strings.Builder
+	if err := tmpl.Execute(&b, n); err != nil {
+		panic(err) // names has every field the statements use: a bug, which every test hits
+	}
+	return dedent(b.String())
+}
+
+// Render builds a statement of another package's (sqlstore's) over t's
+// schema, as t's own are built: src is text/template text over the quoted
+// names of the schema ({{.Table}}, {{.SKU}}, {{.Stock}}, {{.Version}},
+// {{.Ledger}}, {{.Holds}}, {{.Orders}}) and {{.Now}}, the database's clock
+// in Unix microseconds, with ? placeholders (numbered on PostgreSQL).
+func (t *Tables) Render(src string) string { return bind(t.Engine, t.n.render(src)) }
+
+// Rows returns the rows res affected, or err.
+func Rows(res sql.Result, err error) (int64, error) { return rows(res, err) }
 
 // dedent removes from the second and later lines of a statement the
 // indentation they share in the Go source.
@@ -326,8 +333,13 @@ func (t *Tables) Err(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("%s: %s: %w", t.cfg.Pkg, op, err)
 }
 
-func (t *Tables) contention(err error) bool {
-	switch t.Engine {
+func (t *Tables) contention(err error) bool { return Contention(t.Engine, err) }
+
+// Contention reports whether err, from a statement on engine eng, means
+// lock contention: a deadlock, a lock wait timeout, a serialization
+// failure or a busy database.
+func Contention(eng Engine, err error) bool {
+	switch eng {
 	case MySQL:
 		return mysqlContention(err)
 	case Postgres:
@@ -475,7 +487,7 @@ func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, 
 }
 
 // Seen returns the remaining value recorded for an unexpired key.
-func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
 	err = q.QueryRowxContext(ctx, t.q.seen, sku, string(dir), key, time.Now().UnixMilli()).Scan(&remaining)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
@@ -490,7 +502,7 @@ func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, di
 // past their TTL and not yet released (which a move would release first)
 // and, when key is not empty, the remaining value recorded for an
 // unexpired (sku, dir, key), through q.
-func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
+func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
 	var rem sql.NullInt64
 	err = q.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem, &expired)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -508,7 +520,7 @@ func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, di
 // otherwise return the stock and the error it gives: the duplicate (with
 // the first call's remaining), the refusal (with the stock) or the read's
 // error.
-func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	cur, expired, rem, found, err := t.Peek(ctx, t.DB, sku, dir, key)
 	switch {
 	case err != nil:
@@ -524,9 +536,9 @@ func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir invent
 
 // Check reports why moving qty units of sku in direction dir from a stock
 // of cur is refused, or nil.
-func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) error {
-	if dir == inventory.DirReturn {
-		return inventory.CheckReturn(cur, qty)
+func (t *Tables) Check(sku string, dir driver.Direction, cur, qty int64) error {
+	if dir == driver.DirReturn {
+		return driver.CheckReturn(cur, qty)
 	}
 	if cur < qty {
 		return fmt.Errorf("%s: %w: %q has %d, asked %d", t.cfg.Pkg, inventory.ErrInsufficientStock, sku, cur, qty)
@@ -536,8 +548,9 @@ func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) erro
 
 // Record writes (sku, dir, key) -> remaining into the ledger through e,
 // normally the transaction that moved the stock. An expired entry is
-// replaced; dup=true means an unexpired one exists and nothing was written.
-func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir inventory.Direction, key string, remaining int64) (dup bool, err error) {
+// replaced; an unexpired one is left, and the error wraps
+// [inventory.ErrDuplicate]: the call is the repeat of one that took effect.
+func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir driver.Direction, key string, remaining int64) error {
 	now := time.Now().UnixMilli()
 	exp := now + t.cfg.KeyTTL.Milliseconds()
 	n, err := rows(e.ExecContext(ctx, t.q.record, sku, string(dir), key, remaining, exp))
@@ -545,13 +558,16 @@ func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, d
 		n, err = rows(e.ExecContext(ctx, t.q.renew, remaining, exp, sku, string(dir), key, now))
 	}
 	if err != nil {
-		return false, t.Err(ctx, "record key", err)
+		return t.Err(ctx, "record key", err)
 	}
-	return n == 0, nil
+	if n == 0 {
+		return t.Duplicate(sku, dir, key)
+	}
+	return nil
 }
 
 // Duplicate is the error for a key that already took effect.
-func (t *Tables) Duplicate(sku string, dir inventory.Direction, key string) error {
+func (t *Tables) Duplicate(sku string, dir driver.Direction, key string) error {
 	return fmt.Errorf("%s: %w: %s %q key %q", t.cfg.Pkg, inventory.ErrDuplicate, dir, sku, key)
 }
 
@@ -571,11 +587,11 @@ func rows(res sql.Result, err error) (int64, error) {
 // (it closes the connection), and database/sql's own Commit or Rollback,
 // a no-op on the server, runs after it in the background.
 func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return t.txWith(ctx, nil, fn)
+	return t.TxWith(ctx, nil, fn)
 }
 
-// txWith is Tx with the transaction options opts (nil: the defaults).
-func (t *Tables) txWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+// TxWith is Tx with the transaction options opts (nil: the defaults).
+func (t *Tables) TxWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	t.warm(ctx)
 	tx, err := t.DB.BeginTxx(ctx, opts)
 	if err != nil {
@@ -624,16 +640,22 @@ func (t *Tables) Tidy(ctx context.Context, n int) {
 
 // Prune deletes up to 1000 expired ledger entries and reports how many.
 func (t *Tables) Prune(ctx context.Context) (int64, error) {
-	n, err := rows(t.DB.ExecContext(ctx, t.q.prune, time.Now().UnixMilli()))
+	return t.count(ctx, t.DB, "prune keys", t.q.prune, time.Now().UnixMilli())
+}
+
+// count runs stmt with args through e and returns how many rows it
+// affected; its error is op's.
+func (t *Tables) count(ctx context.Context, e sqlx.ExecerContext, op, stmt string, args ...any) (int64, error) {
+	n, err := rows(e.ExecContext(ctx, stmt, args...))
 	if err != nil {
-		return 0, t.Err(ctx, "prune keys", err)
+		return 0, t.Err(ctx, op, err)
 	}
 	return n, nil
 }
 
 // Entry is one idempotency key of a SKU in the ledger.
 type Entry struct {
-	Dir       inventory.Direction
+	Dir       driver.Direction
 	Key       string
 	Remaining int64
 	// Expired, from [Tables.Entries]: the row exists but has expired. To
@@ -663,7 +685,7 @@ func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string,
 		if err := rows.Scan(&dir, &e.Key, &e.Remaining, &exp); err != nil {
 			return nil, t.Err(ctx, "read keys", err)
 		}
-		e.Dir, e.Expired = inventory.Direction(dir), exp <= now
+		e.Dir, e.Expired = driver.Direction(dir), exp <= now
 		es = append(es, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -93,34 +93,6 @@ var sqliteSQL = statements{
 	pruneHolds: `DELETE FROM {{.Holds}}
 		WHERE rowid IN (SELECT rowid FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000)`,
 
-	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-			(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-			EXISTS (SELECT 1 FROM {{.Holds}} h
-				WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-		FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
-		ON CONFLICT DO NOTHING`,
-	lockLine: `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
-		RETURNING qty`,
-	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-	give: `UPDATE {{.Table}} SET {{.Stock}} = MIN({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-		WHERE {{.SKU}} = ?`,
-	createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-		VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
-		ON CONFLICT DO NOTHING`,
-	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-		WHERE id = ?`,
-	lockOrder: `UPDATE {{.Orders}} SET id = id WHERE id = ?
-		RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`,
-	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-		WHERE id = ?`,
-	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-		ORDER BY due_at LIMIT ?`,
-	pruneOrders: `DELETE FROM {{.Orders}}
-		WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`,
-
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
 			{{.SKU}} TEXT NOT NULL PRIMARY KEY,

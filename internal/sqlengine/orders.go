@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Orders runs the calls of [inventory.OrderManager], and single-SKU moves,
@@ -30,7 +32,7 @@ import (
 //
 // The zero Orders is not usable: set T.
 type Orders struct {
-	T *Tables
+	T *sqldialect.Tables
 	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
 	// (and their expired holds) first, without locks, check the lines, and
 	// then write each row with one conditional UPDATE, in SKU order: the
@@ -83,7 +85,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 			}
 		}
 		s := &shot{lockCtx: lockCtx}
-		err := o.T.savepoint(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
+		err := o.T.Atomic(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
 		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
 			return fmt.Errorf("%s: %s: %w: no lock within %v: %w", o.T.Pkg(), op, inventory.ErrContention, o.LockWait, err)
 		}
@@ -108,7 +110,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 		if attempt >= o.Attempts {
 			return fmt.Errorf("%s: %s: %w after %d attempts", o.T.Pkg(), op, inventory.ErrContention, attempt)
 		}
-		pause = min(o.Cap, o.Base+rand.N(max(3*pause, o.Base+1)-o.Base))
+		pause = o.Pause(pause)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -119,13 +121,19 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 	}
 }
 
+// Pause returns the decorrelated-jitter pause after prev: drawn from Base
+// up to three times prev, capped at Cap.
+func (o *Orders) Pause(prev time.Duration) time.Duration {
+	return min(o.Cap, o.Base+rand.N(max(3*prev, o.Base+1)-o.Base))
+}
+
 // lockCtx bounds one call's lock statements: twice the server's own bound.
 func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if o.LockWait <= 0 || o.T.Engine == SQLite {
+	if o.LockWait <= 0 || o.T.Engine == sqldialect.SQLite {
 		return ctx, func() {}
 	}
 	bound := o.LockWait
-	if o.T.Engine == MySQL {
+	if o.T.Engine == sqldialect.MySQL {
 		bound = (o.LockWait + time.Second - 1).Truncate(time.Second)
 	}
 	return context.WithTimeout(ctx, 2*bound)
@@ -134,7 +142,7 @@ func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFu
 // own runs fn in a transaction of its own, with the lock wait bounds.
 func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
 	txCtx := ctx
-	if o.LockWait > 0 && o.T.Engine == SQLite {
+	if o.LockWait > 0 && o.T.Engine == sqldialect.SQLite {
 		var cancel context.CancelFunc
 		txCtx, cancel = context.WithTimeout(ctx, o.LockWait)
 		defer cancel()
@@ -152,8 +160,8 @@ func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, 
 // row is one SKU of a call as the call found it, with the expired lines it
 // releases.
 type row struct {
-	Row
-	refs  []Ref
+	sqldialect.Row
+	refs  []sqldialect.Ref
 	units int64 // of refs
 }
 
@@ -215,10 +223,10 @@ func (o *Orders) write(ctx context.Context, tx *sqlx.Tx, sku string, r *row, sto
 // not empty, in caller's transaction when caller is not nil. It releases
 // the SKU's expired holds in the same transaction. It returns the new
 // stock, or on a refusal the stock it saw.
-func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	stock, err := o.moveLines(ctx, caller, string(dir), []inventory.Line{{SKU: sku, Qty: qty}}, dir, sku, key, "", 0,
 		func(_ []inventory.Line, stock []int64, refused error) error {
-			if dir == inventory.DirReduce {
+			if dir == driver.DirReduce {
 				return fmt.Errorf("%s: %w: %q has %d, asked %d", o.T.Pkg(), inventory.ErrInsufficientStock, sku, stock[0], qty)
 			}
 			return fmt.Errorf("%s: %w", o.T.Pkg(), refused)
@@ -244,9 +252,9 @@ func (o *Orders) q(caller *sqlx.Tx) sqlx.QueryerContext {
 }
 
 // MoveLines is ReduceLines or ReturnLines.
-func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir inventory.Direction, opts []inventory.Option) error {
+func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir driver.Direction, opts []inventory.Option) error {
 	op := string(dir) + " lines"
-	c, err := inventory.ValidateLinesCall(lines, opts)
+	c, err := driver.ValidateLinesCall(lines, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
 	}
@@ -285,13 +293,13 @@ func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error
 
 // Reserve implements [inventory.OrderManager.Reserve].
 func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return fmt.Errorf("%s: reserve: %w", o.T.Pkg(), err)
 	}
 	if err := ctx.Err(); err != nil {
 		return o.T.Err(ctx, "reserve", err)
 	}
-	_, err := o.moveLines(ctx, caller, "reserve", lines, inventory.DirReduce, "", "", id, ttl, o.refusal("reserve"))
+	_, err := o.moveLines(ctx, caller, "reserve", lines, driver.DirReduce, "", "", id, ttl, o.refusal("reserve"))
 	return err
 }
 
@@ -301,113 +309,32 @@ func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines 
 // new stock per line or, on a refusal, refuse's error, which it makes from
 // the lines, the stock seen per line and the cause (ErrInsufficientStock or
 // ErrInvalidArgument), with the stock seen.
-func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir inventory.Direction,
+func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir driver.Direction,
 	ledgerSKU, key, hold string, ttl time.Duration, refuse func([]inventory.Line, []int64, error) error) ([]int64, error) {
-	skus := make([]string, len(lines))
+	m := &linesMove{o: o, lines: lines, dir: dir, ledgerSKU: ledgerSKU, key: key, hold: hold, ttl: ttl, refuse: refuse,
+		skus: make([]string, len(lines)), stock: make([]int64, len(lines))}
 	for i, l := range lines {
-		skus[i] = l.SKU
+		m.skus[i] = l.SKU
 	}
-	slices.Sort(skus)
-	stock := make([]int64, len(lines))
-
-	// plan computes stock from rs, or returns the refusal.
-	plan := func(rs map[string]*row) error {
-		var refused error
-		for i, l := range lines {
-			r := rs[l.SKU]
-			avail := r.Stock + r.units
-			if dir == inventory.DirReturn {
-				if err := inventory.CheckReturn(avail, l.Qty); err != nil && refused == nil {
-					refused = fmt.Errorf("%q: %w", l.SKU, err)
-				}
-				stock[i] = avail + l.Qty
-			} else {
-				if avail < l.Qty {
-					refused = inventory.ErrInsufficientStock
-				}
-				stock[i] = avail - l.Qty
-			}
-		}
-		if refused == nil {
-			return nil
-		}
-		for i, l := range lines {
-			stock[i] = rs[l.SKU].Stock // what Get shows: nothing was released
-		}
-		return refuse(lines, stock, refused)
-	}
-	// apply writes the planned stock through tx.
-	apply := func(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) error {
-		if hold != "" {
-			if err := o.claim(ctx, tx, hold); err != nil {
-				return err
-			}
-		}
-		for _, sku := range skus {
-			i := slices.IndexFunc(lines, func(l inventory.Line) bool { return l.SKU == sku })
-			if !o.CAS {
-				if err := o.write(ctx, tx, sku, rs[sku], stock[i]); err != nil {
-					return err
-				}
-				continue
-			}
-			// One conditional UPDATE that adds the released units and
-			// moves the line, if the stock still lets it: it waits for a
-			// row lock instead of losing to its holder.
-			r, q := rs[sku], lines[i].Qty
-			delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
-			if dir == inventory.DirReturn {
-				delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
-			}
-			rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
-			if err == nil && ok {
-				ok, err = o.T.Release(ctx, tx, sku, r.refs)
-			}
-			if err == nil && !ok {
-				err = errConflict // the stock no longer fits, or the holds were released: read again
-			}
-			if err != nil {
-				return err
-			}
-			stock[i] = rem
-		}
-		if key != "" {
-			dup, err := o.T.Record(ctx, tx, ledgerSKU, dir, key, remainingOf(ledgerSKU, stock))
-			if err == nil && dup {
-				err = o.T.Duplicate(ledgerSKU, dir, key)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if hold != "" {
-			ok, err := o.T.Reserve(ctx, tx, hold, lines, ttl)
-			if err == nil && !ok {
-				err = fmt.Errorf("%s: %w: hold %q exists", o.T.Pkg(), inventory.ErrDuplicate, hold)
-			}
-			return err
-		}
-		return nil
-	}
-
+	slices.Sort(m.skus)
 	var err error
 	if o.CAS {
 		var rs map[string]*row
 		err = o.run(ctx, caller, op, func(ctx context.Context, q sqlx.QueryerContext) error {
 			var err error
-			if rs, err = o.rows(ctx, nil, q, nil, skus, false); err != nil {
+			if rs, err = o.rows(ctx, nil, q, nil, m.skus, false); err != nil {
 				return err
 			}
-			return plan(rs)
-		}, func(ctx context.Context, _ *shot, tx *sqlx.Tx) error { return apply(ctx, tx, rs) })
+			return m.plan(rs)
+		}, func(ctx context.Context, _ *shot, tx *sqlx.Tx) error { return m.apply(ctx, tx, rs) })
 	} else {
 		err = o.run(ctx, caller, op, nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
-			rs, err := o.rows(ctx, s, nil, tx, skus, true)
+			rs, err := o.rows(ctx, s, nil, tx, m.skus, true)
 			if err == nil {
-				err = plan(rs)
+				err = m.plan(rs)
 			}
 			if err == nil {
-				err = apply(ctx, tx, rs)
+				err = m.apply(ctx, tx, rs)
 			}
 			return err
 		})
@@ -415,7 +342,102 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 	if err == nil && key != "" {
 		o.T.Tidy(ctx, 1)
 	}
-	return stock, err
+	return m.stock, err
+}
+
+// linesMove is one call of [Orders.moveLines]: its arguments, and the
+// stock of each line, planned and then written.
+type linesMove struct {
+	o                    *Orders
+	lines                []inventory.Line
+	dir                  driver.Direction
+	ledgerSKU, key, hold string
+	ttl                  time.Duration
+	refuse               func([]inventory.Line, []int64, error) error
+	skus                 []string // of the lines, sorted
+	stock                []int64  // per line
+}
+
+// plan computes the stock of each line from rs, or returns the refusal.
+func (m *linesMove) plan(rs map[string]*row) error {
+	var refused error
+	for i, l := range m.lines {
+		r := rs[l.SKU]
+		avail := r.Stock + r.units
+		if m.dir == driver.DirReturn {
+			if err := driver.CheckReturn(avail, l.Qty); err != nil && refused == nil {
+				refused = fmt.Errorf("%q: %w", l.SKU, err)
+			}
+			m.stock[i] = avail + l.Qty
+			continue
+		}
+		if avail < l.Qty {
+			refused = inventory.ErrInsufficientStock
+		}
+		m.stock[i] = avail - l.Qty
+	}
+	if refused == nil {
+		return nil
+	}
+	for i, l := range m.lines {
+		m.stock[i] = rs[l.SKU].Stock // what Get shows: nothing was released
+	}
+	return m.refuse(m.lines, m.stock, refused)
+}
+
+// apply writes the planned stock through tx, in SKU order, with the
+// ledger row and the hold's lines.
+func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) error {
+	if m.hold != "" {
+		if err := m.o.claim(ctx, tx, m.hold); err != nil {
+			return err
+		}
+	}
+	for _, sku := range m.skus {
+		i := slices.IndexFunc(m.lines, func(l inventory.Line) bool { return l.SKU == sku })
+		if err := m.write(ctx, tx, i, rs[sku]); err != nil {
+			return err
+		}
+	}
+	if m.key != "" {
+		if err := m.o.T.Record(ctx, tx, m.ledgerSKU, m.dir, m.key, remainingOf(m.ledgerSKU, m.stock)); err != nil {
+			return err
+		}
+	}
+	if m.hold == "" {
+		return nil
+	}
+	ok, err := m.o.T.Reserve(ctx, tx, m.hold, m.lines, m.ttl)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: %w: hold %q exists", m.o.T.Pkg(), inventory.ErrDuplicate, m.hold)
+	}
+	return err
+}
+
+// write writes line i, whose row is r, through tx: without CAS, the row
+// read under its lock; with CAS, one conditional UPDATE that adds the
+// released units and moves the line, if the stock still lets it (it waits
+// for a row lock instead of losing to its holder).
+func (m *linesMove) write(ctx context.Context, tx *sqlx.Tx, i int, r *row) error {
+	sku, q := m.lines[i].SKU, m.lines[i].Qty
+	if !m.o.CAS {
+		return m.o.write(ctx, tx, sku, r, m.stock[i])
+	}
+	delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
+	if m.dir == driver.DirReturn {
+		delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
+	}
+	rem, ok, err := m.o.T.Shift(ctx, tx, sku, delta, lo, hi)
+	if err == nil && ok {
+		ok, err = m.o.T.Release(ctx, tx, sku, r.refs)
+	}
+	if err == nil && !ok {
+		err = errConflict // the stock no longer fits, or the holds were released: read again
+	}
+	if err == nil {
+		m.stock[i] = rem
+	}
+	return err
 }
 
 func remainingOf(ledgerSKU string, stock []int64) int64 {
@@ -443,7 +465,7 @@ func (o *Orders) claim(ctx context.Context, tx *sqlx.Tx, id string) error {
 }
 
 // gone reports whether every line of a hold ended more than ttl before now.
-func gone(ls []Line, now int64, ttl time.Duration) bool {
+func gone(ls []sqldialect.Line, now int64, ttl time.Duration) bool {
 	for _, l := range ls {
 		if !l.Ended.Valid || l.Ended.Int64 > now-ttl.Microseconds() {
 			return false
@@ -456,8 +478,8 @@ func gone(ls []Line, now int64, ttl time.Duration) bool {
 // the hold's SKUs, in a transaction that fn's nil error commits. The
 // outcome fn reports is returned after the commit.
 func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
-	fn func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (outcome error, err error)) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	fn func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (outcome error, err error)) error {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -482,7 +504,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 			return err
 		}
 		for _, r := range rs { // this hold's own lines are fn's to end
-			r.refs = slices.DeleteFunc(r.refs, func(ref Ref) bool {
+			r.refs = slices.DeleteFunc(r.refs, func(ref sqldialect.Ref) bool {
 				if ref.ID == id {
 					r.units -= ref.Qty
 				}
@@ -493,7 +515,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 		if err != nil {
 			return err
 		}
-		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
+		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l sqldialect.Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
 			return errConflict // the hold changed between the reads
 		}
 		if gone(ls, now, o.T.KeyTTL()) {
@@ -510,10 +532,10 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 }
 
 // giveBack ends the held lines of ls as state and gives their units back.
-func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line, rs map[string]*row, state string) (int, error) {
+func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqldialect.Line, rs map[string]*row, state string) (int, error) {
 	held := 0
 	for _, l := range ls {
-		if l.State == Held {
+		if l.State == sqldialect.Held {
 			held++
 		}
 	}
@@ -528,7 +550,7 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line
 		return 0, errConflict
 	}
 	for _, l := range ls {
-		if l.State != Held {
+		if l.State != sqldialect.Held {
 			continue
 		}
 		r := rs[l.SKU]
@@ -539,12 +561,12 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line
 	return held, nil
 }
 
-func states(ls []Line) (held, confirmed, released int) {
+func states(ls []sqldialect.Line) (held, confirmed, released int) {
 	for _, l := range ls {
 		switch l.State {
-		case Held:
+		case sqldialect.Held:
 			held++
-		case Confirmed:
+		case sqldialect.Confirmed:
 			confirmed++
 		default:
 			released++
@@ -557,7 +579,7 @@ func states(ls []Line) (held, confirmed, released int) {
 // is released in the same transaction (its units are back, as the error
 // says), even though Confirm returns ErrHoldReleased.
 func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 		held, confirmed, _ := states(ls)
 		switch {
 		case confirmed == len(ls):
@@ -569,20 +591,20 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 			}
 			return nil, err
 		}
-		_, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+		_, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
 		return fmt.Errorf("%s: confirm: %w: hold %q", o.T.Pkg(), inventory.ErrHoldReleased, id), err
 	})
 }
 
 // Cancel implements [inventory.OrderManager.Cancel].
 func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 		if _, confirmed, _ := states(ls); confirmed > 0 {
 			return fmt.Errorf("%s: cancel: %w: hold %q", o.T.Pkg(), inventory.ErrHoldConfirmed, id), nil
 		}
-		state := Cancelled
+		state := sqldialect.Cancelled
 		if ls[0].Expires <= now {
-			state = Expired
+			state = sqldialect.Expired
 		}
 		_, err := o.giveBack(ctx, tx, id, ls, rs, state)
 		return nil, err
@@ -591,7 +613,7 @@ func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
 
 // Held implements [inventory.OrderManager.Held].
 func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, fmt.Errorf("%s: held: %w", o.T.Pkg(), err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -617,12 +639,12 @@ func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 	released := 0
 	for _, id := range ids {
 		var n int
-		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
+		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 			n = 0
 			if ls[0].Expires > now {
 				return nil, nil
 			}
-			held, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
+			held, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
 			if held > 0 {
 				n = 1
 			}

@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -8,13 +8,15 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Step is one Reduce or Return of a batch of one SKU's calls, which
-// optimistic and rowlock apply together (see [Tables.Apply]).
+// optimistic and rowlock apply together (see [Apply]).
 type Step struct {
 	Qty int64
-	Dir inventory.Direction
+	Dir driver.Direction
 	Key string // "" for none
 }
 
@@ -38,21 +40,21 @@ func Keys(steps []Step) []string {
 
 // ledgerKey is a key of a SKU's ledger.
 type ledgerKey struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
 // Apply computes the steps of sku in order from stock (the units of the
 // expired holds the write releases included) and entries, the ledger rows
-// of the steps' keys ([Tables.Entries]; nil if none was read): a step
+// of the steps' keys ([sqldialect.Tables.Entries]; nil if none was read): a step
 // whose key has an unexpired row, or was used by an earlier step of the
 // batch, is a duplicate, with that call's remaining; a step the stock does
 // not let through is refused, with the stock then; any other moves the
 // stock. It returns each step's outcome, the stock after the batch, the
-// ledger rows to write ([Tables.RecordAll]), whether any step moved the
+// ledger rows to write ([sqldialect.Tables.RecordAll]), whether any step moved the
 // stock, and whether any was refused for want of stock.
-func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (out []Outcome, after int64, records []Entry, moved, short bool) {
-	seen := make(map[ledgerKey]Entry, len(entries))
+func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.Entry, steps []Step) (out []Outcome, after int64, records []sqldialect.Entry, moved, short bool) {
+	seen := make(map[ledgerKey]sqldialect.Entry, len(entries))
 	for _, e := range entries {
 		seen[ledgerKey{e.Dir, e.Key}] = e
 	}
@@ -69,7 +71,7 @@ func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (
 			short = short || errors.Is(err, inventory.ErrInsufficientStock)
 			continue
 		}
-		if s.Dir == inventory.DirReduce {
+		if s.Dir == driver.DirReduce {
 			cur -= s.Qty
 		} else {
 			cur += s.Qty
@@ -78,8 +80,8 @@ func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (
 		if s.Key != "" {
 			// Later steps with this key in the batch are its duplicates.
 			expired := seen[k].Expired // an expired row to replace
-			seen[k] = Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
-			records = append(records, Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
+			seen[k] = sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
+			records = append(records, sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
 		}
 	}
 	return out, cur, records, moved, short
@@ -91,13 +93,13 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // MoveBatch applies steps, Reduce and Return calls of sku, in order, in
 // one transaction of its own: it locks the row (FOR UPDATE with the lock
 // wait; on SQLite the write lock), releases the SKU's expired holds,
-// computes every step ([Tables.Apply]), writes the stock once and the
+// computes every step ([Apply]), writes the stock once and the
 // ledger rows of the keyed steps that moved, and commits. A batch in which
 // no step moves writes nothing. A non-nil error is the whole batch's:
 // nothing changed.
 //
 // The steps' keys are taken to be absent from the ledger (the callers
-// read them first, see [Tables.Precheck]), so the batch reads them only
+// read them first, see [sqldialect.Tables.Precheck]), so the batch reads them only
 // when a keyed step is refused; when the ledger INSERT finds one there
 // after all, the transaction rolls back and the batch is tried again,
 // reading them under the lock. So a lone call makes the round trips of
@@ -105,7 +107,7 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Outcome, error) {
 	var (
 		out      []Outcome
-		records  []Entry
+		records  []sqldialect.Entry
 		readKeys bool
 	)
 	err := o.run(ctx, nil, string(steps[0].Dir), nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
@@ -116,7 +118,7 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 		r := rs[sku]
 		var after int64
 		var moved bool
-		out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, nil, steps)
+		out, after, records, moved, _ = Apply(o.T, sku, r.Stock+r.units, nil, steps)
 		if readKeys || refusedKeyed(steps, out) {
 			// A refused keyed call may be the retry of one that took
 			// effect meanwhile (its key was absent when read): it reports
@@ -125,7 +127,7 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 			if err != nil {
 				return err
 			}
-			out, after, records, moved, _ = o.T.Apply(sku, r.Stock+r.units, entries, steps)
+			out, after, records, moved, _ = Apply(o.T, sku, r.Stock+r.units, entries, steps)
 		}
 		if !moved {
 			for i := range out {

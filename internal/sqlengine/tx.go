@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Tx is a SQL strategy's (optimistic's, rowlock's) calls bound to a caller's transaction:
@@ -49,12 +51,12 @@ func (t *Tx) Return(ctx context.Context, sku string, qty int64, opts ...inventor
 
 // ReduceLines implements [inventory.OrderManager].
 func (t *Tx) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.o.MoveLines(ctx, t.tx, lines, inventory.DirReduce, opts)
+	return t.o.MoveLines(ctx, t.tx, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (t *Tx) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.o.MoveLines(ctx, t.tx, lines, inventory.DirReturn, opts)
+	return t.o.MoveLines(ctx, t.tx, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
@@ -87,26 +89,26 @@ func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
 	return b.o.T.GetOn(ctx, b.tx, sku)
 }
 
-func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.o.Move(ctx, b.tx, sku, qty, dir, key)
 }
 
 // Mover is a strategy's Reduce or Return of qty units of sku, keyed when
 // key is not empty, after its front validated the call.
-type Mover func(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error)
+type Mover func(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error)
 
 // Front returns the front of t's strategy over t's own pool: Init and Get
 // run on t.DB, Reduce and Return through move.
-func (t *Tables) Front(move Mover) front.Stock {
+func Front(t *sqldialect.Tables, move Mover) front.Stock {
 	return front.New(t.Pkg(), poolBackend{t, move})
 }
 
 // poolBackend is the [front.Backend] of [Tables.Front].
 type poolBackend struct {
-	*Tables
+	*sqldialect.Tables
 	move Mover
 }
 
-func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.move(ctx, sku, qty, dir, key)
 }

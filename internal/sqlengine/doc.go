@@ -1,0 +1,19 @@
+// Package sqlengine is the engine of the SQL strategies optimistic and
+// rowlock, over the statements of package sqldialect:
+//
+//   - [Orders] runs the calls of [inventory.OrderManager], and single-SKU
+//     moves, each in one transaction (or a savepoint of a caller's), over
+//     the stock table, the ledger and the holds table (orders.go);
+//   - [Orders.MoveBatch] applies the Reduce and Return calls of one SKU
+//     that rowlock combined, in one transaction that locks the row once
+//     (batch.go);
+//   - [Tx] is the calls bound to a caller's transaction, optimistic.Tx and
+//     rowlock.Tx (tx.go);
+//   - [Manager] is what optimistic and rowlock share, which both embed:
+//     the face of their calls (manager.go).
+//
+// The layers, top down: optimistic and rowlock (how Reduce and Return
+// combine and write), sqlengine (transactions, retries, holds, the ledger
+// rules), sqldialect (the statements of each engine and how to run them).
+// A call goes down once and comes back once.
+package sqlengine
