@@ -28,6 +28,7 @@ func Run(t *testing.T, m, plain inventory.StockManager, sku string, ttl time.Dur
 	here := func(err error) bool { return errors.Is(err, front.ErrRefusedHere) }
 
 	require.NoError(t, m.Init(ctx, sku, 3))
+	start := time.Now() // the refusal is younger than the time since
 	left, err := m.Reduce(ctx, sku, 5)
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "the backend refuses")
 	require.False(t, here(err))
@@ -38,11 +39,20 @@ func Run(t *testing.T, m, plain inventory.StockManager, sku string, ttl time.Dur
 	asked := time.Now()
 	_, err = plain.Return(ctx, sku, 10)
 	require.NoError(t, err)
-	for time.Since(asked) < ttl/2 {
+	// Checked only while the refusal is young by the client's clock since
+	// before the call that made it: a loaded machine may get here late.
+	young := 0
+	for ; time.Since(asked) < ttl/2; young++ {
 		left, err = m.Reduce(ctx, sku, 4)
+		if time.Since(start) >= ttl {
+			break
+		}
 		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.True(t, here(err), "refused in the process: %v", err)
 		require.EqualValues(t, 3, left, "the stock seen")
+	}
+	if young == 0 {
+		t.Logf("not checked that calls are refused in the process: getting there took %v of the refusal's %v", time.Since(start).Round(time.Millisecond), ttl)
 	}
 	left, err = m.Reduce(ctx, sku, 3)
 	require.NoError(t, err, "a Reduce that fits the stock seen goes to the backend")
