@@ -247,7 +247,7 @@ type Option func(*config)
 // [DefaultMaxAttempts].
 func WithMaxAttempts(n int) Option {
 	return func(c *config) {
-		c.maxAttempts, c.badAttempts = max(n, 1), nil // max: what the deprecated New uses
+		c.maxAttempts, c.badAttempts = n, nil
 		if n < 1 {
 			c.badAttempts = fmt.Errorf("max attempts %d is below 1", n)
 		}
@@ -264,7 +264,7 @@ func WithName(name string) Option {
 // fails with an error wrapping inventory.ErrInvalidArgument when l or s is
 // nil or an option is out of range. It does no I/O.
 func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
-	var c config
+	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -276,24 +276,9 @@ func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
 	case c.badAttempts != nil:
 		return nil, fmt.Errorf("%w: %s: %w", inventory.ErrInvalidArgument, name, c.badAttempts)
 	}
-	return New(l, s, opts...), nil
-}
-
-// New is [NewManager] without its checks: it treats WithMaxAttempts below 1
-// as 1, and a Manager with a nil l or s panics at its first call.
-//
-// Deprecated: use NewManager, which refuses out-of-range options as every
-// constructor of this module does.
-func New(l Locker, s Store, opts ...Option) *Manager {
-	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
 	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon}
 	m.face = front.New(c.name, (*backend)(m), nil)
-	return m
+	return m, nil
 }
 
 // backend is the Manager seen by its front.

@@ -91,7 +91,7 @@ func levels(t *testing.T, m *lockmgr.Manager, sku string, available, held int64)
 // unsupported, after the argument checks.
 func TestOrdersNeedHoldStore(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), newMemStore())
+	m := lockmgr.MustNew(newFakeLocker(0), newMemStore())
 	l := lines("a", 1)
 	for name, err := range map[string]error{
 		"ReduceLines": m.ReduceLines(ctx, l),
@@ -128,7 +128,7 @@ func TestReserveCrashMidway(t *testing.T) {
 		return nil
 	}}
 	const ttl, grace = 100 * time.Millisecond, 300 * time.Millisecond
-	m := lockmgr.New(newFakeLocker(0), st, lockmgr.WithAbandonGrace(grace))
+	m := lockmgr.MustNew(newFakeLocker(0), st, lockmgr.WithAbandonGrace(grace))
 	initAll(t, m, 10, "a", "b", "c")
 
 	start := time.Now()
@@ -160,7 +160,7 @@ func TestReserveCrashMidway(t *testing.T) {
 // and the refusal names the line and what it found.
 func TestReserveGivesBack(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	initAll(t, m, 5, "a", "b", "c")
 	err := m.Reserve(ctx, "o", lines("a", 1, "b", 6, "c", 1), time.Minute)
 	var short *inventory.InsufficientError
@@ -199,9 +199,9 @@ func TestPausedReserve(t *testing.T) {
 			if blind {
 				st = blindHoldStore{st}
 			}
-			m := lockmgr.New(newFakeLocker(50*time.Millisecond), st)
+			m := lockmgr.MustNew(newFakeLocker(50*time.Millisecond), st)
 			initAll(t, m, 1, "a")
-			other := lockmgr.New(newFakeLocker(0), st)
+			other := lockmgr.MustNew(newFakeLocker(0), st)
 			var once sync.Once
 			lockmgr.SetBeforeWrite(m, func(string) {
 				once.Do(func() {
@@ -229,7 +229,7 @@ func TestPausedReserve(t *testing.T) {
 func TestConfirmRacesLazyRelease(t *testing.T) {
 	ctx := context.Background()
 	st := lockmgrtest.NewMemoryStore(0)
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	const rounds, ttl = 50, 20 * time.Millisecond
 	initAll(t, m, 2*rounds, "a", "b")
 	var confirmed int64
@@ -274,7 +274,7 @@ func TestConfirmRacesLazyRelease(t *testing.T) {
 // TestSweepCountsOnce: concurrent Sweeps release each expired hold once.
 func TestSweepCountsOnce(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	const holds = 40
 	initAll(t, m, holds, "a", "b")
 	for i := range holds {
@@ -300,7 +300,7 @@ func TestSweepCountsOnce(t *testing.T) {
 // whole call.
 func TestReturnLinesAllOrNothing(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	initAll(t, m, 5, "a", "c")
 	initAll(t, m, inventory.MaxStock-1, "b")
 	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 1, "b", 2, "a", 1)), inventory.ErrInvalidArgument)
@@ -327,7 +327,7 @@ func TestReduceLinesRetryFinishes(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	require.ErrorIs(t, m.ReduceLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")), errDown)
 	levels(t, m, "a", 9, 1)
@@ -350,7 +350,7 @@ func TestConfirmSettleFails(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a")
 	require.NoError(t, m.Reserve(ctx, "o", lines("a", 3), time.Minute))
 	require.ErrorIs(t, m.Confirm(ctx, "o"), errDown)
@@ -375,7 +375,7 @@ func TestReturnLinesFinishes(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b", "c")
 	err := m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k"))
 	require.ErrorIs(t, err, errDown)
@@ -425,7 +425,7 @@ func TestReserveCompleteBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 
 	fails.Store(2)
@@ -453,7 +453,7 @@ func TestReserveGiveBackFails(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	err := m.Reserve(ctx, "o", lines("a", 1, "b", 20), time.Minute)
 	requireSettled(t, err, errDown)
@@ -475,7 +475,7 @@ func TestSettleBusy(t *testing.T) {
 				}
 				return nil
 			}}
-			m := lockmgr.New(newFakeLocker(0), st)
+			m := lockmgr.MustNew(newFakeLocker(0), st)
 			initAll(t, m, 10, "a")
 			end, other, otherErr, left := m.Confirm, m.Cancel, inventory.ErrHoldConfirmed, int64(7)
 			if !confirm {
@@ -517,7 +517,7 @@ func TestReduceLinesConfirmBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	busy.Store(true)
 	require.ErrorIs(t, m.ReduceLines(ctx, lines("a", 1, "b", 2)), inventory.ErrContention)
@@ -544,7 +544,7 @@ func TestReturnLinesRecordBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	busy.Store(true)
 	shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -581,7 +581,7 @@ func TestRetriedReserveWhileGivingBack(t *testing.T) {
 		}
 		return nil
 	}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	require.ErrorIs(t, m.Reserve(first, "o", lines("a", 1, "b", 1), time.Minute), context.Canceled)
 
