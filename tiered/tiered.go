@@ -65,7 +65,8 @@
 // empty, or from an older state, or without grants SQL made, is repaired
 // (allotment recorded lost, excess taken out, grants applied, view of the
 // pool set to SQL's) before it takes traffic again; then the circuit
-// closes. Keyed calls are refused while the circuit is open or recovering.
+// closes. Keyed calls are refused while the circuit is open or recovering,
+// and so are the order calls (see Orders).
 //
 // # Durability
 //
@@ -136,7 +137,52 @@
 // [WithReplicas] makes every move, alone or merged, wait for replicas
 // (WAIT).
 //
-// This package is a first slice. Still to come: orders.
+// # Orders
+//
+// Manager is an [inventory.OrderManager]. A hold lives in Redis: each of
+// its lines is a part, a field of its SKU's state hash (holds.lua), whose
+// units left the allotment when it was made; the hold's record, under the
+// tag of its id, decides its fate (reserving, held, confirmed, released).
+// Every part move (made, sold, released) is journaled in the same script
+// as the move, with the units it took from the allotment, sold and held,
+// and the syncer adds them to the SKU's row in SQL (sold, returned, held),
+// so that once drained SQL has, per SKU,
+// initial - available == sold - returned + held.
+//
+// Reserve creates the record with its deadline (Redis TIME + ttl), then
+// holds each line in its SKU's slot (granting from SQL as a Reduce does);
+// a refused line gives back the lines held before it and deletes the
+// record, so a refused Reserve uses up nothing. Confirm pins every part (a
+// pinned part no longer expires; an expired part cannot be pinned, so of
+// a Confirm and the expiry exactly one wins), moves the record to
+// confirmed, then sells the parts. Cancel moves the record to released
+// first, then releases the parts; a Confirm that pinned meanwhile finds
+// the record released and gives them back. A call that moves a SKU
+// releases its expired parts first, in the same script; [Manager.Sweep]
+// releases those of the SKUs nobody touches (a sweep index per Redis, or
+// per Cluster slot), and settles, [PinGrace] after their TTL, the parts
+// pinned by a Confirm that died, by the record. ReduceLines is a hold of
+// its own ([LinesTTL]) confirmed at once (an unkeyed single line is a plain
+// Reduce); ReturnLines checks every line against MaxStock, then returns
+// each with an idempotency key of the call's, so that a keyed retry of a
+// call that died midway finishes it. The lines of one call are not one
+// atomic step, even on one Redis: each SKU moves in its own script, and
+// the record makes the outcome all or nothing; a crash midway leaves only
+// holds, which expire. A part takes a field in its SKU's hash until it is
+// settled, and a record lives until its hold ends and then for the key TTL
+// ([WithKeyTTL]).
+//
+// While the circuit to Redis is open, order calls (Reserve, Confirm,
+// Cancel, the lines calls, Sweep) are refused with [ErrRedisUnreachable]
+// and change nothing; Held answers SQL's synced figure. A hold stays in
+// Redis meanwhile: its units are in neither SQL's pool nor Redis's
+// allotment, so the fallback never sells them (never an oversell); one
+// that expires during the outage is released by the first call or Sweep
+// after recovery (no unit lost for good); a Confirm during the outage is
+// refused, so it cannot race the expiry on two sides. A Redis that comes
+// back empty loses its holds with its allotment: Reconcile counts their
+// units as lost (an undersell), and their Confirm then fails with
+// ErrHoldNotFound.
 package tiered
 
 import (
@@ -157,6 +203,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
@@ -181,8 +228,12 @@ const MaxBatch = 1024
 const group = "tiered"
 
 var (
+	//go:embed holds.lua
+	holdsLua string
 	//go:embed move.lua
-	moveLua string
+	moveFile string
+	// moveLua is move.lua after the hold helpers it calls.
+	moveLua = holdsLua + moveFile
 	//go:embed apply.lua
 	applyLua string
 	//go:embed warm.lua
@@ -198,6 +249,8 @@ var (
 // processes over the same Redis and database. Create it with [New]; Close
 // it to stop its background refills.
 type Manager struct {
+	front.Front // Init, Get, Reduce, Return and the order calls
+
 	rdb         redis.UniversalClient
 	db          *sqlx.DB
 	q           statements
@@ -410,6 +463,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
+	m.Front = front.NewFront("tiered", stock{m}, orders{m})
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
 		m.queue = m.newQueue()
@@ -457,6 +511,9 @@ func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
 func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
 func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
 
+// stock implements front.Backend for a Manager.
+type stock struct{ m *Manager }
+
 // Init sets the stock of sku to qty: in SQL, as a new generation whose pool
 // is qty, then in Redis, fenced by that generation. Redis's allotment of
 // the older generation is dropped, and its unsynced moves are ignored by the
@@ -465,13 +522,8 @@ func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.p
 // If Init fails after SQL committed (Redis unreachable), Redis keeps
 // selling the older allotment until a refill finds the newer generation;
 // repeat the Init.
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tiered: init %q: %w", sku, err)
-	}
+func (b stock) Init(ctx context.Context, sku string, qty int64) error {
+	m := b.m
 	var gen int64
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, m.q.initUpsert, sku, qty); err != nil {
@@ -494,13 +546,8 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns Redis's allotment of sku plus its view of SQL's pool; while
 // the circuit is open, SQL's pool alone.
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
-	}
+func (b stock) Get(ctx context.Context, sku string) (int64, error) {
+	m := b.m
 	if m.br.open() {
 		return m.getFallback(ctx, sku)
 	}
@@ -525,30 +572,18 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	return 0, fmt.Errorf("tiered: get %q: %w: Redis state vanished twice", sku, inventory.ErrContention)
 }
 
-// Reduce takes qty units of sku from Redis's allotment, granting from SQL's
-// pool when the allotment is short.
+// Move is the backend of Reduce and Return (see the package
+// documentation): it takes qty units of sku from Redis's allotment, or
+// gives them back, granting from SQL's pool when the allotment is short.
 //
-// While the circuit to Redis is open ([WithBreaker]), Reduce takes from
+// While the circuit to Redis is open ([WithBreaker]), a Reduce takes from
 // SQL's pool alone, the units never granted to Redis, and returns the pool
-// as the remaining stock; a keyed Reduce is then refused with
-// [ErrRedisUnreachable]. The call whose failure opened the circuit returns
-// its Redis error (its outcome unknown): a call is never sent to both.
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
-	return m.move(ctx, sku, qty, inventory.DirReduce, o.Key)
-}
-
-// Return gives qty units of sku back to Redis's allotment; while the
-// circuit is open, to SQL's pool (as Reduce).
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
-	return m.move(ctx, sku, qty, inventory.DirReturn, o.Key)
+// as the remaining stock (a Return gives back to the pool); a keyed call
+// is then refused with [ErrRedisUnreachable]. The call whose failure opened
+// the circuit returns its Redis error (its outcome unknown): a call is
+// never sent to both.
+func (b stock) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+	return b.m.move(ctx, sku, qty, dir, key)
 }
 
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
@@ -885,4 +920,7 @@ func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	return tx.Commit()
 }
 
-var _ inventory.StockManager = (*Manager)(nil)
+var (
+	_ inventory.StockManager = (*Manager)(nil)
+	_ inventory.OrderManager = (*Manager)(nil)
+)

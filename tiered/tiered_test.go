@@ -149,7 +149,8 @@ func TestConformance(t *testing.T) {
 			e := newEnv(t, rdb, eng.open(t))
 			t.Run("default", func(t *testing.T) {
 				inventorytest.Run(t, inventorytest.Config{
-					NewManager: func(t *testing.T) inventory.StockManager { return e.manager(t) },
+					NewManager:    func(t *testing.T) inventory.StockManager { return e.manager(t) },
+					RequireOrders: true,
 				})
 			})
 			// Small chunks: most calls of the concurrent subtests meet a
@@ -159,6 +160,7 @@ func TestConformance(t *testing.T) {
 					NewManager: func(t *testing.T) inventory.StockManager {
 						return e.manager(t, WithChunk(3), WithLowWater(1), WithMaxAttempts(20))
 					},
+					RequireOrders: true,
 				})
 			})
 			if eng.name != "mariadb" {
@@ -167,7 +169,8 @@ func TestConformance(t *testing.T) {
 			t.Run("cluster", func(t *testing.T) {
 				ce := newEnv(t, testenv.RedisCluster(t), e.db)
 				inventorytest.Run(t, inventorytest.Config{
-					NewManager: func(t *testing.T) inventory.StockManager { return ce.manager(t, WithChunk(5), WithLowWater(2)) },
+					NewManager:    func(t *testing.T) inventory.StockManager { return ce.manager(t, WithChunk(5), WithLowWater(2)) },
+					RequireOrders: true,
 				})
 			})
 		})
