@@ -108,16 +108,21 @@
 //     are remembered nowhere, and their units are sold again: an oversell of
 //     at most the moves acknowledged after the restored state and not yet
 //     synced (measured: 118 forgotten, 118 sold twice), and until Reconcile
-//     runs, the synced ones besides. Fence it by never letting Redis come
-//     back older than it acknowledged: appendonly yes (appendfsync always
-//     where a power loss, or a SIGKILL behind a slow disk, must not
-//     oversell), no RDB restore into a live sale, and Reconcile after
-//     every Redis restart before it takes traffic. The breaker's recovery ([WithBreaker]) does that for a
-//     restart it saw (calls failed meanwhile; Redis's uptime tells the
-//     restart): every SKU is reconciled, and its Excess taken out, before
-//     the circuit closes. A restart no call noticed is not detected, and
-//     the package does not yet drop an older state as lost on its own (for
-//     instance by a grant SQL saw Redis apply that Redis no longer has).
+//     runs, the synced ones besides. The Manager fences it: every new
+//     connection asks Redis its run_id, and a Redis that restarted opens
+//     the circuit before any call reaches it (restart.go); the recovery
+//     then drops Redis's state of every SKU and re-warms it from SQL,
+//     recording the allotment and holds Redis had as lost (a bounded
+//     undersell: at most the allotments, a chunk or so per SKU). Issue
+//     29's attack, reproduced by TestRestoredMidSale on a private Redis
+//     (AOF copied after 80 sales, 120 more acknowledged and unsynced,
+//     SIGKILL, restart from the copy): 0 oversold (120 before the watch,
+//     with no call failing), 1 call refused, 220 units recorded lost. A
+//     Manager that started after the restart cannot tell it, nor can one
+//     whose client must AUTH before INFO: run Reconcile after restarting
+//     Redis then, and prefer appendfsync always, no RDB restore into a
+//     live sale. [WithTrustRestarts] reconciles instead of dropping, for
+//     a Redis that never comes back older.
 //
 // # Not yet
 //
@@ -269,7 +274,8 @@ type Manager struct {
 	fb          *merge.Keyed[string, struct{}, fbReq, fbAns] // fallback.go: the SQL calls of each SKU
 	queue       *merge.Queue[req, reply]                     // merge.go; nil when calls are not merged (WithMaxBatch(1))
 
-	ledger ledgerState // the synced-entry ledger's pruning (prune.go)
+	ledger ledgerState   // the synced-entry ledger's pruning (prune.go)
+	watch  *restartWatch // restart.go
 
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
@@ -296,6 +302,7 @@ type config struct {
 	replicas            int
 	replicaTO           time.Duration
 	replicasSet         bool
+	trustRestarts       bool
 }
 
 // Option configures [New]. A nil Option is ignored; an out-of-range value
@@ -400,6 +407,14 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTO, c.replicasSet = n, timeout, true }
 }
 
+// WithTrustRestarts makes the recovery after a Redis restart reconcile
+// every SKU (grants applied, excess taken out) instead of dropping Redis's
+// state and re-warming it from SQL. Use it only where a restart never
+// loses an acknowledged move (appendonly yes with appendfsync always, no
+// restore of older data): a Redis that comes back older than it
+// acknowledged then sells its forgotten sales again. The default drops.
+func WithTrustRestarts() Option { return func(c *config) { c.trustRestarts = true } }
+
 // New returns a Manager over rdb (any go-redis client, Cluster included) and
 // db (MariaDB/MySQL, PostgreSQL or SQLite). Set ContextTimeoutEnabled on the
 // go-redis client, so that a call's deadline bounds its wait for a hung
@@ -464,6 +479,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
 	m.Front = front.NewFront("tiered", stock{m}, orders{m})
+	m.watch = watch(rdb, m)
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
 		m.queue = m.newQueue()
@@ -494,6 +510,7 @@ func (m *Manager) dropTables(ctx context.Context) error {
 // Close stops the background refills and waits for them. It closes
 // neither client.
 func (m *Manager) Close() error {
+	m.watch.leave(m)
 	m.stop()
 	m.wg.Wait()
 	return nil

@@ -46,6 +46,7 @@ func newEnv(t *testing.T, rdb redis.UniversalClient, db *sqlx.DB) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, m.CreateTables(ctx))
+	m.Close() // it only drops the tables: off the client's restart watch
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
