@@ -64,8 +64,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/stockkit/inventory/internal/callopt"
 )
 
 // MaxStock is the largest stock level and the largest quantity any call
@@ -158,27 +158,10 @@ type StockManager interface {
 	Get(ctx context.Context, sku string) (int64, error)
 }
 
-// Direction says which way a call moves stock. Idempotency keys are kept
-// per (SKU, key, direction), so a Reduce and a Return may share a key.
-type Direction string
-
-// The two directions.
-const (
-	DirReduce Direction = "reduce"
-	DirReturn Direction = "return"
-)
-
-// CallOptions holds what [Option]s set on one call. Strategies obtain it
-// with [Apply]; callers never need it.
-type CallOptions struct {
-	// Key is the idempotency key; empty means none.
-	Key string
-
-	keyed bool // WithKey was given, even with an empty key
-}
-
 // Option configures one call: Reduce, Return, ReduceLines or ReturnLines.
-type Option func(*CallOptions)
+// A nil Option is ignored. Strategies read the options with
+// [github.com/stockkit/inventory/driver.Apply].
+type Option func(*callopt.Options)
 
 // WithKey makes the call take effect at most once per (SKU, key,
 // direction): a repeat of a call that already took effect changes nothing
@@ -191,83 +174,7 @@ type Option func(*CallOptions)
 // Using the buyer id as key gives "one per buyer" in a flash sale, and makes
 // a retry after a timeout safe.
 func WithKey(key string) Option {
-	return func(o *CallOptions) { o.Key, o.keyed = key, true }
-}
-
-// Apply collects opts. A nil Option is ignored.
-func Apply(opts []Option) CallOptions {
-	var o CallOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o
-}
-
-// ValidateSKU reports whether sku is a valid SKU: 1 to MaxSKULen bytes of
-// valid UTF-8 containing no control characters. The error wraps
-// [ErrInvalidArgument].
-func ValidateSKU(sku string) error {
-	return validateID("sku", sku)
-}
-
-func validateID(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%w: empty %s", ErrInvalidArgument, what)
-	case len(s) > MaxSKULen:
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgument, what, len(s), MaxSKULen)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidArgument, what, s)
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %s %q has control character %U at byte %d", ErrInvalidArgument, what, s, r, i)
-		}
-	}
-	return nil
-}
-
-// ValidateInit checks the arguments of Init: a valid SKU and qty in
-// 0..MaxStock. The error wraps [ErrInvalidArgument].
-func ValidateInit(sku string, qty int64) error {
-	if err := ValidateSKU(sku); err != nil {
-		return err
-	}
-	if qty < 0 || qty > MaxStock {
-		return fmt.Errorf("%w: init quantity %d outside 0..%d", ErrInvalidArgument, qty, MaxStock)
-	}
-	return nil
-}
-
-// ValidateMove checks the arguments of Reduce and Return: a valid SKU, qty
-// in 1..MaxStock and, if one was given, a valid idempotency key. It returns
-// the collected options. The error wraps [ErrInvalidArgument].
-func ValidateMove(sku string, qty int64, opts []Option) (CallOptions, error) {
-	o := Apply(opts)
-	if err := ValidateSKU(sku); err != nil {
-		return o, err
-	}
-	if qty < 1 || qty > MaxStock {
-		return o, fmt.Errorf("%w: quantity %d outside 1..%d", ErrInvalidArgument, qty, MaxStock)
-	}
-	if o.keyed {
-		if err := validateID("idempotency key", o.Key); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
-}
-
-// CheckReturn reports, as an error wrapping [ErrInvalidArgument], whether
-// returning qty units to a stock of cur would pass MaxStock. Strategies call
-// it once they know the current stock, before writing.
-func CheckReturn(cur, qty int64) error {
-	if qty > MaxStock-cur {
-		return fmt.Errorf("%w: returning %d to stock %d passes MaxStock %d", ErrInvalidArgument, qty, cur, MaxStock)
-	}
-	return nil
+	return func(o *callopt.Options) { callopt.SetKey(o, key) }
 }
 
 // MaxLines is the most lines one multi-SKU call takes.
@@ -354,7 +261,7 @@ func (e *InsufficientError) Unwrap() error { return ErrInsufficientStock }
 // same key or hold id) is safe.
 //
 // Lines: a call takes 1..[MaxLines] lines, each with a valid SKU listed
-// once and a qty in 1..MaxStock; ValidateLines checks them.
+// once and a qty in 1..MaxStock.
 //
 // Atomicity: every line or none. SQL and a single Redis (or lines in one
 // Redis Cluster slot) move all lines in one atomic step. Where lines span
@@ -369,7 +276,7 @@ type OrderManager interface {
 	// ReduceLines takes every line or none.
 	//
 	// With WithKey(k), the call takes effect at most once per (k,
-	// DirReduce) among multi-line calls (apart from the keys of
+	// direction) among multi-line calls (apart from the keys of
 	// single-SKU Reduce calls): a repeat changes nothing and returns
 	// ErrDuplicate.
 	//
@@ -437,63 +344,6 @@ type OrderManager interface {
 	// processes at once: each hold is released once. See [Reap] for a
 	// background loop.
 	Sweep(ctx context.Context) (released int, err error)
-}
-
-// ValidateLines checks the lines of a multi-SKU call: 1..MaxLines lines,
-// each SKU valid and listed once, each qty in 1..MaxStock. The error wraps
-// [ErrInvalidArgument].
-func ValidateLines(lines []Line) error {
-	if len(lines) == 0 || len(lines) > MaxLines {
-		return fmt.Errorf("%w: %d lines, want 1..%d", ErrInvalidArgument, len(lines), MaxLines)
-	}
-	seen := make(map[string]struct{}, len(lines))
-	for i, l := range lines {
-		if err := ValidateSKU(l.SKU); err != nil {
-			return fmt.Errorf("line %d: %w", i, err)
-		}
-		if l.Qty < 1 || l.Qty > MaxStock {
-			return fmt.Errorf("%w: line %d (%q): quantity %d outside 1..%d", ErrInvalidArgument, i, l.SKU, l.Qty, MaxStock)
-		}
-		if _, dup := seen[l.SKU]; dup {
-			return fmt.Errorf("%w: line %d: sku %q listed twice", ErrInvalidArgument, i, l.SKU)
-		}
-		seen[l.SKU] = struct{}{}
-	}
-	return nil
-}
-
-// ValidateLinesCall checks the lines and options of ReduceLines and
-// ReturnLines, and returns the collected options. The error wraps
-// [ErrInvalidArgument].
-func ValidateLinesCall(lines []Line, opts []Option) (CallOptions, error) {
-	o := Apply(opts)
-	if err := ValidateLines(lines); err != nil {
-		return o, err
-	}
-	if o.keyed {
-		if err := validateID("idempotency key", o.Key); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
-}
-
-// ValidateHoldID checks a hold id: it follows the SKU rules. The error
-// wraps [ErrInvalidArgument].
-func ValidateHoldID(id string) error {
-	return validateID("hold id", id)
-}
-
-// ValidateReserve checks the arguments of Reserve. The error wraps
-// [ErrInvalidArgument].
-func ValidateReserve(id string, lines []Line, ttl time.Duration) error {
-	if err := ValidateHoldID(id); err != nil {
-		return err
-	}
-	if ttl < MinHoldTTL || ttl > MaxHoldTTL {
-		return fmt.Errorf("%w: hold ttl %v outside %v..%v", ErrInvalidArgument, ttl, MinHoldTTL, MaxHoldTTL)
-	}
-	return ValidateLines(lines)
 }
 
 // Sweeper is the part of [OrderManager] that [Reap] needs.

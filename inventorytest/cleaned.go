@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // badSKUsOn returns SKUs that every call must refuse with
@@ -129,7 +130,7 @@ func cleanedUp(bad string) map[string]string {
 	}
 	out := make(map[string]string)
 	for v, h := range how {
-		if inventory.ValidateSKU(v) == nil {
+		if driver.ValidateSKU(v) == nil {
 			out[v] = h
 		}
 	}

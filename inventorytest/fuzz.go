@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Fuzz compares m, call by call, with the reference [Memory] on SKUs,
@@ -61,7 +62,7 @@ func Fuzz(f *testing.F, m inventory.StockManager) {
 			got, gerr = m.Get(ctx, sku)
 		}
 		same(t, "call", werr, gerr, want, got)
-		if inventory.ValidateSKU(sku) == nil {
+		if driver.ValidateSKU(sku) == nil {
 			want, werr = ref.Get(ctx, sku)
 			got, gerr = m.Get(ctx, sku)
 			same(t, "Get after", werr, gerr, want, got)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/inventorytest"
 )
 
@@ -235,7 +236,7 @@ type racy struct {
 func newRacy() *racy { return &racy{stock: map[string]int64{}, keys: map[string]int64{}} }
 
 func (r *racy) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -248,7 +249,7 @@ func (r *racy) Init(ctx context.Context, sku string, qty int64) error {
 }
 
 func (r *racy) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -272,7 +273,7 @@ func (r *racy) Return(ctx context.Context, sku string, qty int64, opts ...invent
 }
 
 func (r *racy) move(ctx context.Context, sku string, delta, qty int64, dir string, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
+	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, err
 	}
@@ -293,7 +294,7 @@ func (r *racy) move(ctx context.Context, sku string, delta, qty int64, dir strin
 	if cur+delta < 0 {
 		return cur, inventory.ErrInsufficientStock
 	}
-	if err := inventory.CheckReturn(cur, delta); delta > 0 && err != nil {
+	if err := driver.CheckReturn(cur, delta); delta > 0 && err != nil {
 		return cur, err
 	}
 	time.Sleep(time.Millisecond) // the window every real backend has (a round trip)
@@ -355,7 +356,7 @@ func newKeyBurner() *keyBurner {
 }
 
 func (k *keyBurner) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o := inventory.Apply(opts)
+	o := driver.Apply(opts)
 	if o.Key != "" {
 		id := fmt.Sprint(sku, "\x00", o.Key)
 		k.mu.Lock()
@@ -392,11 +393,11 @@ func cleaningManager(clean func(string) string) broken {
 // cleaned returns the cleaned-up SKU cleaning writes for sku, if sku is
 // invalid and cleaning it gives a valid SKU.
 func (c cleaning) cleaned(sku string) (string, bool) {
-	if inventory.ValidateSKU(sku) == nil {
+	if driver.ValidateSKU(sku) == nil {
 		return "", false
 	}
 	v := c.clean(sku)
-	return v, inventory.ValidateSKU(v) == nil
+	return v, driver.ValidateSKU(v) == nil
 }
 
 func (c cleaning) Init(ctx context.Context, sku string, qty int64) error {
@@ -437,7 +438,7 @@ func (s soldOutContention) Reduce(ctx context.Context, sku string, qty int64, op
 type hanging struct{ *inventorytest.Memory }
 
 func (h hanging) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	if inventory.Apply(opts).Key == "buyer-7" {
+	if driver.Apply(opts).Key == "buyer-7" {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	}
@@ -452,7 +453,7 @@ type stockOnly struct{ inventory.StockManager }
 type partialCart struct{ *inventorytest.Memory }
 
 func (p partialCart) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	if _, err := inventory.ValidateLinesCall(lines, opts); err != nil {
+	if _, err := driver.ValidateLinesCall(lines, opts); err != nil {
 		return err
 	}
 	for _, l := range lines {
@@ -471,7 +472,7 @@ func (p partialCart) ReduceLines(ctx context.Context, lines []inventory.Line, op
 type neverExpires struct{ *inventorytest.Memory }
 
 func (n neverExpires) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return err
 	}
 	return n.Memory.Reserve(ctx, id, lines, inventory.MaxHoldTTL)
@@ -482,7 +483,7 @@ func (n neverExpires) Reserve(ctx context.Context, id string, lines []inventory.
 type expiresEarly struct{ *inventorytest.Memory }
 
 func (e expiresEarly) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return err
 	}
 	return e.Memory.Reserve(ctx, id, lines, max(ttl/2, inventory.MinHoldTTL))

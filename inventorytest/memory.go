@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Memory is a correct in-memory [inventory.StockManager] and
@@ -52,7 +53,7 @@ type memHold struct {
 
 type memKey struct {
 	sku, key string
-	dir      inventory.Direction
+	dir      driver.Direction
 }
 
 type memEntry struct {
@@ -81,7 +82,7 @@ func NewMemory(ttl time.Duration) *Memory {
 
 // Init implements [inventory.StockManager].
 func (m *Memory) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -95,7 +96,7 @@ func (m *Memory) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get implements [inventory.StockManager].
 func (m *Memory) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -112,16 +113,16 @@ func (m *Memory) Get(ctx context.Context, sku string) (int64, error) {
 
 // Reduce implements [inventory.StockManager].
 func (m *Memory) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReduce, opts)
+	return m.move(ctx, sku, qty, driver.DirReduce, opts)
 }
 
 // Return implements [inventory.StockManager].
 func (m *Memory) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+	return m.move(ctx, sku, qty, driver.DirReturn, opts)
 }
 
-func (m *Memory) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
+func (m *Memory) move(ctx context.Context, sku string, qty int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
+	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, err
 	}
@@ -144,13 +145,13 @@ func (m *Memory) move(ctx context.Context, sku string, qty int64, dir inventory.
 	if m.releaseExpiredLocked(now, sku) > 0 {
 		cur = m.stock[sku]
 	}
-	if dir == inventory.DirReduce {
+	if dir == driver.DirReduce {
 		if cur < qty {
 			return cur, fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty)
 		}
 		cur -= qty
 	} else {
-		if err := inventory.CheckReturn(cur, qty); err != nil {
+		if err := driver.CheckReturn(cur, qty); err != nil {
 			return cur, err
 		}
 		cur += qty
@@ -178,16 +179,16 @@ func (m *Memory) pruneLocked(now time.Time) {
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Memory) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.moveLines(ctx, lines, inventory.DirReduce, opts)
+	return m.moveLines(ctx, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Memory) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.moveLines(ctx, lines, inventory.DirReturn, opts)
+	return m.moveLines(ctx, lines, driver.DirReturn, opts)
 }
 
-func (m *Memory) moveLines(ctx context.Context, lines []inventory.Line, dir inventory.Direction, opts []inventory.Option) error {
-	o, err := inventory.ValidateLinesCall(lines, opts)
+func (m *Memory) moveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, opts []inventory.Option) error {
+	o, err := driver.ValidateLinesCall(lines, opts)
 	if err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (m *Memory) moveLines(ctx context.Context, lines []inventory.Line, dir inve
 	if err := m.prepareLocked(now, lines); err != nil {
 		return err
 	}
-	if dir == inventory.DirReduce {
+	if dir == driver.DirReduce {
 		if err := m.shortLocked(lines); err != nil {
 			return err
 		}
@@ -215,7 +216,7 @@ func (m *Memory) moveLines(ctx context.Context, lines []inventory.Line, dir inve
 		}
 	} else {
 		for _, l := range lines {
-			if err := inventory.CheckReturn(m.stock[l.SKU], l.Qty); err != nil {
+			if err := driver.CheckReturn(m.stock[l.SKU], l.Qty); err != nil {
 				return fmt.Errorf("%q: %w", l.SKU, err)
 			}
 		}
@@ -261,7 +262,7 @@ func (m *Memory) shortLocked(lines []inventory.Line) error {
 
 // Reserve implements [inventory.OrderManager].
 func (m *Memory) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -341,7 +342,7 @@ func (m *Memory) Cancel(ctx context.Context, id string) error {
 // lookup validates id, checks ctx, locks m and finds the hold. On success
 // the caller must call unlock.
 func (m *Memory) lookup(ctx context.Context, what, id string) (h *memHold, now time.Time, unlock func(), err error) {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return nil, now, nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -392,7 +393,7 @@ func (m *Memory) releaseExpiredLocked(now time.Time, sku string) int {
 
 // Held implements [inventory.OrderManager].
 func (m *Memory) Held(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {

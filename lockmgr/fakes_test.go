@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -102,7 +103,7 @@ func newMemStore() *memStore {
 	return &memStore{stock: map[string][2]int64{}, ledger: map[string]int64{}}
 }
 
-func ledgerKey(sku string, dir inventory.Direction, key string) string {
+func ledgerKey(sku string, dir driver.Direction, key string) string {
 	return fmt.Sprintf("%d:%s:%s:%s", len(sku), sku, dir, key)
 }
 
@@ -134,7 +135,7 @@ func (s *memStore) Read(ctx context.Context, sku string) (int64, int64, error) {
 	return r[0], r[1], nil
 }
 
-func (s *memStore) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+func (s *memStore) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, false, err
 	}
@@ -144,7 +145,7 @@ func (s *memStore) Seen(ctx context.Context, sku string, dir inventory.Direction
 	return n, ok, nil
 }
 
-func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -168,7 +169,7 @@ func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newSt
 // it is given. It shows what the compare-and-set prevents.
 type blindStore struct{ lockmgr.Store }
 
-func (b blindStore) CompareAndSet(ctx context.Context, sku string, _, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (b blindStore) CompareAndSet(ctx context.Context, sku string, _, newStock int64, dir driver.Direction, key string) (bool, error) {
 	_, version, err := b.Read(ctx, sku)
 	if err != nil {
 		return false, err

@@ -38,7 +38,7 @@ import (
 // Ids: the Manager passes order ids of up to [MaxOrderIDLen] bytes of
 // UTF-8 without control characters (a kind letter, a colon and a hold id
 // or idempotency key), compared byte by byte as SKUs are. Lines are valid
-// ([inventory.ValidateLines]). As for Store, a HoldStore need not validate
+// ([github.com/stockkit/inventory/driver.ValidateLines]). As for Store, a HoldStore need not validate
 // again, and every method honours ctx and follows the error rules of the
 // Store doc: an error other than those named means nothing was written, or
 // that the outcome is unknown.

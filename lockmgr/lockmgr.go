@@ -98,6 +98,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 )
 
@@ -141,7 +142,7 @@ type Store interface {
 	// unexpired entry (sku, dir, key): found is false, with a nil error,
 	// when there is none. Entries of another SKU, direction or key (byte by
 	// byte) are not this one.
-	Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error)
+	Seen(ctx context.Context, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error)
 
 	// CompareAndSet sets the stock of sku to newStock if its version is
 	// still version and, when key != "", records (sku, dir, key) ->
@@ -156,7 +157,7 @@ type Store interface {
 	//   - any other error: a backend failure; nothing was written, or the
 	//     outcome is unknown (see the type's doc).
 	// Of concurrent calls with the same version, at most one may succeed.
-	CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error)
+	CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (ok bool, err error)
 }
 
 // Locker takes a mutual-exclusion lock per name, across every Locker on the
@@ -325,7 +326,7 @@ func (b *backend) Get(ctx context.Context, sku string) (int64, error) {
 }
 
 // Move implements [front.Backend]: it tries up to maxAttempts times.
-func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b *backend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	m := (*Manager)(b)
 	for range m.maxAttempts {
 		rem, done, err := m.attempt(ctx, sku, qty, dir, key)
@@ -339,7 +340,7 @@ func (b *backend) Move(ctx context.Context, sku string, qty int64, dir inventory
 // attempt locks sku, reads, checks and writes conditionally. done is false
 // when the write found the stock moved (the lock had lapsed): nothing
 // changed and the caller may try again.
-func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (rem int64, done bool, err error) {
+func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (rem int64, done bool, err error) {
 	lease, err := m.locker.Acquire(ctx, sku)
 	if err != nil {
 		return 0, true, fmt.Errorf("lock: %w", err)
@@ -356,12 +357,12 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir invent
 		return 0, true, err
 	}
 	next := cur + qty
-	if dir == inventory.DirReduce {
+	if dir == driver.DirReduce {
 		if cur < qty {
 			return cur, true, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, cur, qty)
 		}
 		next = cur - qty
-	} else if err := inventory.CheckReturn(cur, qty); err != nil {
+	} else if err := driver.CheckReturn(cur, qty); err != nil {
 		return cur, true, err
 	}
 

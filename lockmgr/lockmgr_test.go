@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/storetest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -140,7 +141,7 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 	n, err := m.Get(ctx, "shoe")
 	require.NoError(t, err)
 	require.EqualValues(t, 5, n)
-	_, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+	_, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "k")
 	require.NoError(t, err)
 	require.False(t, found, "the key is not used up")
 	require.Equal(t, l.acquired.Load(), l.released.Load())
@@ -149,7 +150,7 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 // movingStore's stock always moves between Read and CompareAndSet.
 type movingStore struct{ *memStore }
 
-func (movingStore) CompareAndSet(context.Context, string, int64, int64, inventory.Direction, string) (bool, error) {
+func (movingStore) CompareAndSet(context.Context, string, int64, int64, driver.Direction, string) (bool, error) {
 	return false, nil
 }
 
@@ -179,14 +180,14 @@ type dupStore struct {
 	seen atomic.Int64
 }
 
-func (d *dupStore) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+func (d *dupStore) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
 	if d.seen.Add(1) == 1 {
 		return 0, false, nil // before the write
 	}
 	return 42, true, nil
 }
 
-func (d *dupStore) CompareAndSet(context.Context, string, int64, int64, inventory.Direction, string) (bool, error) {
+func (d *dupStore) CompareAndSet(context.Context, string, int64, int64, driver.Direction, string) (bool, error) {
 	return false, inventory.ErrDuplicate
 }
 

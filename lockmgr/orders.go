@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // AbandonGrace is how long after its TTL an incomplete order (a Reserve
@@ -81,8 +82,8 @@ func (m *Manager) begin(ctx context.Context) (HoldStore, error) {
 
 // beginLines is the common start of a lines call: it checks the lines and
 // options, then begins.
-func (m *Manager) beginLines(ctx context.Context, lines []inventory.Line, opts []inventory.Option) (inventory.CallOptions, HoldStore, error) {
-	o, err := inventory.ValidateLinesCall(lines, opts)
+func (m *Manager) beginLines(ctx context.Context, lines []inventory.Line, opts []inventory.Option) (driver.CallOptions, HoldStore, error) {
+	o, err := driver.ValidateLinesCall(lines, opts)
 	if err != nil {
 		return o, nil, err
 	}
@@ -242,7 +243,7 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		if err != nil {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
-		if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+		if err := driver.CheckReturn(cur, l.Qty); err != nil {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
 	}
@@ -320,14 +321,14 @@ func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.L
 		defer release(ctx, lease)
 		lost = lease.Lost()
 	}
-	if _, found, err := hs.Seen(ctx, l.SKU, inventory.DirReturn, key); err != nil || found {
+	if _, found, err := hs.Seen(ctx, l.SKU, driver.DirReturn, key); err != nil || found {
 		return true, unknown(err)
 	}
 	cur, version, err := m.readLive(ctx, hs, l.SKU)
 	if err != nil {
 		return true, err
 	}
-	if err := inventory.CheckReturn(cur, l.Qty); err != nil {
+	if err := driver.CheckReturn(cur, l.Qty); err != nil {
 		return true, err
 	}
 	select {
@@ -335,7 +336,7 @@ func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.L
 		return false, nil // the version check would catch it; go round
 	default:
 	}
-	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, inventory.DirReturn, key)
+	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, driver.DirReturn, key)
 	switch {
 	case errors.Is(err, inventory.ErrDuplicate):
 		return true, nil
@@ -356,7 +357,7 @@ func unknown(err error) error {
 // Reserve implements [inventory.OrderManager].
 func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
 	op := fmt.Sprintf("reserve %q", id)
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return m.fail("reserve", err)
 	}
 	hs, err := m.begin(ctx)
@@ -602,7 +603,7 @@ func (m *Manager) Confirm(ctx context.Context, id string) error {
 // onHold is the start of Confirm and Cancel, op, of hold id: it checks id
 // and begins, then runs fn, its error wrapped as the call's.
 func (m *Manager) onHold(ctx context.Context, op, id string, fn func(hs HoldStore) error) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return m.fail(op, err)
 	}
 	op = fmt.Sprintf("%s %q", op, id)
@@ -700,7 +701,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) error {
 // Held implements [inventory.OrderManager]: it reads the SKU's held total.
 func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 	op := fmt.Sprintf("held %q", sku)
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, m.fail("held", err)
 	}
 	hs, err := m.begin(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/lockmgr/lockmgrtest"
 )
@@ -53,7 +54,7 @@ func (f flakyStore) UpdateOrder(ctx context.Context, id string, step lockmgr.Ord
 	return f.HoldStore.UpdateOrder(ctx, id, step)
 }
 
-func (f flakyStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (f flakyStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	if err := f.check("CompareAndSet/" + sku); err != nil {
 		return false, err
 	}

@@ -56,6 +56,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
@@ -282,12 +283,12 @@ func (m *backend) Get(ctx context.Context, sku string) (int64, error) {
 }
 
 // Move implements [front.Backend].
-func (m *backend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *backend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return (*Manager)(m).send(ctx, sku, qty, dir, key)
 }
 
 // send sends a call to Redis, merged or alone.
-func (m *Manager) send(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) send(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if m.queue != nil {
 		return m.merged(ctx, sku, qty, dir, key)
 	}
@@ -295,15 +296,15 @@ func (m *Manager) send(ctx context.Context, sku string, qty int64, dir inventory
 }
 
 // signed is qty as the scripts take it: negative for a Return.
-func signed(qty int64, dir inventory.Direction) int64 {
-	if dir == inventory.DirReturn {
+func signed(qty int64, dir driver.Direction) int64 {
+	if dir == driver.DirReturn {
 		return -qty
 	}
 	return qty
 }
 
 // move runs one call as its own script call.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	stock, marker, rec := rediskeys.MoveKeys(m.prefix, sku, dir, key) // marker: orders.go, the last key
 	var a []any
 	if key == "" {
@@ -335,9 +336,9 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 }
 
 // refused is the outcome of a call the stock cur refused.
-func (m *Manager) refused(qty int64, dir inventory.Direction, cur int64) (int64, error) {
-	if dir == inventory.DirReturn {
-		return cur, inventory.CheckReturn(cur, qty)
+func (m *Manager) refused(qty int64, dir driver.Direction, cur int64) (int64, error) {
+	if dir == driver.DirReturn {
+		return cur, driver.CheckReturn(cur, qty)
 	}
 	return cur, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, cur, qty)
 }

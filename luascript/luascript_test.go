@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
@@ -60,7 +61,7 @@ func TestKeysOfOneSKUShareASlot(t *testing.T) {
 	c := testenv.RedisCluster(t)
 	for _, sku := range []string{"plain", "}", "}{", "{x}", "a}b{c", "{", "{}", "鞋"} {
 		a := rediskeys.Stock("inv", sku)
-		b := rediskeys.Key("inv", sku, inventory.DirReduce, "}{k")
+		b := rediskeys.Key("inv", sku, driver.DirReduce, "}{k")
 		sa, err := c.ClusterKeySlot(ctx, a).Result()
 		require.NoError(t, err)
 		sb, err := c.ClusterKeySlot(ctx, b).Result()

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
@@ -35,7 +36,7 @@ type call struct {
 	sku string
 	key string
 	qty int64
-	dir inventory.Direction
+	dir driver.Direction
 }
 
 // answer is a call's outcome.
@@ -59,7 +60,7 @@ func (m *Manager) newQueue() *merge.Queue[call, answer] {
 
 // merged runs a call, merged with the calls of its slot that queue beside
 // it.
-func (m *Manager) merged(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) merged(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	a, err := m.queue.Do(ctx, rediskeys.Slot(sku), call{sku: sku, key: key, qty: qty, dir: dir})
 	if err != nil {
 		return 0, err

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -268,7 +269,7 @@ func toInt(v any) (int64, error) {
 }
 
 // refusalErr turns a "short" or "notfound" reply on lines into its error.
-func refusalErr(res []any, st string, lines []inventory.Line, dir inventory.Direction) error {
+func refusalErr(res []any, st string, lines []inventory.Line, dir driver.Direction) error {
 	line := func(v any) (inventory.Line, error) {
 		i, err := toInt(v)
 		if err != nil || i < 1 || int(i) > len(lines) {
@@ -294,8 +295,8 @@ func refusalErr(res []any, st string, lines []inventory.Line, dir inventory.Dire
 			if err != nil {
 				return err
 			}
-			if dir == inventory.DirReturn {
-				return fmt.Errorf("%q: %w", l.SKU, inventory.CheckReturn(n, l.Qty))
+			if dir == driver.DirReturn {
+				return fmt.Errorf("%q: %w", l.SKU, driver.CheckReturn(n, l.Qty))
 			}
 			e.Short = append(e.Short, inventory.Shortfall{Line: l, Available: n})
 		}
@@ -313,16 +314,16 @@ func (m *Manager) fail(op string, err error) error {
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.linesCall(ctx, "reduce lines", inventory.DirReduce, lines, opts)
+	return m.linesCall(ctx, "reduce lines", driver.DirReduce, lines, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.linesCall(ctx, "return lines", inventory.DirReturn, lines, opts)
+	return m.linesCall(ctx, "return lines", driver.DirReturn, lines, opts)
 }
 
-func (m *Manager) linesCall(ctx context.Context, op string, dir inventory.Direction, lines []inventory.Line, opts []inventory.Option) error {
-	o, err := inventory.ValidateLinesCall(lines, opts)
+func (m *Manager) linesCall(ctx context.Context, op string, dir driver.Direction, lines []inventory.Line, opts []inventory.Option) error {
+	o, err := driver.ValidateLinesCall(lines, opts)
 	if err != nil {
 		return m.fail(op, err)
 	}
@@ -335,7 +336,7 @@ func (m *Manager) linesCall(ctx context.Context, op string, dir inventory.Direct
 	return nil
 }
 
-func (m *Manager) lines(ctx context.Context, dir inventory.Direction, lines []inventory.Line, key string) error {
+func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inventory.Line, key string) error {
 	gs := m.bySlot(lines)
 	kind, id := kindUnkeyed, newNonce()
 	if key != "" {
@@ -377,7 +378,7 @@ func (m *Manager) lines(ctx context.Context, dir inventory.Direction, lines []in
 		return err
 	}
 	partKind := "reduce"
-	if dir == inventory.DirReturn {
+	if dir == driver.DirReturn {
 		partKind = "return"
 	}
 	for i := range o.groups {
@@ -461,7 +462,7 @@ func (m *Manager) orderFromRecord(rec string, nonce, sl, ki any) (*order, error)
 }
 
 // makePart makes part i of o: kind "hold", "reduce" or "return".
-func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, ttl time.Duration, dir inventory.Direction) error {
+func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, ttl time.Duration, dir driver.Direction) error {
 	g := o.groups[i]
 	if err := m.mark(ctx, g.slot); err != nil {
 		return err
@@ -521,7 +522,7 @@ func (m *Manager) recordOpArgs(ctx context.Context, o *order, op string, args ..
 // Reserve implements [inventory.OrderManager].
 func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
 	const op = "reserve"
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return m.fail(op, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -551,14 +552,14 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 		case st == "dup":
 			return inventory.ErrDuplicate
 		}
-		return refusalErr(res, st, lines, inventory.DirReduce)
+		return refusalErr(res, st, lines, driver.DirReduce)
 	}
 	o := m.newOrder(kindHold, id, newNonce(), gs)
 	if err := m.begin(ctx, o, ttl, "hold", lines); err != nil {
 		return err
 	}
 	for i := range o.groups {
-		if err := m.makePart(ctx, o, i, "hold", ttl, inventory.DirReduce); err != nil {
+		if err := m.makePart(ctx, o, i, "hold", ttl, driver.DirReduce); err != nil {
 			m.unwind(ctx, o, i)
 			return err
 		}
@@ -586,7 +587,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) error {
 }
 
 func (m *Manager) end(ctx context.Context, op, id string) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return m.fail(op, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -721,7 +722,7 @@ func (m *Manager) crossCancel(ctx context.Context, o *order, st string) error {
 // Held implements [inventory.OrderManager].
 func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 	const op = "held"
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, m.fail(op, err)
 	}
 	if err := ctx.Err(); err != nil {

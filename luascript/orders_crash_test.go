@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 )
@@ -94,7 +95,7 @@ func TestCrashInReserve(t *testing.T) {
 	o := x.order(kindHold, "o1")
 	require.Len(t, o.groups, 2)
 	require.NoError(t, x.m.begin(x.ctx, o, ttl, "hold", x.lines))
-	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, inventory.DirReduce))
+	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, driver.DirReduce))
 	// The client dies here: one part made, the record not held.
 	x.levels(7, 3, 10, 0)
 	require.ErrorIs(t, x.m.Confirm(x.ctx, "o1"), inventory.ErrContention, "the Reserve never finished")
@@ -110,7 +111,7 @@ func TestCrashInReserveLazy(t *testing.T) {
 	const ttl = 50 * time.Millisecond
 	o := x.order(kindHold, "o1")
 	require.NoError(t, x.m.begin(x.ctx, o, ttl, "hold", x.lines))
-	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, inventory.DirReduce))
+	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", ttl, driver.DirReduce))
 	time.Sleep(2 * ttl)
 	left, err := x.m.Reduce(x.ctx, x.skus[0], 10)
 	require.NoError(t, err, "the Reduce released the dead attempt's part first")
@@ -166,21 +167,21 @@ func TestCrashInConfirmAfterCommit(t *testing.T) {
 }
 
 func TestCrashInLinesCall(t *testing.T) {
-	for _, dir := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
+	for _, dir := range []driver.Direction{driver.DirReduce, driver.DirReturn} {
 		t.Run(string(dir), func(t *testing.T) {
 			x := newCrash(t)
 			o := x.order(kindKeyed, string(dir)+":cart-1")
-			kind := map[inventory.Direction]string{inventory.DirReduce: "reduce", inventory.DirReturn: "return"}[dir]
+			kind := map[driver.Direction]string{driver.DirReduce: "reduce", driver.DirReturn: "return"}[dir]
 			require.NoError(t, x.m.begin(x.ctx, o, x.m.linesTTL, "keyed", x.lines))
 			require.NoError(t, x.m.makePart(x.ctx, o, 0, kind, x.m.linesTTL, dir))
 			// The call dies here: one pinned part, the record reserving.
-			if dir == inventory.DirReduce {
+			if dir == driver.DirReduce {
 				x.levels(7, 3, 10, 0)
 			} else {
 				x.levels(10, 0, 10, 0)
 			}
 			call := x.m.ReduceLines
-			if dir == inventory.DirReturn {
+			if dir == driver.DirReturn {
 				call = x.m.ReturnLines
 			}
 			require.ErrorIs(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")), inventory.ErrContention,
@@ -198,7 +199,7 @@ func TestCrashInLinesCall(t *testing.T) {
 			require.NoError(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")),
 				"the dead call did not take effect, so its key is free")
 			require.ErrorIs(t, call(x.ctx, x.lines, inventory.WithKey("cart-1")), inventory.ErrDuplicate)
-			if dir == inventory.DirReduce {
+			if dir == driver.DirReduce {
 				x.levels(7, 0, 6, 0)
 			} else {
 				x.levels(13, 0, 14, 0)

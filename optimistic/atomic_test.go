@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/ledgerguard"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -97,7 +98,7 @@ func retrySeesRival(t *testing.T, db *sqlx.DB, schema sqlstore.Schema) {
 		}
 		stock, version, err := store.Read(ctx, sku)
 		if assert.NoError(t, err) {
-			ok, err := store.CompareAndSet(ctx, sku, version, min(leave, stock), inventory.DirReduce, "")
+			ok, err := store.CompareAndSet(ctx, sku, version, min(leave, stock), driver.DirReduce, "")
 			assert.NoError(t, err)
 			assert.True(t, ok, "the rival's write")
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
@@ -21,7 +22,7 @@ import (
 type (
 	req struct {
 		qty int64
-		dir inventory.Direction
+		dir driver.Direction
 		key string
 	}
 	ans struct {
@@ -90,7 +91,7 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 }
 
 type ledgerKey struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
@@ -135,7 +136,7 @@ func newPlan(n int) plan {
 // take plans call i, c, as applied after the calls before it.
 func (p *plan) take(i int, c *call, expired bool) {
 	q := c.Req.qty
-	if c.Req.dir == inventory.DirReduce {
+	if c.Req.dir == driver.DirReduce {
 		p.lo = max(p.lo, q-p.net) // s + net >= q
 		p.net -= q
 	} else {
@@ -151,7 +152,7 @@ func (p *plan) take(i int, c *call, expired bool) {
 // refuse plans call i, c, as refused after the calls before it.
 func (p *plan) refuse(i int, c *call) {
 	q := c.Req.qty
-	if c.Req.dir == inventory.DirReduce {
+	if c.Req.dir == driver.DirReduce {
 		p.hi = min(p.hi, q-p.net-1) // s + net < q
 		p.short = true
 	} else {
@@ -210,11 +211,11 @@ func split(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) plan {
 
 // fitsOne reports whether qty units can move in dir on stock cur, as
 // [sqldialect.Tables.Check] does.
-func fitsOne(dir inventory.Direction, cur, qty int64) bool {
-	if dir == inventory.DirReduce {
+func fitsOne(dir driver.Direction, cur, qty int64) bool {
+	if dir == driver.DirReduce {
 		return cur >= qty
 	}
-	return inventory.CheckReturn(cur, qty) == nil
+	return driver.CheckReturn(cur, qty) == nil
 }
 
 // answer sets each call's answer from the plan, s being the stock before

@@ -123,6 +123,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/refusals"
@@ -308,12 +309,12 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
@@ -363,7 +364,7 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqldialect.BindTx(m.o, tx) }
 type Tx = sqldialect.Tx
 
 // move is Reduce or Return behind the front.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
 	}
@@ -372,15 +373,15 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 
 // bounds gives the conditional UPDATE's arguments for moving qty units in
 // dir: the signed change, and the range the stock must be in before it.
-func bounds(dir inventory.Direction, qty int64) (delta, lo, hi int64) {
-	if dir == inventory.DirReturn {
+func bounds(dir driver.Direction, qty int64) (delta, lo, hi int64) {
+	if dir == driver.DirReturn {
 		return qty, 0, inventory.MaxStock - qty
 	}
 	return -qty, qty, inventory.MaxStock
 }
 
 // single is the single-statement mode.
-func (m *Manager) single(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) single(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	delta, lo, hi := bounds(dir, qty)
 	seen := func() (int64, bool, error) {
 		if key == "" {
@@ -438,7 +439,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir invento
 
 // update runs the conditional UPDATE, with the ledger row in the same
 // transaction when keyed. ok=false: no row matched, nothing changed.
-func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir inventory.Direction, key string) (rem int64, ok bool, err error) {
+func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir driver.Direction, key string) (rem int64, ok bool, err error) {
 	if key == "" {
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/refusals/refusalstest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -250,7 +251,7 @@ func TestGivesUp(t *testing.T) {
 				if holding > 0 {
 					next = stock + holding
 				}
-				ok, err := store.CompareAndSet(ctx, sku, v, next, inventory.DirReduce, "")
+				ok, err := store.CompareAndSet(ctx, sku, v, next, driver.DirReduce, "")
 				if errors.Is(err, inventory.ErrContention) || (err == nil && !ok) {
 					continue
 				}
@@ -350,7 +351,7 @@ func TestRivalsNoContention(t *testing.T) {
 			if !assert.NoError(t, err) {
 				return
 			}
-			ok, err := store.CompareAndSet(ctx, sku, v, stock, inventory.DirReduce, "")
+			ok, err := store.CompareAndSet(ctx, sku, v, stock, driver.DirReduce, "")
 			if errors.Is(err, inventory.ErrContention) {
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
@@ -34,9 +35,9 @@ func sequential(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) []o
 			}
 		}
 		switch {
-		case c.Req.dir == inventory.DirReduce && s >= c.Req.qty:
+		case c.Req.dir == driver.DirReduce && s >= c.Req.qty:
 			s -= c.Req.qty
-		case c.Req.dir == inventory.DirReturn && c.Req.qty <= inventory.MaxStock-s:
+		case c.Req.dir == driver.DirReturn && c.Req.qty <= inventory.MaxStock-s:
 			s += c.Req.qty
 		default:
 			out[i] = outcome{refused, s}
@@ -79,9 +80,9 @@ func TestPlan(t *testing.T) {
 	for n := range 20000 {
 		batch := make([]*call, 1+rng.IntN(8))
 		for i := range batch {
-			r := req{qty: 1 + rng.Int64N(6), dir: inventory.DirReduce}
+			r := req{qty: 1 + rng.Int64N(6), dir: driver.DirReduce}
 			if rng.IntN(3) == 0 {
-				r.dir = inventory.DirReturn
+				r.dir = driver.DirReturn
 			}
 			if rng.IntN(3) == 0 {
 				r.key = fmt.Sprint("k", rng.IntN(4))
@@ -90,9 +91,9 @@ func TestPlan(t *testing.T) {
 		}
 		seen := map[ledgerKey]sqldialect.Entry{}
 		for range rng.IntN(3) {
-			k := ledgerKey{inventory.DirReduce, fmt.Sprint("k", rng.IntN(4))}
+			k := ledgerKey{driver.DirReduce, fmt.Sprint("k", rng.IntN(4))}
 			if rng.IntN(2) == 0 {
-				k.dir = inventory.DirReturn
+				k.dir = driver.DirReturn
 			}
 			seen[k] = sqldialect.Entry{Dir: k.dir, Key: k.key, Remaining: rng.Int64N(100), Expired: rng.IntN(3) == 0}
 		}

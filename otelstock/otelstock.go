@@ -111,6 +111,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/outcome"
 	"github.com/stockkit/inventory/internal/unwrap"
@@ -399,9 +400,9 @@ func newCounts(meter metric.Meter, strategy string) (*counts, metric.Registratio
 func direction(o op) string {
 	switch o {
 	case opReduce, opReduceLines:
-		return string(inventory.DirReduce)
+		return string(driver.DirReduce)
 	case opReturn, opReturnLines:
-		return string(inventory.DirReturn)
+		return string(driver.DirReturn)
 	}
 	return ""
 }
@@ -724,7 +725,7 @@ func outcomeIndex(oc string) int {
 }
 
 func keyed(opts []inventory.Option) bool {
-	return len(opts) > 0 && inventory.Apply(opts).Key != ""
+	return len(opts) > 0 && driver.Apply(opts).Key != ""
 }
 
 func (c *call) setLines(lines []inventory.Line, opts []inventory.Option) int64 {

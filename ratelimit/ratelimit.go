@@ -40,6 +40,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // ErrLimited is wrapped by the error of every call a bucket refused,
@@ -230,7 +231,7 @@ func (l *limiter) Get(ctx context.Context, sku string) (int64, error) {
 
 // Reduce implements [inventory.StockManager].
 func (l *limiter) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	if _, err := inventory.ValidateMove(sku, qty, opts); err == nil {
+	if _, err := driver.ValidateMove(sku, qty, opts); err == nil {
 		if err := l.admit("reduce", "", sku); err != nil {
 			return 0, err
 		}
@@ -240,7 +241,7 @@ func (l *limiter) Reduce(ctx context.Context, sku string, qty int64, opts ...inv
 
 // Return implements [inventory.StockManager].
 func (l *limiter) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	if _, err := inventory.ValidateMove(sku, qty, opts); err == nil {
+	if _, err := driver.ValidateMove(sku, qty, opts); err == nil {
 		if err := l.admit("return", "", sku); err != nil {
 			return 0, err
 		}
@@ -264,7 +265,7 @@ func skus(lines []inventory.Line) []string {
 
 // ReduceLines implements [inventory.OrderManager].
 func (o orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	if _, err := inventory.ValidateLinesCall(lines, opts); err == nil {
+	if _, err := driver.ValidateLinesCall(lines, opts); err == nil {
 		if err := o.admit("reduce lines", "", skus(lines)...); err != nil {
 			return err
 		}
@@ -274,7 +275,7 @@ func (o orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ..
 
 // ReturnLines implements [inventory.OrderManager].
 func (o orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	if _, err := inventory.ValidateLinesCall(lines, opts); err == nil {
+	if _, err := driver.ValidateLinesCall(lines, opts); err == nil {
 		if err := o.admit("return lines", "", skus(lines)...); err != nil {
 			return err
 		}
@@ -284,7 +285,7 @@ func (o orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ..
 
 // Reserve implements [inventory.OrderManager].
 func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err == nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err == nil {
 		if err := o.admit("reserve", id, skus(lines)...); err != nil {
 			return err
 		}
@@ -295,7 +296,7 @@ func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, 
 // Confirm implements [inventory.OrderManager]; only the global bucket
 // limits it.
 func (o orders) Confirm(ctx context.Context, id string) error {
-	if err := inventory.ValidateHoldID(id); err == nil {
+	if err := driver.ValidateHoldID(id); err == nil {
 		if err := o.admit("confirm", id); err != nil {
 			return err
 		}
@@ -306,7 +307,7 @@ func (o orders) Confirm(ctx context.Context, id string) error {
 // Cancel implements [inventory.OrderManager]; only the global bucket
 // limits it.
 func (o orders) Cancel(ctx context.Context, id string) error {
-	if err := inventory.ValidateHoldID(id); err == nil {
+	if err := driver.ValidateHoldID(id); err == nil {
 		if err := o.admit("cancel", id); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
@@ -144,7 +145,7 @@ type pausingStore struct {
 	blind  bool
 }
 
-func (p *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (p *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	if !p.paused.Swap(true) {
 		p.pause()
 	}
@@ -251,7 +252,7 @@ func TestLockKeySharesTheStockSlot(t *testing.T) {
 		lk := redislock.LockKey("inv", sku)
 		sk := rediskeys.Stock("inv", sku)
 		require.NotEqual(t, sk, lk)
-		require.NotEqual(t, rediskeys.Key("inv", sku, inventory.DirReduce, ""), lk)
+		require.NotEqual(t, rediskeys.Key("inv", sku, driver.DirReduce, ""), lk)
 		a, err := c.ClusterKeySlot(ctx, lk).Result()
 		require.NoError(t, err)
 		b, err := c.ClusterKeySlot(ctx, sk).Result()

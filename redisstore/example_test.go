@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 )
@@ -56,7 +57,7 @@ func ExampleStore_CompareAndSet() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ok, err := store.CompareAndSet(ctx, "sneaker-42", version, stock-1, inventory.DirReduce, "order-1")
+	ok, err := store.CompareAndSet(ctx, "sneaker-42", version, stock-1, driver.DirReduce, "order-1")
 	if err != nil {
 		log.Fatal(err)
 	}

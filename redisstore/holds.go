@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/lockmgr"
 )
@@ -96,7 +97,7 @@ func (s *Store) eval(ctx context.Context, script *rediskeys.Script, write bool, 
 // version), its held total and the ids of up to max of its lines whose
 // expiry has passed, in one script.
 func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, version, held int64, expired []string, err error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, 0, 0, nil, err
 	}
 	cmd, err := s.eval(ctx, holdsScript, false, s.holdKeys(sku), "read", max)
@@ -129,7 +130,7 @@ func (s *Store) Held(ctx context.Context, sku string) (int64, error) {
 // that ran (go-redis sent it again) finds its line and reports
 // [inventory.ErrDuplicate], as the Manager expects.
 func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, id string, qty int64, expires time.Time) (bool, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return false, err
 	}
 	if newStock < 0 || newStock > inventory.MaxStock || qty < 1 || qty > inventory.MaxStock {
@@ -150,7 +151,7 @@ func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, i
 
 // Unhold implements [lockmgr.HoldStore], in one script.
 func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	flag := "0"

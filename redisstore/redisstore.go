@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -107,7 +108,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
 // forget idempotency keys.
 func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	key := rediskeys.Stock(s.prefix, sku)
@@ -136,7 +137,7 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 // Get returns the stock of sku. The error wraps [inventory.ErrNotFound] when
 // sku was never initialised.
 func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	n, err := s.client.Get(ctx, rediskeys.Stock(s.prefix, sku)).Int64()
@@ -158,7 +159,7 @@ func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err
 
 // Seen reports whether a call (sku, dir, key) took effect within the key
 // TTL, and the remaining stock it returned.
-func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+func (s *Store) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
 	if err := validate(sku, dir, key); err != nil {
 		return 0, false, err
 	}
@@ -202,7 +203,7 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 // key TTL, in one script. ok is false when the stock moved or the SKU is
 // gone; nothing was written. When the key is already recorded nothing is
 // written and the error wraps [inventory.ErrDuplicate].
-func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error) {
+func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (ok bool, err error) {
 	if err := validate(sku, dir, key); err != nil {
 		return false, err
 	}
@@ -253,14 +254,14 @@ func (s *Store) run(ctx context.Context, keys []string, args []any) (int64, int6
 }
 
 // validate checks sku, dir and, unless it is empty, key.
-func validate(sku string, dir inventory.Direction, key string) error {
-	if dir != inventory.DirReduce && dir != inventory.DirReturn {
+func validate(sku string, dir driver.Direction, key string) error {
+	if dir != driver.DirReduce && dir != driver.DirReturn {
 		return fmt.Errorf("%w: redisstore: direction %q", inventory.ErrInvalidArgument, dir)
 	}
 	var opts []inventory.Option
 	if key != "" {
 		opts = append(opts, inventory.WithKey(key))
 	}
-	_, err := inventory.ValidateMove(sku, 1, opts)
+	_, err := driver.ValidateMove(sku, 1, opts)
 	return err
 }

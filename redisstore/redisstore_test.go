@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -84,23 +85,23 @@ func TestCompareAndSet(t *testing.T) {
 		const sku = "{shoe}"
 		require.NoError(t, s.Init(ctx, sku, 10))
 
-		ok, err := s.CompareAndSet(ctx, sku, 9, 8, inventory.DirReduce, "")
+		ok, err := s.CompareAndSet(ctx, sku, 9, 8, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.False(t, ok, "the version moved")
 		requireStock(t, s, sku, 10)
 
-		ok, err = s.CompareAndSet(ctx, sku, 10, 9, inventory.DirReduce, "")
+		ok, err = s.CompareAndSet(ctx, sku, 10, 9, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.True(t, ok)
 		requireStock(t, s, sku, 9)
 
-		ok, err = s.CompareAndSet(ctx, "unknown", 0, 1, inventory.DirReturn, "")
+		ok, err = s.CompareAndSet(ctx, "unknown", 0, 1, driver.DirReturn, "")
 		require.NoError(t, err)
 		require.False(t, ok, "an unknown SKU is never written")
 		_, err = s.Get(ctx, "unknown")
 		require.ErrorIs(t, err, inventory.ErrNotFound)
 
-		ok, err = s.CompareAndSet(ctx, sku, inventory.MaxStock, 0, inventory.DirReduce, "")
+		ok, err = s.CompareAndSet(ctx, sku, inventory.MaxStock, 0, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.False(t, ok, "2^53-1 is compared exactly")
 	})
@@ -112,39 +113,39 @@ func TestLedger(t *testing.T) {
 		s, _ := newStore(t, c)
 		const sku, key = "shoe", "}{order:1"
 		require.NoError(t, s.Init(ctx, sku, 10))
-		_, found, err := s.Seen(ctx, sku, inventory.DirReduce, key)
+		_, found, err := s.Seen(ctx, sku, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.False(t, found)
 
 		// A write that loses its compare records nothing.
-		ok, err := s.CompareAndSet(ctx, sku, 3, 2, inventory.DirReduce, key)
+		ok, err := s.CompareAndSet(ctx, sku, 3, 2, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.False(t, ok)
-		_, found, err = s.Seen(ctx, sku, inventory.DirReduce, key)
+		_, found, err = s.Seen(ctx, sku, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.False(t, found, "a failed write does not use up its key")
 
-		ok, err = s.CompareAndSet(ctx, sku, 10, 7, inventory.DirReduce, key)
+		ok, err = s.CompareAndSet(ctx, sku, 10, 7, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.True(t, ok)
-		rem, found, err := s.Seen(ctx, sku, inventory.DirReduce, key)
+		rem, found, err := s.Seen(ctx, sku, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.True(t, found)
 		require.EqualValues(t, 7, rem)
 
-		ok, err = s.CompareAndSet(ctx, sku, 7, 4, inventory.DirReduce, key)
+		ok, err = s.CompareAndSet(ctx, sku, 7, 4, driver.DirReduce, key)
 		require.ErrorIs(t, err, inventory.ErrDuplicate)
 		require.False(t, ok)
 		requireStock(t, s, sku, 7)
 
 		// The other direction and another SKU are other entries.
-		_, found, err = s.Seen(ctx, sku, inventory.DirReturn, key)
+		_, found, err = s.Seen(ctx, sku, driver.DirReturn, key)
 		require.NoError(t, err)
 		require.False(t, found)
-		_, found, err = s.Seen(ctx, sku+" ", inventory.DirReduce, key)
+		_, found, err = s.Seen(ctx, sku+" ", driver.DirReduce, key)
 		require.NoError(t, err)
 		require.False(t, found)
-		ok, err = s.CompareAndSet(ctx, sku, 7, 8, inventory.DirReturn, key)
+		ok, err = s.CompareAndSet(ctx, sku, 7, 8, driver.DirReturn, key)
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -155,18 +156,18 @@ func TestLedgerExpires(t *testing.T) {
 	c := testenv.Redis(t)
 	s, prefix := newStore(t, c, redisstore.WithKeyTTL(100*time.Millisecond))
 	require.NoError(t, s.Init(ctx, "shoe", 10))
-	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "k")
+	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, driver.DirReduce, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	ttl, err := c.PTTL(ctx, rediskeys.Key(prefix, "shoe", inventory.DirReduce, "k")).Result()
+	ttl, err := c.PTTL(ctx, rediskeys.Key(prefix, "shoe", driver.DirReduce, "k")).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0))
 	require.LessOrEqual(t, ttl, 100*time.Millisecond)
 	require.Eventually(t, func() bool {
-		_, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+		_, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "k")
 		return err == nil && !found
 	}, 5*time.Second, 20*time.Millisecond)
-	ok, err = s.CompareAndSet(ctx, "shoe", 9, 8, inventory.DirReduce, "k")
+	ok, err = s.CompareAndSet(ctx, "shoe", 9, 8, driver.DirReduce, "k")
 	require.NoError(t, err, "an expired entry counts as absent")
 	require.True(t, ok)
 }
@@ -186,12 +187,12 @@ func TestSharesLuascriptData(t *testing.T) {
 		n, v, err := s.Read(ctx, sku)
 		require.NoError(t, err)
 		require.Equal(t, rem, n)
-		got, found, err := s.Seen(ctx, sku, inventory.DirReduce, "k")
+		got, found, err := s.Seen(ctx, sku, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, found, "the key luascript recorded")
 		require.Equal(t, rem, got)
 
-		ok, err := s.CompareAndSet(ctx, sku, v, n-1, inventory.DirReduce, "k2")
+		ok, err := s.CompareAndSet(ctx, sku, v, n-1, driver.DirReduce, "k2")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = lm.Reduce(ctx, sku, 1, inventory.WithKey("k2"))
@@ -219,7 +220,7 @@ func TestConcurrentCompareAndSet(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					ok, err := s.CompareAndSet(ctx, "hot", v, n-1, inventory.DirReduce, "")
+					ok, err := s.CompareAndSet(ctx, "hot", v, n-1, driver.DirReduce, "")
 					if err != nil {
 						t.Error(err)
 						return
@@ -248,21 +249,21 @@ func TestInvalidArgumentsBeforeIO(t *testing.T) {
 		require.ErrorIs(t, err, inv)
 		_, _, err = s.Read(ctx, sku)
 		require.ErrorIs(t, err, inv)
-		_, _, err = s.Seen(ctx, sku, inventory.DirReduce, "k")
+		_, _, err = s.Seen(ctx, sku, driver.DirReduce, "k")
 		require.ErrorIs(t, err, inv)
-		_, err = s.CompareAndSet(ctx, sku, 1, 0, inventory.DirReduce, "")
+		_, err = s.CompareAndSet(ctx, sku, 1, 0, driver.DirReduce, "")
 		require.ErrorIs(t, err, inv)
 	}
 	require.ErrorIs(t, s.Init(ctx, "ok", -1), inv)
-	_, _, err = s.Seen(ctx, "ok", inventory.DirReduce, "")
+	_, _, err = s.Seen(ctx, "ok", driver.DirReduce, "")
 	require.ErrorIs(t, err, inv, "Seen needs a key")
 	_, _, err = s.Seen(ctx, "ok", "sideways", "k")
 	require.ErrorIs(t, err, inv)
-	_, err = s.CompareAndSet(ctx, "ok", 1, 0, inventory.DirReduce, "k\n")
+	_, err = s.CompareAndSet(ctx, "ok", 1, 0, driver.DirReduce, "k\n")
 	require.ErrorIs(t, err, inv)
-	_, err = s.CompareAndSet(ctx, "ok", 1, -1, inventory.DirReduce, "")
+	_, err = s.CompareAndSet(ctx, "ok", 1, -1, driver.DirReduce, "")
 	require.ErrorIs(t, err, inv)
-	_, err = s.CompareAndSet(ctx, "ok", 1, inventory.MaxStock+1, inventory.DirReturn, "")
+	_, err = s.CompareAndSet(ctx, "ok", 1, inventory.MaxStock+1, driver.DirReturn, "")
 	require.ErrorIs(t, err, inv)
 }
 
@@ -283,9 +284,9 @@ func TestServerErrorsAreWrapped(t *testing.T) {
 	check(err, "Get")
 	_, _, err = s.Read(ctx, "shoe")
 	check(err, "Read")
-	_, _, err = s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+	_, _, err = s.Seen(ctx, "shoe", driver.DirReduce, "k")
 	check(err, "Seen")
-	_, err = s.CompareAndSet(ctx, "shoe", 1, 0, inventory.DirReduce, "k")
+	_, err = s.CompareAndSet(ctx, "shoe", 1, 0, driver.DirReduce, "k")
 	check(err, "CompareAndSet")
 }
 
@@ -300,9 +301,9 @@ func TestCancelledContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	_, _, err = s.Read(ctx, "shoe")
 	require.ErrorIs(t, err, context.Canceled)
-	_, _, err = s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+	_, _, err = s.Seen(ctx, "shoe", driver.DirReduce, "k")
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = s.CompareAndSet(ctx, "shoe", 5, 4, inventory.DirReduce, "k")
+	_, err = s.CompareAndSet(ctx, "shoe", 5, 4, driver.DirReduce, "k")
 	require.ErrorIs(t, err, context.Canceled)
 	requireStock(t, s, "shoe", 5)
 }

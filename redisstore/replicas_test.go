@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/redisstore"
@@ -37,7 +38,7 @@ func TestWithReplicas(t *testing.T) {
 	for _, key := range []string{"", "k"} {
 		n, v, err := one.Read(ctx, "shoe")
 		require.NoError(t, err)
-		ok, err := one.CompareAndSet(ctx, "shoe", v, n-1, inventory.DirReduce, key)
+		ok, err := one.CompareAndSet(ctx, "shoe", v, n-1, driver.DirReduce, key)
 		require.NoError(t, err)
 		require.True(t, ok)
 		got, err := r.Get(ctx, rediskeys.Stock(prefix, "shoe")).Int64()
@@ -47,12 +48,12 @@ func TestWithReplicas(t *testing.T) {
 
 	two, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithReplicas(2, 100*time.Millisecond))
 	require.NoError(t, err)
-	ok, err := two.CompareAndSet(ctx, "shoe", 8, 7, inventory.DirReduce, "k2")
+	ok, err := two.CompareAndSet(ctx, "shoe", 8, 7, driver.DirReduce, "k2")
 	require.ErrorIs(t, err, rediskeys.ErrReplicas)
 	require.NotErrorIs(t, err, inventory.ErrDuplicate)
 	require.False(t, ok)
 	requireStock(t, one, "shoe", 7) // applied on the primary: the outcome was unknown
-	_, err = one.CompareAndSet(ctx, "shoe", 7, 6, inventory.DirReduce, "k2")
+	_, err = one.CompareAndSet(ctx, "shoe", 7, 6, driver.DirReduce, "k2")
 	require.ErrorIs(t, err, inventory.ErrDuplicate, "the keyed retry is safe")
 	require.ErrorIs(t, two.Init(ctx, "boot", 1), rediskeys.ErrReplicas)
 	_, err = redisstore.New(c, redisstore.WithReplicas(1, 0))

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/redisstore"
@@ -33,19 +33,19 @@ func TestSeenWaitsForReplicas(t *testing.T) {
 
 	r.Pause()
 	defer r.Resume()
-	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "buyer")
+	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, driver.DirReduce, "buyer")
 	require.ErrorIs(t, err, rediskeys.ErrReplicas, "applied on the primary alone: unknown")
 	require.False(t, ok)
-	_, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "buyer")
+	_, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "buyer")
 	require.ErrorIs(t, err, rediskeys.ErrReplicas, "found on the primary alone: not yet a duplicate")
 	require.False(t, found)
 
 	r.Resume()
-	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "buyer")
+	rem, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "buyer")
 	require.NoError(t, err)
 	require.True(t, found, "once the replica has it")
 	require.EqualValues(t, 9, rem)
-	_, found, err = s.Seen(ctx, "shoe", inventory.DirReduce, "nobody")
+	_, found, err = s.Seen(ctx, "shoe", driver.DirReduce, "nobody")
 	require.NoError(t, err)
 	require.False(t, found, "a key nobody wrote: not found, with or without replicas")
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -107,7 +108,7 @@ func (c *config) refuse(format string, args ...any) {
 // characters. The default is [DefaultPrefix], "inv:redlock:".
 func WithPrefix(prefix string) Option {
 	return func(c *config) {
-		if inventory.ValidateSKU(prefix) != nil || len(prefix) > 64 {
+		if driver.ValidateSKU(prefix) != nil || len(prefix) > 64 {
 			c.refuse("key prefix %q must be 1..64 bytes of UTF-8 without control characters", prefix)
 		}
 		c.prefix = prefix

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/retry"
 )
 
@@ -25,7 +26,7 @@ type script struct {
 }
 
 func (s *script) call(_ context.Context, opts ...inventory.Option) (int64, error) {
-	s.keys = append(s.keys, inventory.Apply(opts).Key)
+	s.keys = append(s.keys, driver.Apply(opts).Key)
 	n := len(s.keys) - 1
 	if n >= len(s.answers) {
 		return int64(n), nil

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/rowlock"
@@ -23,7 +24,7 @@ import (
 
 // outcome is one call of a combining test and what it got.
 type outcome struct {
-	dir inventory.Direction
+	dir driver.Direction
 	qty int64
 	key string
 	rem int64
@@ -60,16 +61,16 @@ func TestCombineMixed(t *testing.T) {
 					if ctx.Err() != nil {
 						return
 					}
-					o := outcome{dir: inventory.DirReduce, qty: 1 + rng.Int64N(4)}
+					o := outcome{dir: driver.DirReduce, qty: 1 + rng.Int64N(4)}
 					if rng.IntN(3) == 0 {
-						o.dir, o.qty = inventory.DirReturn, 1+rng.Int64N(3)
+						o.dir, o.qty = driver.DirReturn, 1+rng.Int64N(3)
 					}
 					var opts []inventory.Option
 					if rng.IntN(2) == 0 {
 						o.key = fmt.Sprint("k", rng.IntN(40)) // shared by the workers: duplicates
 						opts = append(opts, inventory.WithKey(o.key))
 					}
-					if o.dir == inventory.DirReduce {
+					if o.dir == driver.DirReduce {
 						o.rem, o.err = m.Reduce(ctx, sku, o.qty, opts...)
 					} else {
 						o.rem, o.err = m.Return(ctx, sku, o.qty, opts...)
@@ -90,7 +91,7 @@ func TestCombineMixed(t *testing.T) {
 		require.NoError(t, err)
 
 		type ledgerKey struct {
-			dir inventory.Direction
+			dir driver.Direction
 			key string
 		}
 		first := map[ledgerKey]int64{} // the remaining of each key's success
@@ -113,7 +114,7 @@ func TestCombineMixed(t *testing.T) {
 				case o.err == nil:
 					ok++
 					prev := o.rem + o.qty
-					if o.dir == inventory.DirReturn {
+					if o.dir == driver.DirReturn {
 						prev = o.rem - o.qty
 						moved -= o.qty
 					} else {
@@ -123,7 +124,7 @@ func TestCombineMixed(t *testing.T) {
 					balance[o.rem]--
 				case errors.Is(o.err, inventory.ErrInsufficientStock):
 					refused++
-					require.Equal(t, inventory.DirReduce, o.dir)
+					require.Equal(t, driver.DirReduce, o.dir)
 					require.Less(t, o.rem, o.qty, "refused with enough stock: %v", o.err)
 					require.GreaterOrEqual(t, o.rem, int64(0))
 				case errors.Is(o.err, inventory.ErrDuplicate):
@@ -360,7 +361,7 @@ func TestLoneCall(t *testing.T) {
 				if k != "" {
 					k = fmt.Sprint(key, "a", i)
 				}
-				_, err := rowlock.MoveAlone(ctx, m, sku, 1, inventory.DirReduce, k)
+				_, err := rowlock.MoveAlone(ctx, m, sku, 1, driver.DirReduce, k)
 				return err
 			})
 			combined := count(func() error {

@@ -3,7 +3,7 @@ package rowlock
 import (
 	"context"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // SetAfterLock makes f run while a call holds its row locks, between its
@@ -16,7 +16,7 @@ func Queued(m *Manager, sku string) int { return m.comb.Len(sku) }
 
 // MoveAlone is Reduce or Return (unvalidated) as every call was before
 // calls combined: a keyed call's precheck, then a transaction of its own.
-func MoveAlone(ctx context.Context, m *Manager, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func MoveAlone(ctx context.Context, m *Manager, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err

@@ -107,6 +107,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/refusals"
@@ -249,12 +250,12 @@ func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inv
 
 // ReduceLines implements [inventory.OrderManager].
 func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReduce, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, inventory.DirReturn, opts)
+	return m.o.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
@@ -313,7 +314,7 @@ type call = merge.Call[sqldialect.Step, sqldialect.Outcome]
 // flight at once are applied together (see "Combining" in the package
 // documentation). A keyed call that lost to one with the same key while
 // it waited reports the duplicate it is, with the first remaining.
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if key != "" {
 		if rem, err := m.t.Precheck(ctx, sku, qty, dir, key); err != nil {
 			return rem, err

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/outcome"
 	"github.com/stockkit/inventory/internal/unwrap"
 )
@@ -160,7 +161,7 @@ func (l *logger) key(as []slog.Attr, opts []inventory.Option) []slog.Attr {
 	if len(opts) == 0 {
 		return as
 	}
-	switch k := inventory.Apply(opts).Key; {
+	switch k := driver.Apply(opts).Key; {
 	case k == "":
 		return as
 	case l.noKeys:

@@ -9,7 +9,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
@@ -40,11 +40,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ok, err := s.CompareAndSet(ctx, "sneaker-42", version, stock-3, inventory.DirReduce, "order-1")
+	ok, err := s.CompareAndSet(ctx, "sneaker-42", version, stock-3, driver.DirReduce, "order-1")
 	fmt.Println(ok, err)
-	left, found, err := s.Seen(ctx, "sneaker-42", inventory.DirReduce, "order-1")
+	left, found, err := s.Seen(ctx, "sneaker-42", driver.DirReduce, "order-1")
 	fmt.Println(left, found, err)
-	ok, err = s.CompareAndSet(ctx, "sneaker-42", version, stock-3, inventory.DirReduce, "")
+	ok, err = s.CompareAndSet(ctx, "sneaker-42", version, stock-3, driver.DirReduce, "")
 	fmt.Println(ok, err, "(the version moved on)")
 	// Output:
 	// true <nil>

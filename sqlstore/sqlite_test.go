@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/lockmgr"
@@ -53,7 +54,7 @@ func TestWaitsForWriteLock(t *testing.T) {
 				{"UpdateOrder", func() error { _, _, err := s.UpdateOrder(ctx, id, lockmgr.StepComplete); return err }},
 				{"Unhold", func() error { _, err := s.Unhold(ctx, sku, id, false); return err }},
 				{"CompareAndSet", func() error {
-					ok, err := s.CompareAndSet(ctx, sku, version(), 9, inventory.DirReduce, testenv.Prefix())
+					ok, err := s.CompareAndSet(ctx, sku, version(), 9, driver.DirReduce, testenv.Prefix())
 					require.True(t, ok || err != nil)
 					return err
 				}},

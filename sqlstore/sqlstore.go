@@ -65,6 +65,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/lockmgr"
 )
@@ -158,7 +159,7 @@ func (s *Store) CreateTables(ctx context.Context) error {
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
 // forget idempotency keys.
 func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
 	}
 	return s.t.InitOn(ctx, s.q(), sku, qty)
@@ -166,7 +167,7 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns the stock of sku; an unknown SKU is [inventory.ErrNotFound].
 func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, err
 	}
 	return s.t.GetOn(ctx, s.q(), sku)
@@ -176,7 +177,7 @@ func (s *Store) Get(ctx context.Context, sku string) (int64, error) {
 // autocommit statement, never an older snapshot); an unknown SKU is
 // [inventory.ErrNotFound].
 func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, 0, err
 	}
 	return s.t.Read(ctx, s.q(), sku)
@@ -184,7 +185,7 @@ func (s *Store) Read(ctx context.Context, sku string) (stock, version int64, err
 
 // Seen reports whether an unexpired ledger entry holds (sku, dir, key), and
 // the remaining value recorded with it.
-func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+func (s *Store) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
 	if err := validateKey(sku, dir, key); err != nil {
 		return 0, false, err
 	}
@@ -197,8 +198,8 @@ func (s *Store) Seen(ctx context.Context, sku string, dir inventory.Direction, k
 // transaction records (sku, dir, key) -> newStock in the ledger for the key
 // TTL; if an unexpired entry already holds it, nothing is written and the
 // error wraps [inventory.ErrDuplicate] (use Seen for the recorded value).
-func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (ok bool, err error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (ok bool, err error) {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return false, err
 	}
 	if newStock < 0 || newStock > inventory.MaxStock {
@@ -229,11 +230,11 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	return ok, nil
 }
 
-func validateKey(sku string, dir inventory.Direction, key string) error {
-	if dir != inventory.DirReduce && dir != inventory.DirReturn {
+func validateKey(sku string, dir driver.Direction, key string) error {
+	if dir != driver.DirReduce && dir != driver.DirReturn {
 		return fmt.Errorf("sqlstore: %w: direction %q", inventory.ErrInvalidArgument, dir)
 	}
-	_, err := inventory.ValidateMove(sku, 1, []inventory.Option{inventory.WithKey(key)})
+	_, err := driver.ValidateMove(sku, 1, []inventory.Option{inventory.WithKey(key)})
 	return err
 }
 

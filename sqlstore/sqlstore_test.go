@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/sqlstore"
@@ -40,7 +41,7 @@ func TestStore(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrNotFound)
 		_, _, err = s.Read(ctx, sku)
 		require.ErrorIs(t, err, inventory.ErrNotFound)
-		ok, err := s.CompareAndSet(ctx, sku, 1, 5, inventory.DirReduce, "")
+		ok, err := s.CompareAndSet(ctx, sku, 1, 5, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.False(t, ok, "CompareAndSet on an unknown SKU")
 		_, err = s.Get(ctx, sku)
@@ -59,11 +60,11 @@ func TestStore(t *testing.T) {
 		_, v2, err := s.Read(ctx, sku)
 		require.NoError(t, err)
 		require.Greater(t, v2, v1, "Init moves the version on")
-		ok, err = s.CompareAndSet(ctx, sku, v1, 9, inventory.DirReduce, "")
+		ok, err = s.CompareAndSet(ctx, sku, v1, 9, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.False(t, ok, "stale version")
 
-		ok, err = s.CompareAndSet(ctx, sku, v2, 9, inventory.DirReduce, "")
+		ok, err = s.CompareAndSet(ctx, sku, v2, 9, driver.DirReduce, "")
 		require.NoError(t, err)
 		require.True(t, ok)
 		stock, v3, err := s.Read(ctx, sku)
@@ -72,45 +73,45 @@ func TestStore(t *testing.T) {
 		require.Equal(t, v2+1, v3)
 
 		// Keyed: recorded with the new stock, in the same step.
-		_, found, err := s.Seen(ctx, sku, inventory.DirReduce, "order-1")
+		_, found, err := s.Seen(ctx, sku, driver.DirReduce, "order-1")
 		require.NoError(t, err)
 		require.False(t, found)
-		ok, err = s.CompareAndSet(ctx, sku, v3, 7, inventory.DirReduce, "order-1")
+		ok, err = s.CompareAndSet(ctx, sku, v3, 7, driver.DirReduce, "order-1")
 		require.NoError(t, err)
 		require.True(t, ok)
-		rem, found, err := s.Seen(ctx, sku, inventory.DirReduce, "order-1")
+		rem, found, err := s.Seen(ctx, sku, driver.DirReduce, "order-1")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.EqualValues(t, 7, rem)
 
 		// The same key again: nothing written, ErrDuplicate.
-		ok, err = s.CompareAndSet(ctx, sku, v3+1, 5, inventory.DirReduce, "order-1")
+		ok, err = s.CompareAndSet(ctx, sku, v3+1, 5, driver.DirReduce, "order-1")
 		require.ErrorIs(t, err, inventory.ErrDuplicate)
 		require.False(t, ok)
 		stock, v5, err := s.Read(ctx, sku)
 		require.NoError(t, err)
 		require.EqualValues(t, 7, stock, "a duplicate writes nothing")
 		require.Equal(t, v3+1, v5, "a duplicate leaves the version")
-		rem, _, err = s.Seen(ctx, sku, inventory.DirReduce, "order-1")
+		rem, _, err = s.Seen(ctx, sku, driver.DirReduce, "order-1")
 		require.NoError(t, err)
 		require.EqualValues(t, 7, rem, "the ledger keeps the first value")
 
 		// A stale version with a fresh key records nothing.
-		ok, err = s.CompareAndSet(ctx, sku, v3, 1, inventory.DirReduce, "order-2")
+		ok, err = s.CompareAndSet(ctx, sku, v3, 1, driver.DirReduce, "order-2")
 		require.NoError(t, err)
 		require.False(t, ok)
-		_, found, err = s.Seen(ctx, sku, inventory.DirReduce, "order-2")
+		_, found, err = s.Seen(ctx, sku, driver.DirReduce, "order-2")
 		require.NoError(t, err)
 		require.False(t, found, "a failed CompareAndSet does not use up its key")
 
 		// Keys are per direction, per SKU and byte-exact.
 		for _, k := range []struct {
 			sku string
-			dir inventory.Direction
+			dir driver.Direction
 			key string
 		}{
-			{sku, inventory.DirReturn, "order-1"}, {sku + " ", inventory.DirReduce, "order-1"},
-			{sku, inventory.DirReduce, "order-1 "}, {sku, inventory.DirReduce, "ORDER-1"},
+			{sku, driver.DirReturn, "order-1"}, {sku + " ", driver.DirReduce, "order-1"},
+			{sku, driver.DirReduce, "order-1 "}, {sku, driver.DirReduce, "ORDER-1"},
 		} {
 			_, found, err = s.Seen(ctx, k.sku, k.dir, k.key)
 			require.NoError(t, err)
@@ -127,21 +128,21 @@ func TestKeyTTL(t *testing.T) {
 		require.NoError(t, s.Init(ctx, sku, 10))
 		_, v, err := s.Read(ctx, sku)
 		require.NoError(t, err)
-		ok, err := s.CompareAndSet(ctx, sku, v, 9, inventory.DirReduce, "k")
+		ok, err := s.CompareAndSet(ctx, sku, v, 9, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, found, err := s.Seen(ctx, sku, inventory.DirReduce, "k")
+		_, found, err := s.Seen(ctx, sku, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, found)
 
 		time.Sleep(300 * time.Millisecond)
-		_, found, err = s.Seen(ctx, sku, inventory.DirReduce, "k")
+		_, found, err = s.Seen(ctx, sku, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.False(t, found, "an expired key counts as absent")
-		ok, err = s.CompareAndSet(ctx, sku, v+1, 8, inventory.DirReduce, "k")
+		ok, err = s.CompareAndSet(ctx, sku, v+1, 8, driver.DirReduce, "k")
 		require.NoError(t, err, "an expired key can be used again")
 		require.True(t, ok)
-		rem, found, err := s.Seen(ctx, sku, inventory.DirReduce, "k")
+		rem, found, err := s.Seen(ctx, sku, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.EqualValues(t, 8, rem)
@@ -192,7 +193,7 @@ func TestCustomSchema(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, stock)
 		require.EqualValues(t, 42, v)
-		ok, err := s.CompareAndSet(ctx, p, 42, 3, inventory.DirReduce, "k")
+		ok, err := s.CompareAndSet(ctx, p, 42, 3, driver.DirReduce, "k")
 		require.NoError(t, err)
 		require.True(t, ok)
 		var name string
@@ -221,7 +222,7 @@ func TestConcurrentCAS(t *testing.T) {
 						if !assert.NoError(t, err) {
 							return
 						}
-						ok, err := s.CompareAndSet(ctx, sku, v, stock-1, inventory.DirReduce, "")
+						ok, err := s.CompareAndSet(ctx, sku, v, stock-1, driver.DirReduce, "")
 						if errors.Is(err, inventory.ErrContention) {
 							continue
 						}
@@ -247,7 +248,7 @@ func TestConcurrentCAS(t *testing.T) {
 					if !assert.NoError(t, err) {
 						return
 					}
-					ok, err := s.CompareAndSet(ctx, sku, v, stock-1, inventory.DirReduce, "one")
+					ok, err := s.CompareAndSet(ctx, sku, v, stock-1, driver.DirReduce, "one")
 					mu.Lock()
 					switch {
 					case errors.Is(err, inventory.ErrDuplicate):
@@ -283,11 +284,11 @@ func TestCancelledContext(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		_, _, err = s.Read(c, sku)
 		require.ErrorIs(t, err, context.Canceled)
-		_, _, err = s.Seen(c, sku, inventory.DirReduce, "k")
+		_, _, err = s.Seen(c, sku, driver.DirReduce, "k")
 		require.ErrorIs(t, err, context.Canceled)
-		_, err = s.CompareAndSet(c, sku, 1, 1, inventory.DirReduce, "")
+		_, err = s.CompareAndSet(c, sku, 1, 1, driver.DirReduce, "")
 		require.ErrorIs(t, err, context.Canceled)
-		_, err = s.CompareAndSet(c, sku, 1, 1, inventory.DirReduce, "k")
+		_, err = s.CompareAndSet(c, sku, 1, 1, driver.DirReduce, "k")
 		require.ErrorIs(t, err, context.Canceled)
 		n, err := s.Get(ctx(t), sku)
 		require.NoError(t, err)
@@ -329,11 +330,11 @@ func TestValidation(t *testing.T) {
 	require.ErrorIs(t, err, inv)
 	_, _, err = s.Seen(ctx, "a", "sideways", "k")
 	require.ErrorIs(t, err, inv)
-	_, _, err = s.Seen(ctx, "a", inventory.DirReduce, "k\n")
+	_, _, err = s.Seen(ctx, "a", driver.DirReduce, "k\n")
 	require.ErrorIs(t, err, inv)
-	_, err = s.CompareAndSet(ctx, "a", 1, -1, inventory.DirReduce, "")
+	_, err = s.CompareAndSet(ctx, "a", 1, -1, driver.DirReduce, "")
 	require.ErrorIs(t, err, inv)
-	_, err = s.CompareAndSet(ctx, "a", 1, inventory.MaxStock+1, inventory.DirReduce, "")
+	_, err = s.CompareAndSet(ctx, "a", 1, inventory.MaxStock+1, driver.DirReduce, "")
 	require.ErrorIs(t, err, inv)
 	_, err = s.CompareAndSet(ctx, "a", 1, 1, "", "k")
 	require.ErrorIs(t, err, inv)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 )
@@ -28,7 +29,7 @@ func TestInTx(t *testing.T) {
 			tx, err := db.BeginTxx(ctx, nil)
 			require.NoError(t, err)
 			in := s.InTx(tx)
-			ok, err := in.CompareAndSet(ctx, sku, v, 7, inventory.DirReduce, "buyer")
+			ok, err := in.CompareAndSet(ctx, sku, v, 7, driver.DirReduce, "buyer")
 			require.NoError(t, err)
 			require.True(t, ok)
 			_, err = in.CreateOrder(ctx, id, []inventory.Line{{SKU: sku, Qty: 2}}, time.Hour, time.Minute)
@@ -51,7 +52,7 @@ func TestInTx(t *testing.T) {
 			require.NoError(t, err)
 			held, err := s.Held(ctx, sku)
 			require.NoError(t, err)
-			rem, seen, err := s.Seen(ctx, sku, inventory.DirReduce, "buyer")
+			rem, seen, err := s.Seen(ctx, sku, driver.DirReduce, "buyer")
 			require.NoError(t, err)
 			_, oerr := s.Order(ctx, id)
 			if commit {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 )
 
@@ -356,7 +357,7 @@ func (m *Manager) Fallbacks() int64 { return m.fallbacks.Load() }
 type (
 	fbReq struct {
 		qty int64
-		dir inventory.Direction
+		dir driver.Direction
 	}
 	fbAns struct {
 		rem int64
@@ -381,7 +382,7 @@ const maxFallbackBatch = 256
 // conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a transaction
 // reads the row locked, decides each call in order, and writes the net
 // change.
-func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if key != "" {
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
@@ -414,14 +415,14 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 			cur := pool
 			for _, c := range batch {
 				c.Ans.err = nil
-				if c.Req.dir == inventory.DirReduce {
+				if c.Req.dir == driver.DirReduce {
 					if c.Req.qty > cur {
 						c.Ans.rem, c.Ans.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
 						continue
 					}
 					cur -= c.Req.qty
 				} else {
-					if err := inventory.CheckReturn(cur, c.Req.qty); err != nil {
+					if err := driver.CheckReturn(cur, c.Req.qty); err != nil {
 						c.Ans.rem, c.Ans.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
 						continue
 					}
@@ -463,7 +464,7 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
 	var total int64
 	for _, c := range batch {
-		if c.Req.dir != inventory.DirReduce {
+		if c.Req.dir != driver.DirReduce {
 			return false, nil
 		}
 		total += c.Req.qty

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
@@ -38,12 +38,12 @@ var batchScript = rediskeys.NewScript(batchLua)
 type req struct {
 	sku, key string
 	qty      int64
-	dir      inventory.Direction
+	dir      driver.Direction
 }
 
 // take is the units req takes from the allotment: negative for a Return.
 func (c req) take() int64 {
-	if c.dir == inventory.DirReturn {
+	if c.dir == driver.DirReturn {
 		return -c.qty
 	}
 	return c.qty

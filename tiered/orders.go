@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -495,12 +496,12 @@ func notFound(sku string, err error) error {
 }
 
 // MoveLines implements the backend of ReduceLines and ReturnLines.
-func (o orders) MoveLines(ctx context.Context, lines []inventory.Line, dir inventory.Direction, key string) error {
+func (o orders) MoveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, key string) error {
 	m := o.m
 	if err := m.refused(); err != nil {
 		return err
 	}
-	if dir == inventory.DirReturn {
+	if dir == driver.DirReturn {
 		return m.returnLines(ctx, lines, key)
 	}
 	if key == "" && len(lines) == 1 {
@@ -515,7 +516,7 @@ func (o orders) MoveLines(ctx context.Context, lines []inventory.Line, dir inven
 
 // lineRecord returns the record of a lines call: keyed by its key and
 // direction, or by a random id.
-func (m *Manager) lineRecord(dir inventory.Direction, key string) *record {
+func (m *Manager) lineRecord(dir driver.Direction, key string) *record {
 	if key == "" {
 		return m.newRecord(kindUnkeyed, newNonce())
 	}
@@ -533,7 +534,7 @@ func (m *Manager) startLines(ctx context.Context, r *record, lines []inventory.L
 		}
 		switch r.st {
 		case stConfirmed:
-			return false, fmt.Errorf("%w: key %q", inventory.ErrDuplicate, strings.TrimPrefix(r.id, string(inventory.DirReduce)+":"))
+			return false, fmt.Errorf("%w: key %q", inventory.ErrDuplicate, strings.TrimPrefix(r.id, string(driver.DirReduce)+":"))
 		case stReleased: // a call that failed: the key is free again
 			if err := m.drop(ctx, r); err != nil {
 				return false, err
@@ -550,7 +551,7 @@ func (m *Manager) startLines(ctx context.Context, r *record, lines []inventory.L
 // confirms it as Confirm does: all lines or none, and a call that dies
 // midway leaves only holds, which expire after LinesTTL.
 func (m *Manager) reduceLines(ctx context.Context, lines []inventory.Line, key string) error {
-	r := m.lineRecord(inventory.DirReduce, key)
+	r := m.lineRecord(driver.DirReduce, key)
 	resume, err := m.startLines(ctx, r, lines)
 	if err != nil {
 		return err
@@ -583,7 +584,7 @@ func linesKey(nonce string) string { return "tiered-lines:" + nonce }
 // each with an idempotency key of the call's (its record's nonce), so that
 // a keyed retry of a call that died midway finishes it.
 func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key string) error {
-	r := m.lineRecord(inventory.DirReturn, key)
+	r := m.lineRecord(driver.DirReturn, key)
 	if key != "" {
 		resume, err := m.startLines(ctx, r, lines)
 		if err != nil {
@@ -603,7 +604,7 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 		return err
 	}
 	for _, l := range lines {
-		_, err := m.move(ctx, l.SKU, l.Qty, inventory.DirReturn, linesKey(r.nonce))
+		_, err := m.move(ctx, l.SKU, l.Qty, driver.DirReturn, linesKey(r.nonce))
 		if err != nil && !errors.Is(err, inventory.ErrDuplicate) {
 			return err
 		}
@@ -631,7 +632,7 @@ func (m *Manager) checkReturns(ctx context.Context, lines []inventory.Line) erro
 				continue
 			}
 			if r[0] == codeRefused {
-				return fmt.Errorf("%q: %w", l.SKU, inventory.CheckReturn(r[1], l.Qty))
+				return fmt.Errorf("%q: %w", l.SKU, driver.CheckReturn(r[1], l.Qty))
 			}
 			if r[0] != codeMoved {
 				return fmt.Errorf("check %q: script replied %v", l.SKU, r)

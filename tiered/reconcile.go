@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
@@ -82,7 +83,7 @@ func (d Drift) Clean() bool {
 // counted). It returns one Drift per SKU.
 func (m *Manager) Reconcile(ctx context.Context, skus ...string) ([]Drift, error) {
 	for _, sku := range skus {
-		if err := inventory.ValidateSKU(sku); err != nil {
+		if err := driver.ValidateSKU(sku); err != nil {
 			return nil, err
 		}
 	}

@@ -208,6 +208,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
@@ -599,11 +600,11 @@ func (b stock) Get(ctx context.Context, sku string) (int64, error) {
 // is then refused with [ErrRedisUnreachable]. The call whose failure opened
 // the circuit returns its Redis error (its outcome unknown): a call is
 // never sent to both.
-func (b stock) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b stock) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.m.move(ctx, sku, qty, dir, key)
 }
 
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
 	}
@@ -630,8 +631,8 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir inventory
 			}
 			return r.v, nil
 		case codeRefused:
-			if dir == inventory.DirReturn {
-				return 0, fmt.Errorf("tiered: return %q: %w", sku, inventory.CheckReturn(r.v, qty))
+			if dir == driver.DirReturn {
+				return 0, fmt.Errorf("tiered: return %q: %w", sku, driver.CheckReturn(r.v, qty))
 			}
 			return r.v, fmt.Errorf("tiered: reduce %d of %q: %w", qty, sku, inventory.ErrInsufficientStock)
 		case codeShort: // grant, then again
@@ -836,7 +837,7 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 // the same or a newer generation. It returns how many SKUs it loaded.
 func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
 	for _, sku := range skus {
-		if err := inventory.ValidateSKU(sku); err != nil {
+		if err := driver.ValidateSKU(sku); err != nil {
 			return 0, err
 		}
 	}

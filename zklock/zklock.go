@@ -89,6 +89,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -153,7 +154,7 @@ func validateRoot(root string) error {
 	if !strings.HasPrefix(root, "/") || root == "/" || strings.HasSuffix(root, "/") {
 		return errors.New("want an absolute path other than / without a trailing slash")
 	}
-	if err := inventory.ValidateSKU(root); err != nil {
+	if err := driver.ValidateSKU(root); err != nil {
 		return err
 	}
 	for i, seg := range strings.Split(root[1:], "/") {

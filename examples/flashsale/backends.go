@@ -22,6 +22,7 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/lockmgr"
@@ -298,7 +299,7 @@ func (b *backends) forget(tg target, sku string, buyers []string) {
 		// Every key of one SKU shares a hash tag: one DEL, even on a Cluster.
 		keys := []string{rediskeys.Stock(b.cfg.prefix, sku)}
 		for _, k := range buyers {
-			keys = append(keys, rediskeys.Key(b.cfg.prefix, sku, inventory.DirReduce, k))
+			keys = append(keys, rediskeys.Key(b.cfg.prefix, sku, driver.DirReduce, k))
 		}
 		b.redisClient.Del(ctx, keys...)
 	}
@@ -430,12 +431,12 @@ func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
 	if db := b.dbs[name]; db != nil {
 		return db, nil
 	}
-	driver, dsn, conns := "", b.dsn(name), 64
+	drv, dsn, conns := "", b.dsn(name), 64
 	switch name {
 	case "mysql":
-		driver = "mysql"
+		drv = "mysql"
 	case "postgres":
-		driver = "pgx"
+		drv = "pgx"
 	case "sqlite":
 		path := b.cfg.sqlite
 		if path == "" {
@@ -448,10 +449,10 @@ func (b *backends) sql(ctx context.Context, name string) (*sqlx.DB, error) {
 		}
 		// WAL lets readers run beside the one writer; writers wait for
 		// each other for up to the busy timeout.
-		driver, conns = "sqlite", 8
+		drv, conns = "sqlite", 8
 		dsn = "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
 	}
-	db, err := sqlx.Open(driver, dsn)
+	db, err := sqlx.Open(drv, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

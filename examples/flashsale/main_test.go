@@ -31,6 +31,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -516,14 +517,14 @@ type failingManager struct{ *inventorytest.Memory }
 var errReset = errors.New("read tcp 127.0.0.1:6379: connection reset by peer")
 
 func (m failingManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	if strings.HasSuffix(inventory.Apply(opts).Key, "7") {
+	if strings.HasSuffix(driver.Apply(opts).Key, "7") {
 		return 0, errReset
 	}
 	return m.Memory.Reduce(ctx, sku, qty, opts...)
 }
 
 func (m failingManager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	if strings.HasSuffix(inventory.Apply(opts).Key, "7") {
+	if strings.HasSuffix(driver.Apply(opts).Key, "7") {
 		return errReset
 	}
 	return m.Memory.ReduceLines(ctx, lines, opts...)

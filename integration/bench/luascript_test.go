@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
 	"github.com/stockkit/inventory/internal/baseline"
 	"github.com/stockkit/inventory/internal/faulttest"
@@ -90,7 +91,7 @@ func BenchmarkLuascript(b *testing.B) {
 		floor := benchcmp.Side{Name: "bare check, SET NX GET PX of the key's record and DECRBY EVALSHA", Reset: reset,
 			Op: func(ctx context.Context, _ int, rng *rand.Rand) error {
 				sku := pick(rng, skus)
-				rec := rediskeys.Key(prefix, sku, inventory.DirReduce, "k"+strconv.FormatInt(keys.Add(1), 10))
+				rec := rediskeys.Key(prefix, sku, driver.DirReduce, "k"+strconv.FormatInt(keys.Add(1), 10))
 				return keyedFloor.EvalSha(ctx, client, []string{stock[sku][0], rec}, 1, time.Minute.Milliseconds()).Err()
 			}}
 		reduce := func(m *luascript.Manager, keyed bool) benchcmp.Op {

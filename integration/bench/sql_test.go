@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
 	_ "github.com/stockkit/inventory/integration/sqlite" // registers "sqlite"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
@@ -190,7 +191,7 @@ func (n *naiveCAS) take(ctx context.Context, sku string) error {
 			return inventory.ErrInsufficientStock
 		}
 		n.attempts.Add(1)
-		ok, err := n.store.CompareAndSet(ctx, sku, v, stock-1, inventory.DirReduce, "")
+		ok, err := n.store.CompareAndSet(ctx, sku, v, stock-1, driver.DirReduce, "")
 		if ok || (err != nil && !errors.Is(err, inventory.ErrContention)) {
 			return err
 		}

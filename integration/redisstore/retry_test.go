@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/redisstore"
@@ -33,7 +34,7 @@ func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Init(ctx, "shoe", 10))
 	// Load the script, so that the reply cut is the write's, not NOSCRIPT.
-	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "")
+	ok, err := s.CompareAndSet(ctx, "shoe", 10, 9, driver.DirReduce, "")
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -41,17 +42,17 @@ func TestCompareAndSetRunsOnceWhenTheClientRetries(t *testing.T) {
 	for _, key := range []string{"", "buyer-1"} {
 		redials.Store(0)
 		p.CutAfterBytes(3) // of ":1\r\n"
-		_, err := s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, key)
+		_, err := s.CompareAndSet(ctx, "shoe", stock, stock-1, driver.DirReduce, key)
 		require.Error(t, err, "key %q: the reply was lost, the outcome is unknown to the caller", key)
 		require.Zero(t, redials.Load(), "key %q: the client did not send the script again", key)
 		stock--
 		requireStock(t, s, "shoe", stock) // the write ran once
 	}
-	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "buyer-1")
+	rem, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "buyer-1")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, stock, rem)
-	_, err = s.CompareAndSet(ctx, "shoe", stock, stock-1, inventory.DirReduce, "buyer-1")
+	_, err = s.CompareAndSet(ctx, "shoe", stock, stock-1, driver.DirReduce, "buyer-1")
 	require.ErrorIs(t, err, inventory.ErrDuplicate, "the keyed retry after an unknown outcome is safe")
 	requireStock(t, s, "shoe", stock)
 }
@@ -75,15 +76,15 @@ func TestStalledRedis(t *testing.T) {
 		"get":  func(ctx context.Context) error { _, err := s.Get(ctx, "shoe"); return err },
 		"read": func(ctx context.Context) error { _, _, err := s.Read(ctx, "shoe"); return err },
 		"seen": func(ctx context.Context) error {
-			_, _, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+			_, _, err := s.Seen(ctx, "shoe", driver.DirReduce, "k")
 			return err
 		},
 		"cas": func(ctx context.Context) error {
-			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "k")
+			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, driver.DirReduce, "k")
 			return err
 		},
 		"cas unkeyed": func(ctx context.Context) error {
-			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, inventory.DirReduce, "")
+			_, err := s.CompareAndSet(ctx, "shoe", 10, 9, driver.DirReduce, "")
 			return err
 		},
 	} {
@@ -92,7 +93,7 @@ func TestStalledRedis(t *testing.T) {
 	}
 	srv.Resume()
 	// The stalled writes may run once Redis continues; the key tells.
-	rem, found, err := s.Seen(ctx, "shoe", inventory.DirReduce, "k")
+	rem, found, err := s.Seen(ctx, "shoe", driver.DirReduce, "k")
 	require.NoError(t, err)
 	n, err := s.Get(ctx, "shoe")
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
@@ -19,15 +20,15 @@ import (
 type casManager struct{ *sqlstore.Store }
 
 func (m casManager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, -qty, inventory.DirReduce, opts)
+	return m.move(ctx, sku, -qty, driver.DirReduce, opts)
 }
 
 func (m casManager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, inventory.DirReturn, opts)
+	return m.move(ctx, sku, qty, driver.DirReturn, opts)
 }
 
-func (m casManager) move(ctx context.Context, sku string, delta int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, max(delta, -delta), opts)
+func (m casManager) move(ctx context.Context, sku string, delta int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
+	o, err := driver.ValidateMove(sku, max(delta, -delta), opts)
 	if err != nil {
 		return 0, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/inventorytest"
 )
 
@@ -85,7 +86,7 @@ func (o *Orders) move(ctx context.Context, lines []inventory.Line, reduce bool) 
 // ReduceLines implements [inventory.OrderManager] (keys are ignored).
 func (o *Orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	o.Calls.Add(1)
-	if _, err := inventory.ValidateLinesCall(lines, opts); err != nil {
+	if _, err := driver.ValidateLinesCall(lines, opts); err != nil {
 		return err
 	}
 	o.mu.Lock()
@@ -96,7 +97,7 @@ func (o *Orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts .
 // ReturnLines implements [inventory.OrderManager] (keys are ignored).
 func (o *Orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
 	o.Calls.Add(1)
-	if _, err := inventory.ValidateLinesCall(lines, opts); err != nil {
+	if _, err := driver.ValidateLinesCall(lines, opts); err != nil {
 		return err
 	}
 	o.mu.Lock()
@@ -107,7 +108,7 @@ func (o *Orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts .
 // Reserve implements [inventory.OrderManager].
 func (o *Orders) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
 	o.Calls.Add(1)
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return err
 	}
 	o.mu.Lock()
@@ -164,7 +165,7 @@ func (o *Orders) Cancel(ctx context.Context, id string) error {
 // under the lock; an unknown id is ErrNotFound.
 func (o *Orders) withHold(id string, f func(h *hold) error) error {
 	o.Calls.Add(1)
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return err
 	}
 	o.mu.Lock()

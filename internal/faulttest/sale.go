@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Sale is a keyed flash sale with refunds, run while a fault strikes. Every
@@ -45,7 +46,7 @@ func (r Result) String() string {
 }
 
 type call struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
@@ -77,7 +78,7 @@ func (s Sale) Run(t testing.TB, fault, heal func()) Result {
 		defer ccancel()
 		var rem int64
 		var err error
-		if c.dir == inventory.DirReduce {
+		if c.dir == driver.DirReduce {
 			rem, err = s.Manager.Reduce(cctx, s.SKU, 1, inventory.WithKey(c.key))
 		} else {
 			rem, err = s.Manager.Return(cctx, s.SKU, 1, inventory.WithKey(c.key))
@@ -92,7 +93,7 @@ func (s Sale) Run(t testing.TB, fault, heal func()) Result {
 			if err != nil {
 				res.FailedApplied++
 			}
-			if c.dir == inventory.DirReduce {
+			if c.dir == driver.DirReduce {
 				res.Taken++
 			} else {
 				res.Returned++
@@ -130,9 +131,9 @@ func (s Sale) Run(t testing.TB, fault, heal func()) Result {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			took, _ := do(call{inventory.DirReduce, fmt.Sprintf("buy-%d", i)}, false)
+			took, _ := do(call{driver.DirReduce, fmt.Sprintf("buy-%d", i)}, false)
 			if took && s.Refund > 0 && i%s.Refund == 0 {
-				do(call{inventory.DirReturn, fmt.Sprintf("refund-%d", i)}, false)
+				do(call{driver.DirReturn, fmt.Sprintf("refund-%d", i)}, false)
 			}
 		}()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Deadlined is a StockManager for stall tests. Every Reduce and Return that
@@ -30,11 +31,11 @@ type Deadlined struct {
 	late    time.Duration // the most a checked call was late
 }
 
-func (d *Deadlined) check(ctx context.Context, dir inventory.Direction, sku string, opts []inventory.Option, call func(ctx context.Context) error) error {
+func (d *Deadlined) check(ctx context.Context, dir driver.Direction, sku string, opts []inventory.Option, call func(ctx context.Context) error) error {
 	if !d.Stalled.Load() {
 		return call(ctx)
 	}
-	what := fmt.Sprintf("%s %q key %q during the stall", dir, sku, inventory.Apply(opts).Key)
+	what := fmt.Sprintf("%s %q key %q during the stall", dir, sku, driver.Apply(opts).Key)
 	own, err := CheckLate(d.T, what, d.D, call)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -45,7 +46,7 @@ func (d *Deadlined) check(ctx context.Context, dir inventory.Direction, sku stri
 
 // Reduce implements [inventory.StockManager], under CheckLate while Stalled.
 func (d *Deadlined) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (rem int64, err error) {
-	err = d.check(ctx, inventory.DirReduce, sku, opts, func(ctx context.Context) error {
+	err = d.check(ctx, driver.DirReduce, sku, opts, func(ctx context.Context) error {
 		rem, err = d.StockManager.Reduce(ctx, sku, qty, opts...)
 		return err
 	})
@@ -54,7 +55,7 @@ func (d *Deadlined) Reduce(ctx context.Context, sku string, qty int64, opts ...i
 
 // Return implements [inventory.StockManager], under CheckLate while Stalled.
 func (d *Deadlined) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (rem int64, err error) {
-	err = d.check(ctx, inventory.DirReturn, sku, opts, func(ctx context.Context) error {
+	err = d.check(ctx, driver.DirReturn, sku, opts, func(ctx context.Context) error {
 		rem, err = d.StockManager.Return(ctx, sku, qty, opts...)
 		return err
 	})

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/refusals"
 )
 
@@ -36,17 +37,17 @@ type Backend interface {
 	Get(ctx context.Context, sku string) (int64, error)
 	// Move reduces or returns qty units of sku, with idempotency key key
 	// when key != "", and returns the remaining stock.
-	Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error)
+	Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error)
 }
 
 // OrderBackend is what a strategy with orders implements behind [Front],
 // beside its Backend: the calls of [inventory.OrderManager], with valid
-// arguments (lines checked by inventory.ValidateLines, ids by
-// inventory.ValidateHoldID, a ttl in range) and a live ctx.
+// arguments (lines checked by driver.ValidateLines, ids by
+// driver.ValidateHoldID, a ttl in range) and a live ctx.
 type OrderBackend interface {
 	// MoveLines is ReduceLines (dir DirReduce) or ReturnLines, with
 	// idempotency key key when key != "".
-	MoveLines(ctx context.Context, lines []inventory.Line, dir inventory.Direction, key string) error
+	MoveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, key string) error
 	Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error
 	Confirm(ctx context.Context, id string) error
 	Cancel(ctx context.Context, id string) error
@@ -117,7 +118,7 @@ func CheckRefusals(pkg string, ttl time.Duration) error {
 
 // Init implements [inventory.StockManager].
 func (f Stock) Init(ctx context.Context, sku string, qty int64) error {
-	if err := inventory.ValidateInit(sku, qty); err != nil {
+	if err := driver.ValidateInit(sku, qty); err != nil {
 		return f.wrap("init", "", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -132,7 +133,7 @@ func (f Stock) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get implements [inventory.StockManager].
 func (f Stock) Get(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, f.wrap("get", "", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -144,17 +145,17 @@ func (f Stock) Get(ctx context.Context, sku string) (int64, error) {
 
 // Reduce implements [inventory.StockManager].
 func (f Stock) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return f.move(ctx, sku, qty, inventory.DirReduce, opts)
+	return f.move(ctx, sku, qty, driver.DirReduce, opts)
 }
 
 // Return implements [inventory.StockManager].
 func (f Stock) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return f.move(ctx, sku, qty, inventory.DirReturn, opts)
+	return f.move(ctx, sku, qty, driver.DirReturn, opts)
 }
 
 // move is Reduce or Return, as dir says.
-func (f Stock) move(ctx context.Context, sku string, qty int64, dir inventory.Direction, opts []inventory.Option) (int64, error) {
-	o, err := inventory.ValidateMove(sku, qty, opts)
+func (f Stock) move(ctx context.Context, sku string, qty int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
+	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, f.wrap(string(dir), "", err)
 	}
@@ -165,7 +166,7 @@ func (f Stock) move(ctx context.Context, sku string, qty int64, dir inventory.Di
 	switch {
 	case f.r == nil:
 		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
-	case dir == inventory.DirReturn:
+	case dir == driver.DirReturn:
 		f.r.Added(sku)
 		n, err = f.b.Move(ctx, sku, qty, dir, o.Key)
 		f.r.Added(sku)
@@ -221,16 +222,16 @@ func (f Front) WithRefusals(r *refusals.Table) Front {
 
 // ReduceLines implements [inventory.OrderManager].
 func (f Front) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return f.moveLines(ctx, "reduce lines", lines, inventory.DirReduce, opts)
+	return f.moveLines(ctx, "reduce lines", lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (f Front) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return f.moveLines(ctx, "return lines", lines, inventory.DirReturn, opts)
+	return f.moveLines(ctx, "return lines", lines, driver.DirReturn, opts)
 }
 
-func (f Front) moveLines(ctx context.Context, op string, lines []inventory.Line, dir inventory.Direction, opts []inventory.Option) error {
-	o, err := inventory.ValidateLinesCall(lines, opts)
+func (f Front) moveLines(ctx context.Context, op string, lines []inventory.Line, dir driver.Direction, opts []inventory.Option) error {
+	o, err := driver.ValidateLinesCall(lines, opts)
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -242,7 +243,7 @@ func (f Front) moveLines(ctx context.Context, op string, lines []inventory.Line,
 
 // Reserve implements [inventory.OrderManager].
 func (f Front) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return f.wrap("reserve", "", err)
 	}
 	return f.onHold(ctx, "reserve", id, func() error { return f.o.Reserve(ctx, id, lines, ttl) })
@@ -250,7 +251,7 @@ func (f Front) Reserve(ctx context.Context, id string, lines []inventory.Line, t
 
 // Confirm implements [inventory.OrderManager].
 func (f Front) Confirm(ctx context.Context, id string) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return f.wrap("confirm", "", err)
 	}
 	return f.onHold(ctx, "confirm", id, func() error { return f.o.Confirm(ctx, id) })
@@ -258,7 +259,7 @@ func (f Front) Confirm(ctx context.Context, id string) error {
 
 // Cancel implements [inventory.OrderManager].
 func (f Front) Cancel(ctx context.Context, id string) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return f.wrap("cancel", "", err)
 	}
 	return f.onHold(ctx, "cancel", id, func() error { return f.o.Cancel(ctx, id) })
@@ -275,7 +276,7 @@ func (f Front) onHold(ctx context.Context, op, id string, fn func() error) error
 
 // Held implements [inventory.OrderManager].
 func (f Front) Held(ctx context.Context, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, f.wrap("held", "", err)
 	}
 	if err := ctx.Err(); err != nil {

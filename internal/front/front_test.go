@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/refusals"
 )
@@ -29,7 +30,7 @@ func (f *fake) Get(context.Context, string) (int64, error) {
 	f.calls++
 	return 7, f.err
 }
-func (f *fake) Move(_ context.Context, _ string, _ int64, _ inventory.Direction, key string) (int64, error) {
+func (f *fake) Move(_ context.Context, _ string, _ int64, _ driver.Direction, key string) (int64, error) {
 	f.calls++
 	f.key = key
 	return 3, f.err
@@ -86,7 +87,7 @@ func TestErrorsAreWrappedOnce(t *testing.T) {
 }
 
 // TestNoAllocation checks that the front adds no allocation to a call that
-// succeeds, beyond what inventory.ValidateMove itself costs (its collected
+// succeeds, beyond what driver.ValidateMove itself costs (its collected
 // options escape through the Option funcs): luascript's hot path must not
 // pay for the front.
 func TestNoAllocation(t *testing.T) {
@@ -95,7 +96,7 @@ func TestNoAllocation(t *testing.T) {
 	key := inventory.WithKey("k")
 	opts := []inventory.Option{key}
 	validate := testing.AllocsPerRun(1000, func() {
-		if _, err := inventory.ValidateMove("shoe", 1, opts); err != nil {
+		if _, err := driver.ValidateMove("shoe", 1, opts); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -157,11 +158,11 @@ func TestRefusals(t *testing.T) {
 type orders struct {
 	calls int
 	key   string
-	dir   inventory.Direction
+	dir   driver.Direction
 	err   error
 }
 
-func (o *orders) MoveLines(_ context.Context, _ []inventory.Line, dir inventory.Direction, key string) error {
+func (o *orders) MoveLines(_ context.Context, _ []inventory.Line, dir driver.Direction, key string) error {
 	o.calls++
 	o.dir, o.key = dir, key
 	return o.err
@@ -237,11 +238,11 @@ func TestOrdersWrap(t *testing.T) {
 	err = f.ReturnLines(ctx, line, inventory.WithKey("k"))
 	require.Equal(t, "strat: deep: inventory: contention, gave up", err.Error(), "an error of the strategy's own is not wrapped again")
 	require.Equal(t, "k", o.key)
-	require.Equal(t, inventory.DirReturn, o.dir)
+	require.Equal(t, driver.DirReturn, o.dir)
 
 	o.err = nil
 	require.NoError(t, f.ReduceLines(ctx, line))
-	require.Equal(t, inventory.DirReduce, o.dir)
+	require.Equal(t, driver.DirReduce, o.dir)
 	require.Empty(t, o.key)
 	n, err := f.Held(ctx, "a")
 	require.NoError(t, err)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 func TestCRC16(t *testing.T) {
@@ -35,7 +35,7 @@ func TestOrderKeysAreDistinct(t *testing.T) {
 		add(Holds("inv", s), "holds "+s)
 		add(HoldMarker("inv", s), "marker "+s)
 		add(Held("inv", s), "held "+s)
-		add(Key("inv", s, inventory.DirReduce, "x"), "key "+s)
+		add(Key("inv", s, driver.DirReduce, "x"), "key "+s)
 		for _, kind := range []string{"h", "k", "r"} {
 			add(Order("inv", kind, s), "order "+kind+" "+s)
 			for _, r := range names {

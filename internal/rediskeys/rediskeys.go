@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // DefaultPrefix begins every key unless configured otherwise.
@@ -24,7 +25,7 @@ const DefaultPrefix = "inv"
 // 64 bytes, not printable UTF-8, or holding a brace (which would move the
 // hash tag).
 func ValidatePrefix(p string) error {
-	if err := inventory.ValidateSKU(p); err != nil || len(p) > 64 || strings.ContainsAny(p, "{}") {
+	if err := driver.ValidateSKU(p); err != nil || len(p) > 64 || strings.ContainsAny(p, "{}") {
 		return fmt.Errorf("%w: key prefix %q must be 1..64 bytes of UTF-8 without braces or control characters", inventory.ErrInvalidArgument, p)
 	}
 	return nil
@@ -103,7 +104,7 @@ func Stock(prefix, sku string) string {
 // is the remaining stock the call returned (older writers appended ":" and
 // a token; readers take the digits before any ":"):
 // PREFIX{tag}:k:DIR:LEN:SKU:KEY. The length makes it unambiguous.
-func Key(prefix, sku string, dir inventory.Direction, key string) string {
+func Key(prefix, sku string, dir driver.Direction, key string) string {
 	var b strings.Builder
 	b.Grow(keyLen(prefix, sku, dir, key))
 	writeKey(&b, prefix, tagOf(sku), sku, dir, key)
@@ -111,7 +112,7 @@ func Key(prefix, sku string, dir inventory.Direction, key string) string {
 }
 
 // keyLen is the length of [Key]'s result.
-func keyLen(prefix, sku string, dir inventory.Direction, key string) int {
+func keyLen(prefix, sku string, dir driver.Direction, key string) int {
 	return len(prefix) + tagLen + 3 + len(dir) + 1 + decimalLen(len(sku)) + 1 + len(sku) + 1 + len(key)
 }
 
@@ -125,7 +126,7 @@ func decimalLen(n int) int {
 }
 
 // writeKey writes [Key] to b, with t the hash tag of sku.
-func writeKey(b *strings.Builder, prefix string, t [tagLen]byte, sku string, dir inventory.Direction, key string) {
+func writeKey(b *strings.Builder, prefix string, t [tagLen]byte, sku string, dir driver.Direction, key string) {
 	var n [20]byte
 	b.WriteString(prefix)
 	b.Write(t[:])
@@ -143,7 +144,7 @@ func writeKey(b *strings.Builder, prefix string, t [tagLen]byte, sku string, dir
 // allocation: the stock key (as [Stock]), the hold marker (as
 // [HoldMarker]) and, when key is not "", the record of key (as [Key]; ""
 // otherwise).
-func MoveKeys(prefix, sku string, dir inventory.Direction, key string) (stock, marker, rec string) {
+func MoveKeys(prefix, sku string, dir driver.Direction, key string) (stock, marker, rec string) {
 	head := len(prefix) + tagLen + 3 + len(sku) // PREFIX{tag}:s:SKU
 	size := 2 * head
 	if key != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 )
@@ -36,7 +37,7 @@ func TestKeysAreDistinct(t *testing.T) {
 	keys := []string{"b", "1:b", "a:b", ":b", "b:"}
 	for _, s := range skus {
 		add(rediskeys.Stock("inv", s), "stock "+s)
-		for _, d := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
+		for _, d := range []driver.Direction{driver.DirReduce, driver.DirReturn} {
 			for _, k := range keys {
 				add(rediskeys.Key("inv", s, d, k), "key "+s+" "+string(d)+" "+k)
 			}
@@ -52,7 +53,7 @@ func TestLayout(t *testing.T) {
 		h.Write([]byte(sku))
 		tag := fmt.Sprintf("{%016x}", h.Sum64())
 		require.Equal(t, "inv"+tag+":s:"+sku, rediskeys.Stock("inv", sku))
-		require.Equal(t, fmt.Sprintf("inv%s:k:return:%d:%s:k:1", tag, len(sku), sku), rediskeys.Key("inv", sku, inventory.DirReturn, "k:1"))
+		require.Equal(t, fmt.Sprintf("inv%s:k:return:%d:%s:k:1", tag, len(sku), sku), rediskeys.Key("inv", sku, driver.DirReturn, "k:1"))
 	}
 }
 
@@ -71,15 +72,15 @@ func TestSlot(t *testing.T) {
 // TestKeysAllocateOnce checks that building a key costs one allocation.
 func TestKeysAllocateOnce(t *testing.T) {
 	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Stock("inv", "shoe") }))
-	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Key("inv", "shoe", inventory.DirReduce, "k") }))
-	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _, _, _ = rediskeys.MoveKeys("inv", "shoe", inventory.DirReduce, "k") }))
+	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _ = rediskeys.Key("inv", "shoe", driver.DirReduce, "k") }))
+	require.EqualValues(t, 1, testing.AllocsPerRun(100, func() { _, _, _ = rediskeys.MoveKeys("inv", "shoe", driver.DirReduce, "k") }))
 }
 
 // TestMoveKeys checks that MoveKeys builds the keys Stock, HoldMarker and Key
 // build.
 func TestMoveKeys(t *testing.T) {
 	for _, sku := range []string{"a", "鞋", "}{", "a:1", strings.Repeat("z", 255)} {
-		for _, d := range []inventory.Direction{inventory.DirReduce, inventory.DirReturn} {
+		for _, d := range []driver.Direction{driver.DirReduce, driver.DirReturn} {
 			for _, k := range []string{"", "b", "1:b", "b:"} {
 				stock, marker, rec := rediskeys.MoveKeys("shop:eu", sku, d, k)
 				require.Equal(t, rediskeys.Stock("shop:eu", sku), stock)

@@ -8,13 +8,14 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Step is one Reduce or Return of a batch of one SKU's calls, which
 // optimistic and rowlock apply together (see [Tables.Apply]).
 type Step struct {
 	Qty int64
-	Dir inventory.Direction
+	Dir driver.Direction
 	Key string // "" for none
 }
 
@@ -38,7 +39,7 @@ func Keys(steps []Step) []string {
 
 // ledgerKey is a key of a SKU's ledger.
 type ledgerKey struct {
-	dir inventory.Direction
+	dir driver.Direction
 	key string
 }
 
@@ -69,7 +70,7 @@ func (t *Tables) Apply(sku string, stock int64, entries []Entry, steps []Step) (
 			short = short || errors.Is(err, inventory.ErrInsufficientStock)
 			continue
 		}
-		if s.Dir == inventory.DirReduce {
+		if s.Dir == driver.DirReduce {
 			cur -= s.Qty
 		} else {
 			cur += s.Qty

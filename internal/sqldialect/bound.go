@@ -7,6 +7,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 )
 
@@ -49,12 +50,12 @@ func (t *Tx) Return(ctx context.Context, sku string, qty int64, opts ...inventor
 
 // ReduceLines implements [inventory.OrderManager].
 func (t *Tx) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.o.MoveLines(ctx, t.tx, lines, inventory.DirReduce, opts)
+	return t.o.MoveLines(ctx, t.tx, lines, driver.DirReduce, opts)
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (t *Tx) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return t.o.MoveLines(ctx, t.tx, lines, inventory.DirReturn, opts)
+	return t.o.MoveLines(ctx, t.tx, lines, driver.DirReturn, opts)
 }
 
 // Reserve implements [inventory.OrderManager].
@@ -87,13 +88,13 @@ func (b *txBackend) Get(ctx context.Context, sku string) (int64, error) {
 	return b.o.T.GetOn(ctx, b.tx, sku)
 }
 
-func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b *txBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.o.Move(ctx, b.tx, sku, qty, dir, key)
 }
 
 // Mover is a strategy's Reduce or Return of qty units of sku, keyed when
 // key is not empty, after its front validated the call.
-type Mover func(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error)
+type Mover func(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error)
 
 // Front returns the front of t's strategy over t's own pool: Init and Get
 // run on t.DB, Reduce and Return through move.
@@ -107,6 +108,6 @@ type poolBackend struct {
 	move Mover
 }
 
-func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.move(ctx, sku, qty, dir, key)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Orders runs the calls of [inventory.OrderManager], and single-SKU moves,
@@ -215,10 +216,10 @@ func (o *Orders) write(ctx context.Context, tx *sqlx.Tx, sku string, r *row, sto
 // not empty, in caller's transaction when caller is not nil. It releases
 // the SKU's expired holds in the same transaction. It returns the new
 // stock, or on a refusal the stock it saw.
-func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	stock, err := o.moveLines(ctx, caller, string(dir), []inventory.Line{{SKU: sku, Qty: qty}}, dir, sku, key, "", 0,
 		func(_ []inventory.Line, stock []int64, refused error) error {
-			if dir == inventory.DirReduce {
+			if dir == driver.DirReduce {
 				return fmt.Errorf("%s: %w: %q has %d, asked %d", o.T.Pkg(), inventory.ErrInsufficientStock, sku, stock[0], qty)
 			}
 			return fmt.Errorf("%s: %w", o.T.Pkg(), refused)
@@ -244,9 +245,9 @@ func (o *Orders) q(caller *sqlx.Tx) sqlx.QueryerContext {
 }
 
 // MoveLines is ReduceLines or ReturnLines.
-func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir inventory.Direction, opts []inventory.Option) error {
+func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir driver.Direction, opts []inventory.Option) error {
 	op := string(dir) + " lines"
-	c, err := inventory.ValidateLinesCall(lines, opts)
+	c, err := driver.ValidateLinesCall(lines, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
 	}
@@ -285,13 +286,13 @@ func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error
 
 // Reserve implements [inventory.OrderManager.Reserve].
 func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := inventory.ValidateReserve(id, lines, ttl); err != nil {
+	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return fmt.Errorf("%s: reserve: %w", o.T.Pkg(), err)
 	}
 	if err := ctx.Err(); err != nil {
 		return o.T.Err(ctx, "reserve", err)
 	}
-	_, err := o.moveLines(ctx, caller, "reserve", lines, inventory.DirReduce, "", "", id, ttl, o.refusal("reserve"))
+	_, err := o.moveLines(ctx, caller, "reserve", lines, driver.DirReduce, "", "", id, ttl, o.refusal("reserve"))
 	return err
 }
 
@@ -301,7 +302,7 @@ func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines 
 // new stock per line or, on a refusal, refuse's error, which it makes from
 // the lines, the stock seen per line and the cause (ErrInsufficientStock or
 // ErrInvalidArgument), with the stock seen.
-func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir inventory.Direction,
+func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir driver.Direction,
 	ledgerSKU, key, hold string, ttl time.Duration, refuse func([]inventory.Line, []int64, error) error) ([]int64, error) {
 	skus := make([]string, len(lines))
 	for i, l := range lines {
@@ -316,8 +317,8 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 		for i, l := range lines {
 			r := rs[l.SKU]
 			avail := r.Stock + r.units
-			if dir == inventory.DirReturn {
-				if err := inventory.CheckReturn(avail, l.Qty); err != nil && refused == nil {
+			if dir == driver.DirReturn {
+				if err := driver.CheckReturn(avail, l.Qty); err != nil && refused == nil {
 					refused = fmt.Errorf("%q: %w", l.SKU, err)
 				}
 				stock[i] = avail + l.Qty
@@ -356,7 +357,7 @@ func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, line
 			// row lock instead of losing to its holder.
 			r, q := rs[sku], lines[i].Qty
 			delta, lo, hi := r.units-q, max(0, q-r.units), inventory.MaxStock
-			if dir == inventory.DirReturn {
+			if dir == driver.DirReturn {
 				delta, lo, hi = r.units+q, 0, inventory.MaxStock-q-r.units
 			}
 			rem, ok, err := o.T.Shift(ctx, tx, sku, delta, lo, hi)
@@ -457,7 +458,7 @@ func gone(ls []Line, now int64, ttl time.Duration) bool {
 // outcome fn reports is returned after the commit.
 func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 	fn func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (outcome error, err error)) error {
-	if err := inventory.ValidateHoldID(id); err != nil {
+	if err := driver.ValidateHoldID(id); err != nil {
 		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -591,7 +592,7 @@ func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
 
 // Held implements [inventory.OrderManager.Held].
 func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, fmt.Errorf("%s: held: %w", o.T.Pkg(), err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 )
 
 // Engine is a SQL engine family.
@@ -475,7 +476,7 @@ func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, 
 }
 
 // Seen returns the remaining value recorded for an unexpired key.
-func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (remaining int64, found bool, err error) {
+func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
 	err = q.QueryRowxContext(ctx, t.q.seen, sku, string(dir), key, time.Now().UnixMilli()).Scan(&remaining)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
@@ -490,7 +491,7 @@ func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, di
 // past their TTL and not yet released (which a move would release first)
 // and, when key is not empty, the remaining value recorded for an
 // unexpired (sku, dir, key), through q.
-func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir inventory.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
+func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
 	var rem sql.NullInt64
 	err = q.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem, &expired)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -508,7 +509,7 @@ func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, di
 // otherwise return the stock and the error it gives: the duplicate (with
 // the first call's remaining), the refusal (with the stock) or the read's
 // error.
-func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir inventory.Direction, key string) (int64, error) {
+func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	cur, expired, rem, found, err := t.Peek(ctx, t.DB, sku, dir, key)
 	switch {
 	case err != nil:
@@ -524,9 +525,9 @@ func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir invent
 
 // Check reports why moving qty units of sku in direction dir from a stock
 // of cur is refused, or nil.
-func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) error {
-	if dir == inventory.DirReturn {
-		return inventory.CheckReturn(cur, qty)
+func (t *Tables) Check(sku string, dir driver.Direction, cur, qty int64) error {
+	if dir == driver.DirReturn {
+		return driver.CheckReturn(cur, qty)
 	}
 	if cur < qty {
 		return fmt.Errorf("%s: %w: %q has %d, asked %d", t.cfg.Pkg, inventory.ErrInsufficientStock, sku, cur, qty)
@@ -537,7 +538,7 @@ func (t *Tables) Check(sku string, dir inventory.Direction, cur, qty int64) erro
 // Record writes (sku, dir, key) -> remaining into the ledger through e,
 // normally the transaction that moved the stock. An expired entry is
 // replaced; dup=true means an unexpired one exists and nothing was written.
-func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir inventory.Direction, key string, remaining int64) (dup bool, err error) {
+func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir driver.Direction, key string, remaining int64) (dup bool, err error) {
 	now := time.Now().UnixMilli()
 	exp := now + t.cfg.KeyTTL.Milliseconds()
 	n, err := rows(e.ExecContext(ctx, t.q.record, sku, string(dir), key, remaining, exp))
@@ -551,7 +552,7 @@ func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, d
 }
 
 // Duplicate is the error for a key that already took effect.
-func (t *Tables) Duplicate(sku string, dir inventory.Direction, key string) error {
+func (t *Tables) Duplicate(sku string, dir driver.Direction, key string) error {
 	return fmt.Errorf("%s: %w: %s %q key %q", t.cfg.Pkg, inventory.ErrDuplicate, dir, sku, key)
 }
 
@@ -633,7 +634,7 @@ func (t *Tables) Prune(ctx context.Context) (int64, error) {
 
 // Entry is one idempotency key of a SKU in the ledger.
 type Entry struct {
-	Dir       inventory.Direction
+	Dir       driver.Direction
 	Key       string
 	Remaining int64
 	// Expired, from [Tables.Entries]: the row exists but has expired. To
@@ -663,7 +664,7 @@ func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string,
 		if err := rows.Scan(&dir, &e.Key, &e.Remaining, &exp); err != nil {
 			return nil, t.Err(ctx, "read keys", err)
 		}
-		e.Dir, e.Expired = inventory.Direction(dir), exp <= now
+		e.Dir, e.Expired = driver.Direction(dir), exp <= now
 		es = append(es, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -93,7 +94,7 @@ func TestPrune(t *testing.T) {
 		sku := testenv.Prefix()
 		var entries []sqldialect.Entry
 		for _, k := range []string{"a", "b", "c"} {
-			entries = append(entries, sqldialect.Entry{Dir: inventory.DirReduce, Key: k, Remaining: 1})
+			entries = append(entries, sqldialect.Entry{Dir: driver.DirReduce, Key: k, Remaining: 1})
 		}
 		ok, err := tb.RecordAll(ctx, db, sku, entries)
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
@@ -34,7 +35,7 @@ func TestStatements(t *testing.T) {
 		}
 		tb, short := open(time.Hour), open(time.Millisecond)
 		sku, unknown := testenv.Prefix(), testenv.Prefix()
-		const reduce = inventory.DirReduce
+		const reduce = driver.DirReduce
 
 		steps := []struct {
 			stmt string
@@ -116,7 +117,7 @@ func TestStatements(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, found)
 				require.EqualValues(t, 4, rem)
-				_, found, err = tb.Seen(ctx, db, sku, inventory.DirReturn, "k1")
+				_, found, err = tb.Seen(ctx, db, sku, driver.DirReturn, "k1")
 				require.NoError(t, err)
 				require.False(t, found, "the other direction")
 			}},
@@ -146,7 +147,7 @@ func TestStatements(t *testing.T) {
 				require.ErrorIs(t, err, inventory.ErrNotFound)
 			}},
 			{"insert", func(t *testing.T) {
-				es := []sqldialect.Entry{{Dir: reduce, Key: "k3", Remaining: 3}, {Dir: inventory.DirReturn, Key: "k3", Remaining: 5}}
+				es := []sqldialect.Entry{{Dir: reduce, Key: "k3", Remaining: 3}, {Dir: driver.DirReturn, Key: "k3", Remaining: 5}}
 				ok, err := tb.RecordAll(ctx, db, sku, es)
 				require.NoError(t, err)
 				require.True(t, ok)
@@ -160,7 +161,7 @@ func TestStatements(t *testing.T) {
 				require.ElementsMatch(t, []sqldialect.Entry{
 					{Dir: reduce, Key: "k1", Remaining: 4},
 					{Dir: reduce, Key: "k3", Remaining: 3},
-					{Dir: inventory.DirReturn, Key: "k3", Remaining: 5},
+					{Dir: driver.DirReturn, Key: "k3", Remaining: 5},
 				}, es)
 			}},
 			{"prune", func(t *testing.T) {

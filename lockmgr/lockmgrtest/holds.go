@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -211,7 +212,7 @@ func testHoldStale(t *testing.T, ctx context.Context, s lockmgr.HoldStore, p str
 	sku := p + "a"
 	mustInit(t, ctx, s, sku, 10)
 	st, v, _, _, _ := s.ReadHolds(ctx, sku, 1)
-	if !mustCAS(t, ctx, s, sku, v, 9, inventory.DirReduce, "") {
+	if !mustCAS(t, ctx, s, sku, v, 9, driver.DirReduce, "") {
 		t.Fatal("CompareAndSet at the version just read was refused")
 	}
 	if ok, err := s.Hold(ctx, sku, v, st-4, "o1", 4, far()); ok || err != nil {
@@ -228,7 +229,7 @@ func testUnholdMovesVersion(t *testing.T, ctx context.Context, s lockmgr.HoldSto
 	mustHold(t, ctx, s, sku, "o1", 4, far())
 	_, v := mustRead(t, ctx, s, sku)
 	mustUnhold(t, ctx, s, sku, "o1", false, 4)
-	if mustCAS(t, ctx, s, sku, v, 5, inventory.DirReduce, "") {
+	if mustCAS(t, ctx, s, sku, v, 5, driver.DirReduce, "") {
 		t.Error("CompareAndSet at the version read before an Unhold succeeded")
 	}
 	wantHolds(t, ctx, s, sku, 10, 0)

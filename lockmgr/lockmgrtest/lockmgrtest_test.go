@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/lockmgr/lockmgrtest"
 )
@@ -241,7 +242,7 @@ func (s *memStore) begin(ctx context.Context, sku *string) (unlock func(), err e
 	return s.mu.Unlock, nil
 }
 
-func ledgerKey(sku string, dir inventory.Direction, key string) string {
+func ledgerKey(sku string, dir driver.Direction, key string) string {
 	return fmt.Sprintf("%d:%s:%s:%s", len(sku), sku, dir, key)
 }
 
@@ -273,7 +274,7 @@ func (s *memStore) Read(ctx context.Context, sku string) (int64, int64, error) {
 	return r[0], r[1], nil
 }
 
-func (s *memStore) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+func (s *memStore) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
 	unlock, err := s.begin(ctx, &sku)
 	if err != nil {
 		return 0, false, err
@@ -283,7 +284,7 @@ func (s *memStore) Seen(ctx context.Context, sku string, dir inventory.Direction
 	return n, ok, nil
 }
 
-func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	if s.broken == "separate-ledger" {
 		return s.separate(ctx, sku, version, newStock, dir, key)
 	}
@@ -309,7 +310,7 @@ func (s *memStore) CompareAndSet(ctx context.Context, sku string, version, newSt
 
 // separate records the key in a step of its own, after the stock write:
 // two writers can both pass the check before either has recorded the key.
-func (s *memStore) separate(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (s *memStore) separate(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	if _, found, err := s.Seen(ctx, sku, dir, key); err != nil || found {
 		return false, errors.Join(err, inventory.ErrDuplicate)
 	}

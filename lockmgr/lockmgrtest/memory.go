@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -66,7 +67,7 @@ func (s *MemoryStore) lock(ctx context.Context) (func(), error) {
 	return s.mu.Unlock, nil
 }
 
-func memLedgerKey(sku string, dir inventory.Direction, key string) string {
+func memLedgerKey(sku string, dir driver.Direction, key string) string {
 	return fmt.Sprintf("%d:%s:%s:%s", len(sku), sku, dir, key)
 }
 
@@ -99,7 +100,7 @@ func (s *MemoryStore) Read(ctx context.Context, sku string) (stock, version int6
 }
 
 // Seen implements [lockmgr.Store].
-func (s *MemoryStore) Seen(ctx context.Context, sku string, dir inventory.Direction, key string) (int64, bool, error) {
+func (s *MemoryStore) Seen(ctx context.Context, sku string, dir driver.Direction, key string) (int64, bool, error) {
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return 0, false, err
@@ -113,7 +114,7 @@ func (s *MemoryStore) Seen(ctx context.Context, sku string, dir inventory.Direct
 }
 
 // CompareAndSet implements [lockmgr.Store].
-func (s *MemoryStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (s *MemoryStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return false, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -98,7 +99,7 @@ func wantStock(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, w
 	}
 }
 
-func mustCAS(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, version, stock int64, dir inventory.Direction, key string) bool {
+func mustCAS(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, version, stock int64, dir driver.Direction, key string) bool {
 	t.Helper()
 	ok, err := s.CompareAndSet(ctx, sku, version, stock, dir, key)
 	if err != nil {
@@ -108,7 +109,7 @@ func mustCAS(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, ver
 }
 
 // wantSeen checks the ledger entry (sku, dir, key).
-func wantSeen(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, dir inventory.Direction, key string, want int64, found bool) {
+func wantSeen(t *testing.T, ctx context.Context, s lockmgr.Store, sku string, dir driver.Direction, key string, want int64, found bool) {
 	t.Helper()
 	got, ok, err := s.Seen(ctx, sku, dir, key)
 	switch {
@@ -140,7 +141,7 @@ func testNotFound(t *testing.T, ctx context.Context, s lockmgr.Store, p string) 
 		t.Errorf("Read of an unknown SKU: err = %v, want ErrNotFound", err)
 	}
 	for _, v := range []int64{0, 1} {
-		ok, err := s.CompareAndSet(ctx, sku, v, 5, inventory.DirReturn, "")
+		ok, err := s.CompareAndSet(ctx, sku, v, 5, driver.DirReturn, "")
 		if ok && err == nil {
 			t.Errorf("CompareAndSet of an unknown SKU at version %d succeeded", v)
 		}
@@ -154,15 +155,15 @@ func testVersionMoves(t *testing.T, ctx context.Context, s lockmgr.Store, p stri
 	sku := p + "a"
 	mustInit(t, ctx, s, sku, 10)
 	_, v0 := mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v0, 7, inventory.DirReduce, "") {
+	if !mustCAS(t, ctx, s, sku, v0, 7, driver.DirReduce, "") {
 		t.Fatal("CompareAndSet at the version just read was refused")
 	}
 	_, v1 := mustRead(t, ctx, s, sku)
-	if mustCAS(t, ctx, s, sku, v0, 1, inventory.DirReduce, "") {
+	if mustCAS(t, ctx, s, sku, v0, 1, driver.DirReduce, "") {
 		t.Error("CompareAndSet at the version read before a CompareAndSet succeeded")
 	}
 	mustInit(t, ctx, s, sku, 20)
-	if mustCAS(t, ctx, s, sku, v1, 1, inventory.DirReduce, "") {
+	if mustCAS(t, ctx, s, sku, v1, 1, driver.DirReduce, "") {
 		t.Error("CompareAndSet at the version read before an Init succeeded")
 	}
 	wantStock(t, ctx, s, sku, 20)
@@ -172,62 +173,62 @@ func testStaleVersion(t *testing.T, ctx context.Context, s lockmgr.Store, p stri
 	sku := p + "a"
 	mustInit(t, ctx, s, sku, 10)
 	_, v := mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, 8, inventory.DirReduce, "k1") {
+	if !mustCAS(t, ctx, s, sku, v, 8, driver.DirReduce, "k1") {
 		t.Fatal("CompareAndSet at the version just read was refused")
 	}
-	if mustCAS(t, ctx, s, sku, v, 5, inventory.DirReduce, "k2") {
+	if mustCAS(t, ctx, s, sku, v, 5, driver.DirReduce, "k2") {
 		t.Error("CompareAndSet at a stale version succeeded")
 	}
 	wantStock(t, ctx, s, sku, 8)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "k2", 0, false)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "k1", 8, true)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "k2", 0, false)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "k1", 8, true)
 }
 
 func testLedger(t *testing.T, ctx context.Context, s lockmgr.Store, p string) {
 	sku, other := p+"a", p+"b"
 	mustInit(t, ctx, s, sku, 10)
 	mustInit(t, ctx, s, other, 10)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "Key", 0, false)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "Key", 0, false)
 	_, v := mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, 6, inventory.DirReduce, "Key") {
+	if !mustCAS(t, ctx, s, sku, v, 6, driver.DirReduce, "Key") {
 		t.Fatal("CompareAndSet at the version just read was refused")
 	}
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "Key", 6, true)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "Key", 6, true)
 	for _, k := range []string{"key", "KEY", "Key ", " Key", "Ke"} {
-		wantSeen(t, ctx, s, sku, inventory.DirReduce, k, 0, false)
+		wantSeen(t, ctx, s, sku, driver.DirReduce, k, 0, false)
 	}
-	wantSeen(t, ctx, s, sku, inventory.DirReturn, "Key", 0, false)
-	wantSeen(t, ctx, s, other, inventory.DirReduce, "Key", 0, false)
+	wantSeen(t, ctx, s, sku, driver.DirReturn, "Key", 0, false)
+	wantSeen(t, ctx, s, other, driver.DirReduce, "Key", 0, false)
 	// The same key in the other direction, or on another SKU, is another
 	// entry.
 	_, v = mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, 9, inventory.DirReturn, "Key") {
+	if !mustCAS(t, ctx, s, sku, v, 9, driver.DirReturn, "Key") {
 		t.Error("CompareAndSet with a key recorded only for the other direction was refused")
 	}
 	_, v = mustRead(t, ctx, s, other)
-	if !mustCAS(t, ctx, s, other, v, 4, inventory.DirReduce, "Key") {
+	if !mustCAS(t, ctx, s, other, v, 4, driver.DirReduce, "Key") {
 		t.Error("CompareAndSet with a key recorded only for another SKU was refused")
 	}
-	wantSeen(t, ctx, s, sku, inventory.DirReturn, "Key", 9, true)
-	wantSeen(t, ctx, s, other, inventory.DirReduce, "Key", 4, true)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "Key", 6, true)
+	wantSeen(t, ctx, s, sku, driver.DirReturn, "Key", 9, true)
+	wantSeen(t, ctx, s, other, driver.DirReduce, "Key", 4, true)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "Key", 6, true)
 }
 
 func testDuplicate(t *testing.T, ctx context.Context, s lockmgr.Store, p string) {
 	sku := p + "a"
 	mustInit(t, ctx, s, sku, 10)
 	_, v := mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, 7, inventory.DirReduce, "k") {
+	if !mustCAS(t, ctx, s, sku, v, 7, driver.DirReduce, "k") {
 		t.Fatal("CompareAndSet at the version just read was refused")
 	}
 	_, v = mustRead(t, ctx, s, sku)
-	ok, err := s.CompareAndSet(ctx, sku, v, 4, inventory.DirReduce, "k")
+	ok, err := s.CompareAndSet(ctx, sku, v, 4, driver.DirReduce, "k")
 	if !errors.Is(err, inventory.ErrDuplicate) {
 		t.Errorf("CompareAndSet with a recorded key: ok = %v, err = %v, want one that wraps ErrDuplicate", ok, err)
 	}
 	wantStock(t, ctx, s, sku, 7)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "k", 7, true)
-	if !mustCAS(t, ctx, s, sku, v, 5, inventory.DirReduce, "") {
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "k", 7, true)
+	if !mustCAS(t, ctx, s, sku, v, 5, driver.DirReduce, "") {
 		t.Error("the refused duplicate moved the version")
 	}
 }
@@ -241,13 +242,13 @@ func testSKUs(t *testing.T, ctx context.Context, s lockmgr.Store, p string) {
 	}
 	for i, n := range names {
 		_, v := mustRead(t, ctx, s, p+n)
-		if !mustCAS(t, ctx, s, p+n, v, int64(100+i), inventory.DirReduce, "k") {
+		if !mustCAS(t, ctx, s, p+n, v, int64(100+i), driver.DirReduce, "k") {
 			t.Errorf("CompareAndSet(%q) at the version just read was refused", n)
 		}
 	}
 	for i, n := range names {
 		wantStock(t, ctx, s, p+n, int64(100+i))
-		wantSeen(t, ctx, s, p+n, inventory.DirReduce, "k", int64(100+i), true)
+		wantSeen(t, ctx, s, p+n, driver.DirReduce, "k", int64(100+i), true)
 	}
 }
 
@@ -256,13 +257,13 @@ func testMaxStock(t *testing.T, ctx context.Context, s lockmgr.Store, p string) 
 	mustInit(t, ctx, s, sku, inventory.MaxStock)
 	wantStock(t, ctx, s, sku, inventory.MaxStock)
 	_, v := mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, inventory.MaxStock-1, inventory.DirReduce, "k") {
+	if !mustCAS(t, ctx, s, sku, v, inventory.MaxStock-1, driver.DirReduce, "k") {
 		t.Fatal("CompareAndSet at MaxStock refused")
 	}
 	wantStock(t, ctx, s, sku, inventory.MaxStock-1)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "k", inventory.MaxStock-1, true)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "k", inventory.MaxStock-1, true)
 	_, v = mustRead(t, ctx, s, sku)
-	if !mustCAS(t, ctx, s, sku, v, inventory.MaxStock, inventory.DirReturn, "") {
+	if !mustCAS(t, ctx, s, sku, v, inventory.MaxStock, driver.DirReturn, "") {
 		t.Fatal("CompareAndSet back to MaxStock refused")
 	}
 	wantStock(t, ctx, s, sku, inventory.MaxStock)
@@ -284,12 +285,12 @@ func testStoreCancelled(t *testing.T, ctx context.Context, s lockmgr.Store, p st
 	check("Get", err)
 	_, _, err = s.Read(done, sku)
 	check("Read", err)
-	_, _, err = s.Seen(done, sku, inventory.DirReduce, "k")
+	_, _, err = s.Seen(done, sku, driver.DirReduce, "k")
 	check("Seen", err)
-	_, err = s.CompareAndSet(done, sku, v, 1, inventory.DirReduce, "k")
+	_, err = s.CompareAndSet(done, sku, v, 1, driver.DirReduce, "k")
 	check("CompareAndSet", err)
 	wantStock(t, ctx, s, sku, 10)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "k", 0, false)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "k", 0, false)
 }
 
 func testConcurrentCAS(t *testing.T, ctx context.Context, s lockmgr.Store, p string, writers int) {
@@ -303,7 +304,7 @@ func testConcurrentCAS(t *testing.T, ctx context.Context, s lockmgr.Store, p str
 	)
 	for i := range writers {
 		wg.Go(func() {
-			ok, err := s.CompareAndSet(ctx, sku, v, int64(i), inventory.DirReduce, fmt.Sprint("k", i))
+			ok, err := s.CompareAndSet(ctx, sku, v, int64(i), driver.DirReduce, fmt.Sprint("k", i))
 			if err != nil {
 				t.Errorf("CompareAndSet: %v", err)
 			}
@@ -320,7 +321,7 @@ func testConcurrentCAS(t *testing.T, ctx context.Context, s lockmgr.Store, p str
 	w := winner.Load()
 	wantStock(t, ctx, s, sku, w)
 	for i := range writers {
-		wantSeen(t, ctx, s, sku, inventory.DirReduce, fmt.Sprint("k", i), int64(i), int64(i) == w)
+		wantSeen(t, ctx, s, sku, driver.DirReduce, fmt.Sprint("k", i), int64(i), int64(i) == w)
 	}
 }
 
@@ -340,7 +341,7 @@ func testConcurrentSameKey(t *testing.T, ctx context.Context, s lockmgr.Store, p
 					t.Errorf("Read: %v", err)
 					return
 				}
-				ok, err := s.CompareAndSet(ctx, sku, v, cur-1, inventory.DirReduce, "once")
+				ok, err := s.CompareAndSet(ctx, sku, v, cur-1, driver.DirReduce, "once")
 				switch {
 				case errors.Is(err, inventory.ErrDuplicate):
 					return
@@ -359,5 +360,5 @@ func testConcurrentSameKey(t *testing.T, ctx context.Context, s lockmgr.Store, p
 		t.Errorf("%d CompareAndSets with one key took effect, want exactly 1", n)
 	}
 	wantStock(t, ctx, s, sku, start-1)
-	wantSeen(t, ctx, s, sku, inventory.DirReduce, "once", start-1, true)
+	wantSeen(t, ctx, s, sku, driver.DirReduce, "once", start-1, true)
 }

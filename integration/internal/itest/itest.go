@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/integration/internal/netfault"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
@@ -111,13 +112,13 @@ func NewAudit(m inventory.StockManager, backend func(error) bool) *Audit {
 	return &Audit{StockManager: m, backend: backend, calls: map[string][]error{}}
 }
 
-func (a *Audit) record(ctx context.Context, dir inventory.Direction, opts []inventory.Option, err error) {
+func (a *Audit) record(ctx context.Context, dir driver.Direction, opts []inventory.Option, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
 		a.overrun = max(a.overrun, time.Since(dl))
 	}
-	k := string(dir) + "/" + inventory.Apply(opts).Key
+	k := string(dir) + "/" + driver.Apply(opts).Key
 	a.calls[k] = append(a.calls[k], err)
 }
 
@@ -127,14 +128,14 @@ func (a *Audit) Reduce(ctx context.Context, sku string, qty int64, opts ...inven
 	if err == nil && a.Faulted.Load() {
 		a.During.Add(1)
 	}
-	a.record(ctx, inventory.DirReduce, opts, err)
+	a.record(ctx, driver.DirReduce, opts, err)
 	return rem, err
 }
 
 // Return implements inventory.StockManager, recording the outcome.
 func (a *Audit) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	rem, err := a.StockManager.Return(ctx, sku, qty, opts...)
-	a.record(ctx, inventory.DirReturn, opts, err)
+	a.record(ctx, driver.DirReturn, opts, err)
 	return rem, err
 }
 
@@ -193,7 +194,7 @@ type pausingStore struct {
 	late  chan bool
 }
 
-func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir inventory.Direction, key string) (bool, error) {
+func (s *pausingStore) CompareAndSet(ctx context.Context, sku string, version, newStock int64, dir driver.Direction, key string) (bool, error) {
 	paused := false
 	if key == s.key {
 		s.once.Do(func() { s.pause(); paused = true })
