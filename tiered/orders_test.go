@@ -63,3 +63,28 @@ func TestHoldsReachSQL(t *testing.T) {
 		}
 	})
 }
+
+// TestGrantAfterStaleID makes grants with the last grant id a caller saw
+// before an Init (an older generation's): the second finds a grant of the
+// new generation Redis has not applied, and used to fail with "grant 2
+// follows 0", an error outside the contract. Now it applies both.
+func TestGrantAfterStaleID(t *testing.T) {
+	e := newEnv(t, testenv.Redis(t), testenv.SQLite(t))
+	m := e.manager(t, WithChunk(10))
+	ctx := ctxT(t, time.Minute)
+	const sku = "a"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.grant(ctx, sku, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, m.Init(ctx, sku, 100)) // Redis: generation 2, no grant applied
+	for range 2 {
+		_, err := m.grant(ctx, sku, 0, 1) // the id seen in generation 1
+		require.NoError(t, err)
+	}
+	s := m.totals(ctx, t, sku)
+	assert.EqualValues(t, 2, s.g, "Redis applied both grants of generation 2")
+	assert.EqualValues(t, 20, s.allot)
+	n, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	assert.EqualValues(t, 100, n)
+}

@@ -812,22 +812,56 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 	}
 	keys := []string{m.stateKey(sku)}
 	args := append([]any{gen, last, pool}, list...)
-	for range 2 {
+	for range 3 {
 		cmd, _, err := applyScript.Run(ctx, m.rdb, 0, 0, keys, args...)
 		if err != nil {
 			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, withCtx(ctx, err))
 		}
-		if g, _ := cmd.Int64(); g != -1 {
+		switch g, _ := cmd.Int64(); g {
+		case -1:
+			// No state, or an older generation: warm up. Grants made
+			// before the warm-up count as applied; their units are lost
+			// to this generation (an undersell, never an oversell).
+			if err := m.warm(ctx, sku); err != nil {
+				return 0, err
+			}
+		case -3:
+			// after was behind no grant Redis applied (an older
+			// generation's id): every grant of the generation, again.
+			if args, err = m.grantArgs(ctx, sku, gen); err != nil {
+				return 0, err
+			}
+		default:
 			return last, nil // applied, or Redis is at a newer generation
-		}
-		// No state, or an older generation: warm up. Grants made before
-		// the warm-up count as applied; their units are lost to this
-		// generation (an undersell, never an oversell).
-		if err := m.warm(ctx, sku); err != nil {
-			return 0, err
 		}
 	}
 	return last, nil
+}
+
+// grantArgs returns apply.lua's arguments for every grant of sku's
+// generation gen, as SQL has them now.
+func (m *Manager) grantArgs(ctx context.Context, sku string, gen int64) ([]any, error) {
+	var pool, gen2, last int64
+	if err := m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen2, &last); err != nil {
+		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+	}
+	if gen2 != gen {
+		return []any{gen, int64(-1), int64(0)}, nil // an Init since: applies nothing
+	}
+	rows, err := m.db.QueryxContext(ctx, m.q.grantsAfter, sku, gen, 0)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+	}
+	defer rows.Close()
+	args := []any{gen, last, pool}
+	for rows.Next() {
+		var id, qty int64
+		if err := rows.Scan(&id, &qty); err != nil {
+			return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+		}
+		args = append(args, id, qty)
+	}
+	return args, rows.Err()
 }
 
 // Warm loads skus (every SKU of the SKU table when none is given) from SQL
