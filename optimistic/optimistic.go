@@ -131,13 +131,21 @@ import (
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// Manager implements [inventory.StockManager] with optimistic concurrency
-// over SQL. It is safe for concurrent use. Create it with [New].
+// Manager implements [inventory.StockManager] and [inventory.OrderManager]
+// with optimistic concurrency over SQL. It is safe for concurrent use. Create it with [New].
+//
+// Its Confirm of a hold past its TTL releases it in the same transaction
+// and returns [inventory.ErrHoldReleased]. Its Sweep releases up to the
+// sweep limit ([WithSweepLimit]) of holds past their TTL, each in a
+// transaction of its own, and deletes a batch of hold lines that ended
+// more than the key TTL ago; a hold whose SKUs' rows stay locked past the
+// lock wait is left for the next Sweep (or the call holding them releases
+// it).
 type Manager struct {
-	f   front.Stock // validates, checks ctx, wraps errors; calls m.move
-	t   *sqldialect.Tables
-	o   *sqldialect.Orders
-	cfg config
+	face // validates, checks ctx, refuses locally, wraps errors; calls m.move and m.o
+	t    *sqldialect.Tables
+	o    *sqldialect.Orders
+	cfg  config
 
 	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
 	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
@@ -160,6 +168,10 @@ var (
 	_ inventory.StockManager = (*Tx)(nil)
 	_ inventory.OrderManager = (*Tx)(nil)
 )
+
+// face is the Manager's [front.Front], embedded under a name of its own so
+// that the field stays unexported.
+type face = front.Front
 
 type config struct {
 	schema    sqlstore.Schema
@@ -276,76 +288,16 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	// only more work there, so the lines calls lock as rowlock's do.
 	m := &Manager{t: t, cfg: c, o: &sqldialect.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
 		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
-	m.f = t.Front(m.move)
+	var r *refusals.Table
 	if c.refusalsSet {
-		m.f = m.f.WithRefusals(refusals.New(c.refusals))
+		r = refusals.New(c.refusals)
 	}
+	m.face = m.o.Front(m.move, r)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	if t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
 	}
 	return m, nil
-}
-
-// Init implements [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, driver.DirReduce, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.o.MoveLines(ctx, nil, lines, driver.DirReturn, opts)
-}
-
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	return m.o.Reserve(ctx, nil, id, lines, ttl)
-}
-
-// Confirm implements [inventory.OrderManager]. Confirm of a hold past its
-// TTL releases it in the same transaction and returns
-// [inventory.ErrHoldReleased].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.o.Confirm(ctx, nil, id)
-}
-
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.o.Cancel(ctx, nil, id)
-}
-
-// Held implements [inventory.OrderManager].
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	return m.o.Held(ctx, nil, sku)
-}
-
-// Sweep implements [inventory.OrderManager]: it releases up to the sweep
-// limit ([WithSweepLimit]) of holds past their TTL, each in a transaction
-// of its own, and deletes a batch of hold lines that ended more than the
-// key TTL ago. A hold whose SKUs' rows stay locked past the lock wait is
-// left for the next Sweep (or the call holding them releases it).
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	return m.o.Sweep(ctx, nil)
 }
 
 // InTx returns the Manager's calls bound to tx, a transaction of the
@@ -431,7 +383,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir driver.
 			return cur, err
 		}
 		if attempt >= m.cfg.attempts {
-			return 0, fmt.Errorf("optimistic: %s %q: %w after %d attempts", dir, sku, inventory.ErrContention, attempt)
+			return 0, &front.Error{Strategy: "optimistic", Op: string(dir), Subject: sku, Err: fmt.Errorf("%w after %d attempts", inventory.ErrContention, attempt)}
 		}
 		// The stock changed back between the UPDATE and the read: again.
 	}

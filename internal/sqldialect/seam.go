@@ -80,7 +80,7 @@ func (t *Tables) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, vers
 			return t.Err(ctx, "hold", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("%s: %w: line %q of order %q", t.cfg.Pkg, inventory.ErrDuplicate, sku, id)
+			return t.Fail("", fmt.Errorf("%w: line %q of order %q", inventory.ErrDuplicate, sku, id))
 		}
 		ok, err = t.Set(ctx, tx, sku, version, newStock)
 		if err == nil && !ok {
