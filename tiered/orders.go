@@ -59,7 +59,7 @@ const (
 	stReleased  = "released"
 )
 
-// orders implements front.OrderBackend for a Manager.
+// orders is the order half of a Manager's front.Backend.
 type orders struct{ m *Manager }
 
 // record is one incarnation of an order's record.

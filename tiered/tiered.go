@@ -479,7 +479,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
-	m.Front = front.NewFront("tiered", stock{m}, orders{m})
+	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
 	m.watch = watch(rdb, m)
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
@@ -529,7 +529,14 @@ func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
 func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
 func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
 
-// stock implements front.Backend for a Manager.
+// backend is the Manager's front.Backend: its stock calls and its
+// order calls (orders.go).
+type backend struct {
+	stock
+	orders
+}
+
+// stock is the stock half of a Manager's front.Backend.
 type stock struct{ m *Manager }
 
 // Init sets the stock of sku to qty: in SQL, as a new generation whose pool
