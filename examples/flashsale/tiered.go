@@ -156,6 +156,30 @@ func (t *tieredRow) Return(ctx context.Context, sku string, qty int64, opts ...i
 // Get implements inventory.StockManager.
 func (t *tieredRow) Get(ctx context.Context, sku string) (int64, error) { return t.m.Get(ctx, sku) }
 
+// The order calls (the -carts sale) go to the Manager as they are.
+
+func (t *tieredRow) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.ReduceLines(ctx, lines, opts...)
+}
+
+func (t *tieredRow) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.ReturnLines(ctx, lines, opts...)
+}
+
+func (t *tieredRow) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return t.m.Reserve(ctx, id, lines, ttl)
+}
+
+func (t *tieredRow) Confirm(ctx context.Context, id string) error { return t.m.Confirm(ctx, id) }
+
+func (t *tieredRow) Cancel(ctx context.Context, id string) error { return t.m.Cancel(ctx, id) }
+
+func (t *tieredRow) Held(ctx context.Context, sku string) (int64, error) { return t.m.Held(ctx, sku) }
+
+func (t *tieredRow) Sweep(ctx context.Context) (int, error) { return t.m.Sweep(ctx) }
+
+var _ inventory.OrderManager = (*tieredRow)(nil)
+
 // during kills the private Redis once killAt of the stock is sold.
 func (t *tieredRow) during(ctx context.Context, c *counts) func() {
 	if t.proc == nil {
