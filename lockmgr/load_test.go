@@ -37,7 +37,7 @@ func TestOrdersUnderLoad(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			s := st.new(t)
-			newM := func() *lockmgr.Manager { return lockmgr.New(newFakeLocker(0), s) }
+			newM := func() *lockmgr.Manager { return lockmgr.MustNew(newFakeLocker(0), s) }
 			t.Run("Reserve", func(t *testing.T) { loadReserve(t, newM()) })
 			t.Run("ConfirmRacesCancel", func(t *testing.T) { loadConfirmCancel(t, newM()) })
 			t.Run("KeyedReduceLines", func(t *testing.T) { loadKeyedReduceLines(t, newM()) })

@@ -209,14 +209,14 @@ const DefaultMaxAttempts = 3
 // block other buyers until it expires.
 const releaseTimeout = 5 * time.Second
 
-// Manager is an [inventory.StockManager] that moves stock under a lock with
+// Manager is an [inventory.StockManager] and an [inventory.OrderManager]
+// (when its Store is a [HoldStore]) that moves stock under a lock with
 // a conditional write. It is safe for concurrent use.
 type Manager struct {
-	f           front.Stock // validates, checks ctx, wraps errors; calls *backend
+	face        // validates, checks ctx, wraps errors; calls *backend
 	locker      Locker
 	store       Store
 	maxAttempts int
-	name        string        // prefixes the errors of the order calls, as the front's
 	abandon     time.Duration // see WithAbandonGrace
 	pending     pendingOrders // orders whose expired lines are not to be released yet
 
@@ -224,6 +224,10 @@ type Manager struct {
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
+
+// face is the Manager's [front.Front], embedded under a name of its own so
+// that the field stays unexported.
+type face = front.Front
 
 type config struct {
 	name        string
@@ -243,7 +247,7 @@ type Option func(*config)
 // [DefaultMaxAttempts].
 func WithMaxAttempts(n int) Option {
 	return func(c *config) {
-		c.maxAttempts, c.badAttempts = max(n, 1), nil // max: what the deprecated New uses
+		c.maxAttempts, c.badAttempts = n, nil
 		if n < 1 {
 			c.badAttempts = fmt.Errorf("max attempts %d is below 1", n)
 		}
@@ -260,7 +264,7 @@ func WithName(name string) Option {
 // fails with an error wrapping inventory.ErrInvalidArgument when l or s is
 // nil or an option is out of range. It does no I/O.
 func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
-	var c config
+	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -272,44 +276,9 @@ func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
 	case c.badAttempts != nil:
 		return nil, fmt.Errorf("%w: %s: %w", inventory.ErrInvalidArgument, name, c.badAttempts)
 	}
-	return New(l, s, opts...), nil
-}
-
-// New is [NewManager] without its checks: it treats WithMaxAttempts below 1
-// as 1, and a Manager with a nil l or s panics at its first call.
-//
-// Deprecated: use NewManager, which refuses out-of-range options as every
-// constructor of this module does.
-func New(l Locker, s Store, opts ...Option) *Manager {
-	c := config{name: "lockmgr", maxAttempts: DefaultMaxAttempts, abandon: AbandonGrace}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, name: c.name, abandon: c.abandon}
-	m.f = front.New(c.name, (*backend)(m))
-	return m
-}
-
-// Init implements [inventory.StockManager]. It goes straight to the store.
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager]. It goes straight to the store.
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon}
+	m.face = front.New(c.name, (*backend)(m), nil)
+	return m, nil
 }
 
 // backend is the Manager seen by its front.

@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			inventorytest.Run(t, inventorytest.Config{
 				NewManager: func(t *testing.T) inventory.StockManager {
-					return lockmgr.New(newFakeLocker(0), st.new(t))
+					return lockmgr.MustNew(newFakeLocker(0), st.new(t))
 				},
 				RequireOrders: true,
 			})
@@ -88,7 +88,7 @@ func pausedHolder(t *testing.T, s lockmgr.Store) (sold int, final int64, errA er
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	locker := newFakeLocker(50 * time.Millisecond)
-	m := lockmgr.New(locker, s)
+	m := lockmgr.MustNew(locker, s)
 	const sku = "last-unit"
 	require.NoError(t, m.Init(ctx, sku, 1))
 
@@ -134,7 +134,7 @@ func TestLostLeaseWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore()
 	l := lostLocker{newFakeLocker(0)}
-	m := lockmgr.New(l, s)
+	m := lockmgr.MustNew(l, s)
 	require.NoError(t, m.Init(ctx, "shoe", 5))
 	_, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey("k"))
 	require.ErrorIs(t, err, inventory.ErrContention)
@@ -156,9 +156,9 @@ func (movingStore) CompareAndSet(context.Context, string, int64, int64, driver.D
 
 func TestMaxAttempts(t *testing.T) {
 	ctx := context.Background()
-	for _, tc := range []struct{ opt, want int }{{0, 1}, {1, 1}, {5, 5}, {-1, 1}} {
+	for _, tc := range []struct{ opt, want int }{{1, 1}, {5, 5}} {
 		l := newFakeLocker(0)
-		m := lockmgr.New(l, movingStore{newMemStore()}, lockmgr.WithMaxAttempts(tc.opt))
+		m := lockmgr.MustNew(l, movingStore{newMemStore()}, lockmgr.WithMaxAttempts(tc.opt))
 		require.NoError(t, m.Init(ctx, "shoe", 5))
 		_, err := m.Return(ctx, "shoe", 1)
 		require.ErrorIs(t, err, inventory.ErrContention)
@@ -166,7 +166,7 @@ func TestMaxAttempts(t *testing.T) {
 		require.EqualValues(t, tc.want, l.released.Load())
 	}
 	l := newFakeLocker(0)
-	m := lockmgr.New(l, movingStore{newMemStore()})
+	m := lockmgr.MustNew(l, movingStore{newMemStore()})
 	require.NoError(t, m.Init(ctx, "shoe", 5))
 	_, err := m.Reduce(ctx, "shoe", 1)
 	require.ErrorIs(t, err, inventory.ErrContention)
@@ -193,7 +193,7 @@ func (d *dupStore) CompareAndSet(context.Context, string, int64, int64, driver.D
 
 func TestDuplicateAtWrite(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), &dupStore{memStore: newMemStore()})
+	m := lockmgr.MustNew(newFakeLocker(0), &dupStore{memStore: newMemStore()})
 	require.NoError(t, m.Init(ctx, "shoe", 5))
 	rem, err := m.Reduce(ctx, "shoe", 1, inventory.WithKey("k"))
 	require.ErrorIs(t, err, inventory.ErrDuplicate)
@@ -210,7 +210,7 @@ func (failStore) Read(context.Context, string) (int64, int64, error) { return 0,
 func TestBackendErrorsPassThrough(t *testing.T) {
 	ctx := context.Background()
 	l := newFakeLocker(0)
-	m := lockmgr.New(l, failStore{newMemStore()})
+	m := lockmgr.MustNew(l, failStore{newMemStore()})
 	_, err := m.Reduce(ctx, "shoe", 1)
 	require.ErrorIs(t, err, errBackend)
 	require.NotErrorIs(t, err, inventory.ErrInsufficientStock)
@@ -243,7 +243,7 @@ func (le ctxLease) Release(ctx context.Context) error {
 
 func TestReleaseOutlivesCancel(t *testing.T) {
 	l := ctxLocker{newFakeLocker(0), make(chan error, 1)}
-	m := lockmgr.New(l, newMemStore())
+	m := lockmgr.MustNew(l, newMemStore())
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, m.Init(ctx, "shoe", 5))
 	lockmgr.SetBeforeWrite(m, func(string) { cancel() })
@@ -254,7 +254,7 @@ func TestReleaseOutlivesCancel(t *testing.T) {
 
 func TestAcquireErrors(t *testing.T) {
 	l := newFakeLocker(0)
-	m := lockmgr.New(l, newMemStore())
+	m := lockmgr.MustNew(l, newMemStore())
 	require.NoError(t, m.Init(context.Background(), "shoe", 5))
 	held, err := l.Acquire(context.Background(), "shoe")
 	require.NoError(t, err)

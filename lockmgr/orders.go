@@ -64,53 +64,33 @@ func (m *Manager) holds() (HoldStore, error) {
 	return hs, nil
 }
 
-// fail prefixes err with the Manager's name and op, unless it has them.
-func (m *Manager) fail(op string, err error) error {
-	if err == nil || strings.HasPrefix(err.Error(), m.name+": ") {
+// MoveLines implements [front.Backend].
+func (b *backend) MoveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, key string) error {
+	if dir == driver.DirReturn {
+		return (*Manager)(b).returnLines(ctx, lines, key)
+	}
+	return (*Manager)(b).reduceLines(ctx, lines, key)
+}
+
+// reduceLines is ReduceLines: it holds every line under an order of its
+// own, then confirms it.
+func (m *Manager) reduceLines(ctx context.Context, lines []inventory.Line, key string) error {
+	hs, err := m.holds()
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%s: %s: %w", m.name, op, err)
-}
-
-// begin is the common start of an order call whose arguments are valid.
-func (m *Manager) begin(ctx context.Context) (HoldStore, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return m.holds()
-}
-
-// beginLines is the common start of a lines call: it checks the lines and
-// options, then begins.
-func (m *Manager) beginLines(ctx context.Context, lines []inventory.Line, opts []inventory.Option) (driver.CallOptions, HoldStore, error) {
-	o, err := driver.ValidateLinesCall(lines, opts)
-	if err != nil {
-		return o, nil, err
-	}
-	hs, err := m.begin(ctx)
-	return o, hs, err
-}
-
-// ReduceLines implements [inventory.OrderManager]: it holds every line
-// under an order of its own, then confirms it.
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	const op = "reduce lines"
-	o, hs, err := m.beginLines(ctx, lines, opts)
-	if err != nil {
-		return m.fail(op, err)
-	}
 	id := kindReduce + randomID()
-	if o.Key != "" {
-		id = kindReduceKey + o.Key
+	if key != "" {
+		id = kindReduceKey + key
 	}
 	err = m.reserve(ctx, hs, id, lines, linesTTL)
 	if errors.Is(err, inventory.ErrDuplicate) {
-		return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+		return m.repeat(ctx, hs, id, key)
 	}
 	if err != nil {
-		return m.fail(op, err)
+		return err
 	}
-	return m.fail(op, m.sell(ctx, hs, id, o.Key != ""))
+	return m.sell(ctx, hs, id, key != "")
 }
 
 // sell confirms the order id of a ReduceLines that holds every line. When
@@ -161,39 +141,38 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 	return fmt.Errorf("%w: an earlier call with key %q failed and its key is kept until its record expires", inventory.ErrContention, key)
 }
 
-// ReturnLines implements [inventory.OrderManager]: it checks every line,
+// returnLines is ReturnLines: it checks every line,
 // then writes them one by one, each under its SKU's lock and with a ledger
 // entry of its own (see returnAll). With a key, the call's order
 // record is complete once the lines are checked: a repeat that finds it
 // complete but not confirmed (the first call failed midway, or is still
 // writing) writes what is missing and reports ErrDuplicate.
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	const op = "return lines"
-	o, hs, err := m.beginLines(ctx, lines, opts)
+func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key string) error {
+	hs, err := m.holds()
 	if err != nil {
-		return m.fail(op, err)
+		return err
 	}
-	if o.Key == "" {
+	if key == "" {
 		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
-		return m.fail(op, err)
+		return err
 	}
-	id, lk := kindReturnKey+o.Key, lineKey(o.Key)
+	id, lk := kindReturnKey+key, lineKey(key)
 	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
 	case errors.Is(err, inventory.ErrDuplicate):
 		rec, err := hs.Order(ctx, id)
 		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
-			return m.fail(op, m.repeat(ctx, hs, id, o.Key))
+			return m.repeat(ctx, hs, id, key)
 		}
 		// Checked, and perhaps written in part: write the rest. The
 		// lines' ledger entries say which are written.
 		if _, err := m.returnAll(ctx, hs, rec.Lines, lk, nil); err != nil {
-			return m.fail(op, err)
+			return err
 		}
 		_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
 		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
-		return m.fail(op, fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, o.Key))
+		return fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, key)
 	case err != nil:
-		return m.fail(op, err)
+		return err
 	}
 	complete := func(ctx context.Context) error {
 		_, changed, err := m.step(ctx, hs, id, StepComplete, m.maxAttempts)
@@ -205,14 +184,14 @@ func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts 
 	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
 		if !wrote {
 			if aerr := m.giveBack(ctx, func(ctx context.Context) error { return m.abort(ctx, hs, id) }); aerr != nil {
-				return m.fail(op, unsettled(fmt.Sprintf("nothing was returned, but key %q stays taken until its record is given up", o.Key), errors.Join(err, aerr)))
+				return unsettled(fmt.Sprintf("nothing was returned, but key %q stays taken until its record is given up", key), errors.Join(err, aerr))
 			}
 		}
-		return m.fail(op, err)
+		return err
 	}
 	for _, st := range []OrderStep{StepConfirm, StepFinish} {
 		if _, _, err := m.step(ctx, hs, id, st, math.MaxInt); err != nil {
-			return m.fail(op, unsettled(fmt.Sprintf("the lines were returned; recording key %q failed (a retry with the key records it)", o.Key), err))
+			return unsettled(fmt.Sprintf("the lines were returned; recording key %q failed (a retry with the key records it)", key), err)
 		}
 	}
 	return nil
@@ -354,21 +333,18 @@ func unknown(err error) error {
 	return fmt.Errorf("%w: %w", err, errUnknown)
 }
 
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	op := fmt.Sprintf("reserve %q", id)
-	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
-		return m.fail("reserve", err)
-	}
-	hs, err := m.begin(ctx)
+// Reserve implements [front.Backend].
+func (b *backend) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	m := (*Manager)(b)
+	hs, err := m.holds()
 	if err != nil {
-		return m.fail(op, err)
+		return err
 	}
 	err = m.reserve(ctx, hs, kindHold+id, lines, ttl)
 	if errors.Is(err, inventory.ErrDuplicate) {
 		err = m.used(ctx, hs, kindHold+id, id)
 	}
-	return m.fail(op, err)
+	return err
 }
 
 // used answers a Reserve of hold id whose order, oid, exists: ErrDuplicate
@@ -592,26 +568,23 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	return n, err
 }
 
-// Confirm implements [inventory.OrderManager].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.onHold(ctx, "confirm", id, func(hs HoldStore) error {
+// Confirm implements [front.Backend].
+func (b *backend) Confirm(ctx context.Context, id string) error {
+	m := (*Manager)(b)
+	return m.onHold(func(hs HoldStore) error {
 		_, err := m.confirm(ctx, hs, kindHold+id)
 		return err
 	})
 }
 
-// onHold is the start of Confirm and Cancel, op, of hold id: it checks id
-// and begins, then runs fn, its error wrapped as the call's.
-func (m *Manager) onHold(ctx context.Context, op, id string, fn func(hs HoldStore) error) error {
-	if err := driver.ValidateHoldID(id); err != nil {
-		return m.fail(op, err)
-	}
-	op = fmt.Sprintf("%s %q", op, id)
-	hs, err := m.begin(ctx)
+// onHold is the start of Confirm and Cancel: it runs fn on the Manager's
+// HoldStore.
+func (m *Manager) onHold(fn func(hs HoldStore) error) error {
+	hs, err := m.holds()
 	if err != nil {
-		return m.fail(op, err)
+		return err
 	}
-	return m.fail(op, fn(hs))
+	return fn(hs)
 }
 
 // decide moves order id on by step, StepConfirm or StepCancel, which
@@ -693,47 +666,44 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 	return changed, nil
 }
 
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.onHold(ctx, "cancel", id, func(hs HoldStore) error { return m.cancel(ctx, hs, kindHold+id) })
+// Cancel implements [front.Backend].
+func (b *backend) Cancel(ctx context.Context, id string) error {
+	m := (*Manager)(b)
+	return m.onHold(func(hs HoldStore) error { return m.cancel(ctx, hs, kindHold+id) })
 }
 
-// Held implements [inventory.OrderManager]: it reads the SKU's held total.
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	op := fmt.Sprintf("held %q", sku)
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, m.fail("held", err)
-	}
-	hs, err := m.begin(ctx)
+// Held implements [front.Backend]: it reads the SKU's held total.
+func (b *backend) Held(ctx context.Context, sku string) (int64, error) {
+	hs, err := (*Manager)(b).holds()
 	if err != nil {
-		return 0, m.fail(op, err)
+		return 0, err
 	}
 	n, err := hs.Held(ctx, sku)
-	return n, m.fail(op, err)
+	return n, err
 }
 
-// Sweep implements [inventory.OrderManager]: it finishes the orders whose
+// Sweep implements [front.Backend]: it finishes the orders whose
 // TTL has passed (and those abandoned), up to SweepLimit of them, and
 // counts the holds it released: one per order, whichever Sweep finished
 // it. An order whose only line a later call on its SKU released is
 // counted by that call, not here.
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	const op = "sweep"
-	hs, err := m.begin(ctx)
+func (b *backend) Sweep(ctx context.Context) (int, error) {
+	m := (*Manager)(b)
+	hs, err := m.holds()
 	if err != nil {
-		return 0, m.fail(op, err)
+		return 0, err
 	}
 	released := 0
 	for seen := 0; seen < SweepLimit; {
 		ids, err := hs.ExpiredOrders(ctx, sweepBatch)
 		if err != nil {
-			return released, m.fail(op, err)
+			return released, err
 		}
 		for _, id := range ids {
 			n, err := m.sweepOrder(ctx, hs, id)
 			released += n
 			if err != nil {
-				return released, m.fail(op, fmt.Errorf("order %q: %w", id, err))
+				return released, fmt.Errorf("order %q: %w", id, err)
 			}
 		}
 		seen += len(ids)

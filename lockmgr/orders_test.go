@@ -92,7 +92,7 @@ func levels(t *testing.T, m *lockmgr.Manager, sku string, available, held int64)
 // unsupported, after the argument checks.
 func TestOrdersNeedHoldStore(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), newMemStore())
+	m := lockmgr.MustNew(newFakeLocker(0), newMemStore())
 	l := lines("a", 1)
 	for name, err := range map[string]error{
 		"ReduceLines": m.ReduceLines(ctx, l),
@@ -131,7 +131,7 @@ func TestReserveCrashMidway(t *testing.T) {
 			return nil
 		}}
 		const ttl = 100 * time.Millisecond
-		m := lockmgr.New(newFakeLocker(0), st, lockmgr.WithAbandonGrace(grace))
+		m := lockmgr.MustNew(newFakeLocker(0), st, lockmgr.WithAbandonGrace(grace))
 		initAll(t, m, 10, "a", "b", "c")
 
 		start := time.Now()
@@ -168,7 +168,7 @@ func TestReserveCrashMidway(t *testing.T) {
 // and the refusal names the line and what it found.
 func TestReserveGivesBack(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	initAll(t, m, 5, "a", "b", "c")
 	err := m.Reserve(ctx, "o", lines("a", 1, "b", 6, "c", 1), time.Minute)
 	var short *inventory.InsufficientError
@@ -207,9 +207,9 @@ func TestPausedReserve(t *testing.T) {
 			if blind {
 				st = blindHoldStore{st}
 			}
-			m := lockmgr.New(newFakeLocker(50*time.Millisecond), st)
+			m := lockmgr.MustNew(newFakeLocker(50*time.Millisecond), st)
 			initAll(t, m, 1, "a")
-			other := lockmgr.New(newFakeLocker(0), st)
+			other := lockmgr.MustNew(newFakeLocker(0), st)
 			var once sync.Once
 			lockmgr.SetBeforeWrite(m, func(string) {
 				once.Do(func() {
@@ -237,7 +237,7 @@ func TestPausedReserve(t *testing.T) {
 func TestConfirmRacesLazyRelease(t *testing.T) {
 	ctx := context.Background()
 	st := lockmgrtest.NewMemoryStore(0)
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	const rounds, ttl = 50, 20 * time.Millisecond
 	initAll(t, m, 2*rounds, "a", "b")
 	var confirmed int64
@@ -282,7 +282,7 @@ func TestConfirmRacesLazyRelease(t *testing.T) {
 // TestSweepCountsOnce: concurrent Sweeps release each expired hold once.
 func TestSweepCountsOnce(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	const holds = 40
 	initAll(t, m, holds, "a", "b")
 	for i := range holds {
@@ -308,7 +308,7 @@ func TestSweepCountsOnce(t *testing.T) {
 // whole call.
 func TestReturnLinesAllOrNothing(t *testing.T) {
 	ctx := context.Background()
-	m := lockmgr.New(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
+	m := lockmgr.MustNew(newFakeLocker(0), lockmgrtest.NewMemoryStore(0))
 	initAll(t, m, 5, "a", "c")
 	initAll(t, m, inventory.MaxStock-1, "b")
 	require.ErrorIs(t, m.ReturnLines(ctx, lines("c", 1, "b", 2, "a", 1)), inventory.ErrInvalidArgument)
@@ -335,7 +335,7 @@ func TestReduceLinesRetryFinishes(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	require.ErrorIs(t, m.ReduceLines(ctx, lines("a", 1, "b", 2), inventory.WithKey("k")), errDown)
 	levels(t, m, "a", 9, 1)
@@ -358,7 +358,7 @@ func TestConfirmSettleFails(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a")
 	require.NoError(t, m.Reserve(ctx, "o", lines("a", 3), time.Minute))
 	require.ErrorIs(t, m.Confirm(ctx, "o"), errDown)
@@ -383,7 +383,7 @@ func TestReturnLinesFinishes(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b", "c")
 	err := m.ReturnLines(ctx, lines("c", 3, "a", 1, "b", 2), inventory.WithKey("k"))
 	require.ErrorIs(t, err, errDown)
@@ -433,7 +433,7 @@ func TestReserveCompleteBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 
 	fails.Store(2)
@@ -461,7 +461,7 @@ func TestReserveGiveBackFails(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	err := m.Reserve(ctx, "o", lines("a", 1, "b", 20), time.Minute)
 	requireSettled(t, err, errDown)
@@ -483,7 +483,7 @@ func TestSettleBusy(t *testing.T) {
 				}
 				return nil
 			}}
-			m := lockmgr.New(newFakeLocker(0), st)
+			m := lockmgr.MustNew(newFakeLocker(0), st)
 			initAll(t, m, 10, "a")
 			end, other, otherErr, left := m.Confirm, m.Cancel, inventory.ErrHoldConfirmed, int64(7)
 			if !confirm {
@@ -525,7 +525,7 @@ func TestReduceLinesConfirmBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	busy.Store(true)
 	require.ErrorIs(t, m.ReduceLines(ctx, lines("a", 1, "b", 2)), inventory.ErrContention)
@@ -552,7 +552,7 @@ func TestReturnLinesRecordBusy(t *testing.T) {
 		}
 		return nil
 	}}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	busy.Store(true)
 	shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -589,7 +589,7 @@ func TestRetriedReserveWhileGivingBack(t *testing.T) {
 		}
 		return nil
 	}
-	m := lockmgr.New(newFakeLocker(0), st)
+	m := lockmgr.MustNew(newFakeLocker(0), st)
 	initAll(t, m, 10, "a", "b")
 	require.ErrorIs(t, m.Reserve(first, "o", lines("a", 1, "b", 1), time.Minute), context.Canceled)
 

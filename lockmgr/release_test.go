@@ -46,7 +46,7 @@ func newStuckLocker() stuckLocker {
 func TestStuckReleaseKeepsNoOneWaitingPastCtx(t *testing.T) {
 	t.Run("ctx done", func(t *testing.T) {
 		l := newStuckLocker()
-		m := lockmgr.New(l, newMemStore())
+		m := lockmgr.MustNew(l, newMemStore())
 		ctx, cancel := context.WithCancel(context.Background())
 		require.NoError(t, m.Init(ctx, "shoe", 5))
 		lockmgr.SetBeforeWrite(m, func(string) { cancel() })
@@ -63,7 +63,7 @@ func TestStuckReleaseKeepsNoOneWaitingPastCtx(t *testing.T) {
 	})
 	t.Run("ctx live", func(t *testing.T) {
 		l := newStuckLocker()
-		m := lockmgr.New(l, newMemStore())
+		m := lockmgr.MustNew(l, newMemStore())
 		ctx := context.Background()
 		require.NoError(t, m.Init(ctx, "shoe", 5))
 		done := make(chan error, 1)

@@ -69,10 +69,12 @@ var moveLua string
 // moveScript runs orders_holds.lua first, for the lazy release of holds.
 var moveScript = rediskeys.NewScript(holdsLua + moveLua)
 
-// Manager is an [inventory.StockManager] over Redis. It is safe for
+// Manager is an [inventory.StockManager] and an [inventory.OrderManager]
+// over Redis: its methods are those of the two interfaces, documented
+// there (the order calls as the doc of [LinesTTL] says). It is safe for
 // concurrent use.
 type Manager struct {
-	f      front.Stock // validates, checks ctx, wraps errors; calls *backend
+	face   // validates, checks ctx, refuses locally, wraps errors; calls *backend
 	client redis.UniversalClient
 	config
 	ttlMs  int64                      // keyTTL in ms, as the scripts take it
@@ -85,6 +87,10 @@ type Manager struct {
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
+
+// face is the Manager's [front.Front], embedded under a name of its own so
+// that the field stays unexported.
+type face = front.Front
 
 type config struct {
 	prefix         string
@@ -220,35 +226,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if c.maxBatch > 1 {
 		m.queue = m.newQueue()
 	}
-	m.f = front.New("luascript", (*backend)(m))
+	var r *refusals.Table
 	if c.refusalsSet {
-		m.f = m.f.WithRefusals(refusals.New(c.refusalTTL))
+		r = refusals.New(c.refusalTTL)
 	}
+	m.face = front.New("luascript", (*backend)(m), r)
 	return m, nil
 }
 
 // backend is the Manager seen by its front.
 type backend Manager
-
-// Init implements [inventory.StockManager].
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	return m.f.Init(ctx, sku, qty)
-}
-
-// Get implements [inventory.StockManager].
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	return m.f.Get(ctx, sku)
-}
-
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Reduce(ctx, sku, qty, opts...)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.f.Return(ctx, sku, qty, opts...)
-}
 
 // Init implements [front.Backend].
 func (m *backend) Init(ctx context.Context, sku string, qty int64) error {

@@ -305,35 +305,9 @@ func refusalErr(res []any, st string, lines []inventory.Line, dir driver.Directi
 	return fmt.Errorf("unknown orders script status %q", st)
 }
 
-func (m *Manager) fail(op string, err error) error {
-	if strings.HasPrefix(err.Error(), "luascript: ") {
-		return err
-	}
-	return fmt.Errorf("luascript: %s: %w", op, err)
-}
-
-// ReduceLines implements [inventory.OrderManager].
-func (m *Manager) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.linesCall(ctx, "reduce lines", driver.DirReduce, lines, opts)
-}
-
-// ReturnLines implements [inventory.OrderManager].
-func (m *Manager) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	return m.linesCall(ctx, "return lines", driver.DirReturn, lines, opts)
-}
-
-func (m *Manager) linesCall(ctx context.Context, op string, dir driver.Direction, lines []inventory.Line, opts []inventory.Option) error {
-	o, err := driver.ValidateLinesCall(lines, opts)
-	if err != nil {
-		return m.fail(op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return m.fail(op, err)
-	}
-	if err := m.lines(ctx, dir, lines, o.Key); err != nil {
-		return m.fail(op, err)
-	}
-	return nil
+// MoveLines implements [front.Backend].
+func (b *backend) MoveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, key string) error {
+	return (*Manager)(b).lines(ctx, dir, lines, key)
 }
 
 func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inventory.Line, key string) error {
@@ -519,19 +493,9 @@ func (m *Manager) recordOpArgs(ctx context.Context, o *order, op string, args ..
 	return st, err
 }
 
-// Reserve implements [inventory.OrderManager].
-func (m *Manager) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
-	const op = "reserve"
-	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
-		return m.fail(op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return m.fail(op, err)
-	}
-	if err := m.reserve(ctx, id, lines, ttl); err != nil {
-		return m.fail(fmt.Sprintf("%s %q", op, id), err)
-	}
-	return nil
+// Reserve implements [front.Backend].
+func (b *backend) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return (*Manager)(b).reserve(ctx, id, lines, ttl)
 }
 
 func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
@@ -576,27 +540,14 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 	return nil
 }
 
-// Confirm implements [inventory.OrderManager].
-func (m *Manager) Confirm(ctx context.Context, id string) error {
-	return m.end(ctx, "confirm", id)
+// Confirm implements [front.Backend].
+func (b *backend) Confirm(ctx context.Context, id string) error {
+	return (*Manager)(b).endHold(ctx, true, id)
 }
 
-// Cancel implements [inventory.OrderManager].
-func (m *Manager) Cancel(ctx context.Context, id string) error {
-	return m.end(ctx, "cancel", id)
-}
-
-func (m *Manager) end(ctx context.Context, op, id string) error {
-	if err := driver.ValidateHoldID(id); err != nil {
-		return m.fail(op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return m.fail(op, err)
-	}
-	if err := m.endHold(ctx, op == "confirm", id); err != nil {
-		return m.fail(fmt.Sprintf("%s %q", op, id), err)
-	}
-	return nil
+// Cancel implements [front.Backend].
+func (b *backend) Cancel(ctx context.Context, id string) error {
+	return (*Manager)(b).endHold(ctx, false, id)
 }
 
 func (m *Manager) endHold(ctx context.Context, confirm bool, id string) error {
@@ -719,15 +670,9 @@ func (m *Manager) crossCancel(ctx context.Context, o *order, st string) error {
 	return fmt.Errorf("unknown hold state %q", st)
 }
 
-// Held implements [inventory.OrderManager].
-func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
-	const op = "held"
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, m.fail(op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, m.fail(op, err)
-	}
+// Held implements [front.Backend].
+func (b *backend) Held(ctx context.Context, sku string) (int64, error) {
+	m := (*Manager)(b)
 	var exists *redis.IntCmd
 	var held *redis.StringCmd
 	_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -736,35 +681,20 @@ func (m *Manager) Held(ctx context.Context, sku string) (int64, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, m.fail(fmt.Sprintf("%s %q", op, sku), err)
+		return 0, err
 	}
 	if exists.Val() == 0 {
-		return 0, m.fail(fmt.Sprintf("%s %q", op, sku), inventory.ErrNotFound)
+		return 0, inventory.ErrNotFound
 	}
 	if errors.Is(held.Err(), redis.Nil) {
 		return 0, nil
 	}
-	n, err := held.Int64()
-	if err != nil {
-		return 0, m.fail(fmt.Sprintf("%s %q", op, sku), err)
-	}
-	return n, nil
+	return held.Int64()
 }
 
-// Sweep implements [inventory.OrderManager]. See [SweepBatch] for its
-// bound.
-func (m *Manager) Sweep(ctx context.Context) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, m.fail("sweep", err)
-	}
-	n, err := m.sweep(ctx)
-	if err != nil {
-		return n, m.fail("sweep", err)
-	}
-	return n, nil
-}
-
-func (m *Manager) sweep(ctx context.Context) (int, error) {
+// Sweep implements [front.Backend]. See [SweepBatch] for its bound.
+func (b *backend) Sweep(ctx context.Context) (int, error) {
+	m := (*Manager)(b)
 	if !m.cluster() {
 		n, _, err := m.sweepIndex(ctx, m.client, rediskeys.SweepIndex(m.prefix))
 		return n, err

@@ -71,7 +71,7 @@ func (m *Manager) apply(ctx context.Context, sku string, short *bool, batch []*c
 		// cannot lose.
 		conflict, err := m.attempt(ctx, sku, short, batch, attempt > 1 && attempt == m.cfg.attempts)
 		if err == nil && conflict && attempt >= m.cfg.attempts {
-			err = fmt.Errorf("optimistic: %q: %w after %d attempts", sku, inventory.ErrContention, attempt)
+			err = m.t.Fail("", fmt.Errorf("%q: %w after %d attempts", sku, inventory.ErrContention, attempt))
 		}
 		if err != nil || !conflict {
 			for _, c := range batch {

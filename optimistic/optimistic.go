@@ -125,18 +125,27 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// Manager implements [inventory.StockManager] with optimistic concurrency
-// over SQL. It is safe for concurrent use. Create it with [New].
+// Manager implements [inventory.StockManager] and [inventory.OrderManager]
+// with optimistic concurrency over SQL. It is safe for concurrent use. Create it with [New].
+//
+// Its Confirm of a hold past its TTL releases it in the same transaction
+// and returns [inventory.ErrHoldReleased]. Its Sweep releases up to the
+// sweep limit ([WithSweepLimit]) of holds past their TTL, each in a
+// transaction of its own, and deletes a batch of hold lines that ended
+// more than the key TTL ago; a hold whose SKUs' rows stay locked past the
+// lock wait is left for the next Sweep (or the call holding them releases
+// it).
 type Manager struct {
-	sqlengine.Manager // the calls; Reduce and Return call m.move
-	t                 *sqldialect.Tables
-	o                 *sqlengine.Orders // the order calls, and the engine's moves
-	cfg               config
+	face // validates, checks ctx, refuses locally, wraps errors; calls m.move and m.o
+	t    *sqldialect.Tables
+	o    *sqlengine.Orders
+	cfg  config
 
 	comb  *merge.Keyed[string, bool, req, ans] // the calls of each SKU in flight (combine.go)
 	moves *merge.Queue[move, moved]            // SQLite: the direct UPDATEs of several SKUs in one transaction; nil elsewhere
@@ -157,6 +166,10 @@ var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
 )
+
+// face is the Manager's [front.Front], embedded under a name of its own so
+// that the field stays unexported.
+type face = front.Front
 
 type config struct {
 	schema    sqlstore.Schema
@@ -271,16 +284,25 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	}
 	// SQLite's writers take turns on one lock: a read before the write is
 	// only more work there, so the lines calls lock as rowlock's do.
-	m := &Manager{t: t, cfg: c}
-	m.o = &sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
-		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}
-	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
+	m := &Manager{t: t, cfg: c, o: &sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
+		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
+	var r *refusals.Table
+	if c.refusalsSet {
+		r = refusals.New(c.refusals)
+	}
+	m.face = m.o.Front(m.move, r)
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
 	if t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
 	}
 	return m, nil
 }
+
+// InTx returns the Manager's calls bound to tx, a transaction of the
+// caller's on the Manager's database: see "Inside a caller's transaction"
+// in the package documentation. The value is for the goroutine that owns
+// tx, and is good until tx ends.
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
@@ -331,7 +353,7 @@ func (m *Manager) single(ctx context.Context, sku string, qty int64, dir driver.
 			return rem, err
 		}
 		if attempt >= m.cfg.attempts {
-			return 0, fmt.Errorf("optimistic: %s %q: %w after %d attempts", dir, sku, inventory.ErrContention, attempt)
+			return 0, &front.Error{Strategy: "optimistic", Op: string(dir), Subject: sku, Err: fmt.Errorf("%w after %d attempts", inventory.ErrContention, attempt)}
 		}
 		// The stock changed back between the UPDATE and the read: again.
 	}

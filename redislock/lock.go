@@ -15,7 +15,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
-	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 var (
@@ -62,7 +62,7 @@ func tagged(prefix, sku, kind string) string {
 // admits one in-process holder of a name at a time, in arrival order, so
 // only one goroutine per process contends for the Redis lock, and a holder
 // that releases while others wait hands them the lock it holds, saving the
-// round trips of a release and a new acquire ([lockmgr.NewQueuedLocker]).
+// round trips of a release and a new acquire ([lockkit.NewQueuedLocker]).
 //
 // Across processes, a caller that finds the lock held joins the lock's
 // queue in Redis, under a member naming its token and its Locker's
@@ -105,9 +105,9 @@ type subscription struct {
 // their turn.
 const maxHandoffs = 16
 
-// take implements [lockmgr.TakeFunc]: it takes the Redis lock and starts
+// take implements [lockkit.TakeFunc]: it takes the Redis lock and starts
 // its renewal.
-func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
+func (l *locker) take(ctx, actx context.Context, name string, _ *lockkit.Turn[*lease]) (*lease, error) {
 	le, err := l.obtain(ctx, actx, name)
 	if err != nil {
 		return nil, err
@@ -378,7 +378,7 @@ func (l *locker) waitErr(ctx, actx context.Context, name string, err error) erro
 	return fmt.Errorf("redislock: acquire %q: %w", name, err)
 }
 
-// lease is a held lock; it is the [lockmgr.Lease] of a Manager.
+// lease is a held lock; it is the [github.com/stockkit/inventory/lockmgr.Lease] of a Manager.
 type lease struct {
 	l                 *locker
 	key, queue, token string
@@ -391,7 +391,7 @@ type lease struct {
 	expires time.Time   // when the lock lapses unless renewed
 }
 
-// Lost implements [lockmgr.Lease].
+// Lost implements [github.com/stockkit/inventory/lockmgr.Lease].
 func (le *lease) Lost() <-chan struct{} { return le.lost }
 
 // renew extends the lock and schedules itself a third of the TTL later,
@@ -418,7 +418,7 @@ func (le *lease) renew() {
 	le.timer.Reset(every)
 }
 
-// Release implements [lockmgr.Lease]: it stops renewal and frees the lock
+// Release implements [github.com/stockkit/inventory/lockmgr.Lease]: it stops renewal and frees the lock
 // if it is still this lease's. (While another goroutine of this process
 // waits for the lock, the queue hands it the lease, still held, instead.)
 func (le *lease) Release(ctx context.Context) error {

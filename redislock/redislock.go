@@ -78,6 +78,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // Store is where a Manager keeps the stock and the idempotency ledger: a
@@ -179,7 +180,7 @@ func newLocker(client redis.UniversalClient, opts []Option) (lockmgr.Locker, con
 		return nil, c, fmt.Errorf("%w: redislock: max wait %v is not positive", inventory.ErrInvalidArgument, c.maxWait)
 	}
 	l := &locker{client: client, prefix: c.prefix, ttl: c.ttl, acquireTimeout: c.acquireTimeout, maxWait: c.maxWait, id: rand.Text()}
-	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "redislock", AcquireTimeout: c.acquireTimeout,
-		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs}}, l.take)
+	q, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "redislock", AcquireTimeout: c.acquireTimeout,
+		Queue: lockkit.QueueConfig{Depth: 1, MaxHandOvers: maxHandoffs}}, l.take)
 	return q, c, err
 }

@@ -58,6 +58,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // Defaults of the options.
@@ -208,7 +209,7 @@ func NewLocker(clients []redis.UniversalClient, opts ...Option) (lockmgr.Locker,
 }
 
 // locker takes Redlocks for the head of a lockmgr queue
-// ([lockmgr.NewQueuedLocker]): one caller per SKU and process contends.
+// ([lockkit.NewQueuedLocker]): one caller per SKU and process contends.
 type locker struct {
 	rs      *redsync.Redsync
 	quorum  int
@@ -257,15 +258,15 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (lockmgr.Locker, 
 		mutexes: slices.Concat(base, cfg.redsyncOpts),
 		unlocks: slices.Concat(base, []redsync.Option{redsync.WithFailFast(true)}, cfg.redsyncOpts),
 	}
-	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "redlock", AcquireTimeout: cfg.acquireTimeout,
-		Queue: lockmgr.QueueConfig{Depth: 1}}, l.lock)
+	q, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "redlock", AcquireTimeout: cfg.acquireTimeout,
+		Queue: lockkit.QueueConfig{Depth: 1}}, l.lock)
 	return q, cfg, err
 }
 
 // lock takes the Redlock on name for the head of the queue
-// ([lockmgr.TakeFunc]): it tries, and again after a backoff while others
+// ([lockkit.TakeFunc]): it tries, and again after a backoff while others
 // hold it, until it holds it, ctx is done or actx's acquire timeout passes.
-func (l *locker) lock(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
+func (l *locker) lock(ctx, actx context.Context, name string, _ *lockkit.Turn[*lease]) (*lease, error) {
 	mu := l.rs.NewMutex(l.cfg.prefix+name, l.mutexes...)
 	ceiling := l.cfg.minDelay
 	var timer *time.Timer

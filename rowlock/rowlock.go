@@ -110,6 +110,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
@@ -119,13 +120,21 @@ import (
 // configured otherwise.
 const DefaultLockTimeout = 5 * time.Second
 
-// Manager implements [inventory.StockManager] with a row lock per
-// transaction, which applies the calls of a SKU that arrived together. It
-// is safe for concurrent use. Create it with [New].
+// Manager implements [inventory.StockManager] and [inventory.OrderManager]
+// with a row lock per transaction, which applies the calls of a SKU that
+// arrived together. It is safe for concurrent use. Create it with [New].
+//
+// Its Confirm of a hold past its TTL releases it in the same transaction
+// and returns [inventory.ErrHoldReleased]. Its Sweep releases up to the
+// sweep limit ([WithSweepLimit]) of holds past their TTL, each in a
+// transaction of its own, and deletes a batch of hold lines that ended
+// more than the key TTL ago; a hold whose SKUs' rows stay locked past the
+// lock wait is left for the next Sweep (or the call holding them releases
+// it).
 type Manager struct {
-	sqlengine.Manager // the calls; Reduce and Return call m.move
-	t                 *sqldialect.Tables
-	o                 *sqlengine.Orders // the order calls, and the engine's moves
+	face // validates, checks ctx, refuses locally, wraps errors; calls m.move and m.o
+	t    *sqldialect.Tables
+	o    *sqlengine.Orders
 
 	comb *merge.Keyed[string, struct{}, sqlengine.Step, sqlengine.Outcome] // the calls of each SKU in flight
 }
@@ -134,6 +143,10 @@ var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
 )
+
+// face is the Manager's [front.Front], embedded under a name of its own so
+// that the field stays unexported.
+type face = front.Front
 
 type config struct {
 	schema sqlstore.Schema
@@ -216,13 +229,22 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t}
-	m.o = &sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
-		LockWait: c.wait, SweepLimit: c.sweep}
-	m.Manager = sqlengine.NewManager(m.o, m.move, c.refusals)
+	m := &Manager{t: t, o: &sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
+		LockWait: c.wait, SweepLimit: c.sweep}}
+	var r *refusals.Table
+	if c.refusalsSet {
+		r = refusals.New(c.refusals)
+	}
+	m.face = m.o.Front(m.move, r)
 	m.comb = merge.NewKeyed(maxBatch, m.apply)
 	return m, nil
 }
+
+// InTx returns the Manager's calls bound to tx, a transaction of the
+// caller's on the Manager's database: see "Inside a caller's transaction"
+// in the package documentation. The value is for the goroutine that owns
+// tx, and is good until tx ends.
+func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
 
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,

@@ -3,8 +3,9 @@
 // MySQL, pg_advisory_lock(hashtextextended("sqllock:" + SKU, 0)) on
 // PostgreSQL 11+ (a collision only serialises two SKUs), around a
 // [lockmgr.Store] such as sqlstore's. Callers of one SKU queue in their
-// process ([lockmgr.NewQueuedLocker]): the head alone waits, in the database,
-// and a released lock passes, still held, to the next caller (16 in a row at
+// process
+// ([github.com/stockkit/inventory/lockmgr/lockkit.NewQueuedLocker]): the
+// head alone waits, in the database, and a released lock passes, still held, to the next caller (16 in a row at
 // most). A held lock pins a connection, and so does each SKU's waiting head:
 // give the Locker a pool of its own. Lost closes when a ping of the pinned
 // connection (each second) fails.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // DefaultAcquireTimeout is how long Acquire waits by default.
@@ -50,8 +51,8 @@ func NewLocker(db *sqlx.DB, opts ...Option) (lockmgr.Locker, error) {
 	default:
 		return nil, fmt.Errorf("%w: sqllock: driver %q is neither mysql nor pgx/postgres", inventory.ErrInvalidArgument, db.DriverName())
 	}
-	return lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "sqllock", AcquireTimeout: l.timeout,
-		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16}}, l.take) // it refuses a bad timeout
+	return lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "sqllock", AcquireTimeout: l.timeout,
+		Queue: lockkit.QueueConfig{Depth: 1, MaxHandOvers: 16}}, l.take) // it refuses a bad timeout
 }
 
 // New returns a Manager that locks with a [NewLocker] on db and keeps stock in store.
@@ -65,11 +66,11 @@ func New(db *sqlx.DB, store lockmgr.Store, opts ...Option) (*lockmgr.Manager, er
 
 // take waits in the database for the lock on name, on a connection it pins
 // and closes if the wait fails, so a lock granted late goes with it.
-func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*lease]) (*lease, error) {
+func (l *locker) take(ctx, actx context.Context, name string, _ *lockkit.Turn[*lease]) (*lease, error) {
 	conn, err := l.db.Conn(actx)
 	if granted := false; err == nil {
 		if err = conn.QueryRowContext(actx, l.lock, name).Scan(&granted); granted {
-			return &lease{lockmgr.NewWatch(time.Second, 5*time.Second, conn.PingContext), conn, l.unlock, name}, nil
+			return &lease{lockkit.NewWatch(time.Second, 5*time.Second, conn.PingContext), conn, l.unlock, name}, nil
 		}
 		_ = conn.Close()
 	}
@@ -80,7 +81,7 @@ func (l *locker) take(ctx, actx context.Context, name string, _ *lockmgr.Turn[*l
 }
 
 type lease struct {
-	*lockmgr.Watch // pings conn
+	*lockkit.Watch // pings conn
 	conn           *sql.Conn
 	unlock, name   string
 }

@@ -180,7 +180,7 @@ func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, versi
 			return h.t.Err(ctx, "hold", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("%s: %w: line %q of order %q", h.t.Pkg(), inventory.ErrDuplicate, sku, id)
+			return h.t.Fail("", fmt.Errorf("%w: line %q of order %q", inventory.ErrDuplicate, sku, id))
 		}
 		ok, err = h.t.Set(ctx, tx, sku, version, newStock)
 		if err == nil && !ok {

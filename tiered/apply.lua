@@ -9,7 +9,9 @@
 -- repeats or overtakes its call. p is set to SQL's figure only when Redis
 -- then holds every grant SQL had made; otherwise it drops by each grant.
 -- Returns g after applying; -1 when Redis has no state or an older
--- generation (warm up first); -2 when Redis holds a newer generation.
+-- generation (warm up first); -2 when Redis holds a newer generation; -3
+-- when the list starts past g + 1 (its caller saw a grant id of an older
+-- generation, say): nothing applied, list the generation's grants again.
 local h = redis.call('HMGET', KEYS[1], 'n', 'g')
 if not h[1] then
   return -1
@@ -28,7 +30,7 @@ for i = 4, #ARGV, 2 do
     redis.call('HINCRBY', KEYS[1], 'p', '-' .. ARGV[i + 1])
     g = id
   elseif id > g + 1 then
-    return redis.error_reply('tiered: grant ' .. ARGV[i] .. ' follows ' .. string.format('%.0f', g))
+    return -3 -- a gap: the caller listed grants after an id Redis has not reached
   end
 end
 redis.call('HSET', KEYS[1], 'g', string.format('%.0f', g))

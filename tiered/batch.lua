@@ -93,8 +93,14 @@ while j <= #ARGV do
   local m = tonumber(ARGV[j])
   local state, journal = KEYS[k + 1], KEYS[k + 2]
   k = k + 2
-  local h = redis.pcall('HMGET', state, 'a', 'p', 'n', 'g', 'r')
+  local h = redis.pcall('HMGET', state, 'a', 'p', 'n', 'g', 'r', 'x')
   local bad = (h.err and 5) or (not h[1] and 3) or nil
+  if not bad and h[6] then -- release the SKU's expired holds first (holds.lua)
+    now = now or hnow()
+    if release_due(state, journal, now) > 0 then
+      h = redis.call('HMGET', state, 'a', 'p', 'n', 'g', 'r', 'x')
+    end
+  end
   nout = nout + 1
   if bad then
     out[nout] = 0

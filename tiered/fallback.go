@@ -67,8 +67,15 @@ var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
 // (the allotment recorded lost) is the price. [Manager.Recoveries] lists
 // what the recoveries found.
 //
-// A restart the breaker did not see (no call failed failures times in a
-// row meanwhile) is not detected: run Reconcile after restarting Redis.
+// A restart is seen by the calls that fail meanwhile, by Redis's uptime,
+// and by the restart watch: every new connection asks Redis its run_id,
+// and a new one opens the circuit at once, with no call sent to the
+// restarted Redis before the recovery. After a restart the recovery drops
+// Redis's state of every SKU and re-warms it from SQL, the allotment and
+// holds it had recorded lost (a bounded undersell): a Redis restored from
+// an older state (an AOF copied mid-sale, a lagging replica) has forgotten
+// moves it acknowledged, which no count in SQL or Redis can show.
+// [WithTrustRestarts] reconciles instead.
 func WithBreaker(failures int, open time.Duration) Option {
 	return func(c *config) { c.brFailures, c.brOpen = failures, open }
 }
@@ -98,6 +105,7 @@ type breaker struct {
 	history []Recovery
 	lastErr error
 	failed  int64
+	restart bool // the restart watch saw Redis restart (restart.go)
 }
 
 // Recovery is what one recovery of the circuit ([WithBreaker]) found.
@@ -202,12 +210,17 @@ func (m *Manager) startRecovery() {
 func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	rec := Recovery{Outage: outage}
 	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(m.bg, m.cfg.refillTO) }
+	seen := m.watch.accept() // the restarted servers may be dialed again
 	ctx, cancel := step()
 	restarted, err := m.restarted(ctx, outage)
 	cancel()
 	if err != nil {
 		return rec, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
 	}
+	restarted = seen || restarted
+	m.br.mu.Lock()
+	restarted, m.br.restart = restarted || m.br.restart, false
+	m.br.mu.Unlock()
 	rec.Restarted = restarted
 	done := map[string]bool{}
 	for pass := 0; pass < 3; pass++ {
@@ -249,6 +262,16 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 				}
 			}
 			ctx, cancel := step()
+			if restarted && !m.cfg.trustRestarts {
+				// A restarted Redis may have come back older than it
+				// acknowledged: drop its state of the SKU, so that
+				// Reconcile re-warms it from SQL and records what it held
+				// as lost, rather than sell units sold already.
+				if err := m.rdb.Del(ctx, m.stateKey(sku)).Err(); err != nil {
+					cancel()
+					return rec, fmt.Errorf("tiered: recovery: drop %q: %w", sku, withCtx(ctx, err))
+				}
+			}
 			d, err := m.reconcile(ctx, sku)
 			cancel()
 			if err != nil {

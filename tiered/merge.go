@@ -27,7 +27,10 @@ import (
 // goroutine, then queues again, so the drain never waits for SQL.
 
 //go:embed batch.lua
-var batchLua string
+var batchFile string
+
+// batchLua is batch.lua after the hold helpers it calls (holds.lua).
+var batchLua = holdsLua + batchFile
 
 var batchScript = rediskeys.NewScript(batchLua)
 

@@ -16,9 +16,13 @@
 -- the allotment is short but SQL may have units (grant, then call again);
 -- {3} when Redis has no state for the SKU (warm it up, then call again);
 -- {4, recorded} when the key's record says an earlier call took effect.
-local h = redis.call('HMGET', KEYS[1], 'a', 'p', 'n', 'g', 'r')
+-- Expired holds (holds.lua, prepended) are released first.
+local h = redis.call('HMGET', KEYS[1], 'a', 'p', 'n', 'g', 'r', 'x')
 if not h[1] then
   return {3}
+end
+if h[6] and release_due(KEYS[1], KEYS[2], hnow()) > 0 then
+  h = redis.call('HMGET', KEYS[1], 'a', 'p', 'n', 'g', 'r', 'x')
 end
 local keyed = ARGV[5] ~= nil
 if keyed then

@@ -38,6 +38,8 @@ type Drift struct {
 	// SQL's figures. LostBefore is the units earlier Reconciles recorded
 	// as lost with Redis's state.
 	Pool, Granted, Sold, Returned, Direct, LostBefore int64
+	// Held is the units SQL knows held in Redis (synced hold moves).
+	Held int64
 	// Unsynced is the net units (taken less returned) of the journal
 	// entries of this generation that SQL has not applied yet.
 	Unsynced int64
@@ -49,7 +51,7 @@ type Drift struct {
 	RedisMissing             bool
 
 	// Expected is the allotment the grants Redis applied leave after the
-	// net sales, synced or not, and the units recorded lost.
+	// net sales and holds, synced or not, and the units recorded lost.
 	Expected int64
 	// Lost is Expected less the allotment, when positive: units Redis
 	// should hold but does not, as after Redis lost its state (or its
@@ -116,6 +118,10 @@ func (m *Manager) reconcile(ctx context.Context, sku string) (Drift, error) {
 		if err := tx.QueryRowxContext(ctx, m.q.totals, sku).Scan(&d.Pool, &d.Sold, &d.Returned, &d.Direct, &d.LostBefore, &gen2, &last2, &d.Granted); err != nil {
 			return err
 		}
+		var gen3 int64
+		if err := tx.QueryRowxContext(ctx, m.q.held, sku).Scan(&d.Held, &gen3); err != nil {
+			return err
+		}
 		cmd, _, err := snapshotScript.Run(ctx, m.rdb, 0, 0, []string{m.stateKey(sku), m.journalKey(sku)}, maxSnapshot)
 		if err != nil {
 			return withCtx(ctx, err)
@@ -165,9 +171,14 @@ func (m *Manager) reconcile(ctx context.Context, sku string) (Drift, error) {
 			// Everything granted, not sold (synced or in the journal) and
 			// not lost before is lost with Redis's state; the warm-up
 			// counts every grant as applied.
-			d.Expected = d.Granted - (d.Sold - d.Returned) - d.Unsynced - d.LostBefore
-			d.Lost = max(d.Expected, 0)
+			// The holds Redis kept are lost with it too: their units count
+			// as lost, no longer as held.
+			d.Expected = d.Granted - (d.Sold - d.Returned) - d.Held - d.Unsynced - d.LostBefore
+			d.Lost = max(d.Expected+d.Held, 0)
 			if _, err := tx.ExecContext(ctx, m.q.lose, d.Lost, sku, d.Gen); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, m.q.unhold, sku, d.Gen); err != nil {
 				return err
 			}
 			if _, err := m.warmWith(ctx, sku, d.Gen, last, d.Pool); err != nil {
@@ -196,7 +207,7 @@ func (m *Manager) reconcile(ctx context.Context, sku string) (Drift, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		d.Expected = applied - (d.Sold - d.Returned) - d.Unsynced - d.LostBefore
+		d.Expected = applied - (d.Sold - d.Returned) - d.Held - d.Unsynced - d.LostBefore
 		switch {
 		case a > d.Expected:
 			d.Excess = a - d.Expected

@@ -196,7 +196,7 @@ func checkSoldOut(ctx context.Context, t *testing.T, m *Manager, fault string, r
 // the untouched one too, and takes the excess out before Redis takes
 // traffic again: selling out then never passes the stock.
 func TestRecoveryOlderState(t *testing.T) {
-	srv, m := privateManager(t, testenv.MySQL(t), WithChunk(50), WithLowWater(0), WithBreaker(1, 100*time.Millisecond))
+	srv, m := privateManager(t, testenv.MySQL(t), WithChunk(50), WithLowWater(0), WithBreaker(1, 100*time.Millisecond), WithTrustRestarts())
 	ctx := ctxT(t, time.Minute)
 	const initial = 200
 	acked := initAndSell(ctx, t, m, initial, 20, "a", "b")

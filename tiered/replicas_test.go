@@ -121,9 +121,9 @@ func journalUnits(ctx context.Context, t *testing.T, rdb redis.UniversalClient, 
 	require.NoError(t, err)
 	var units int64
 	for _, e := range entries {
-		_, sold, returned, err := entryMoves(e.Values)
+		_, mv, err := entryMoves(e.Values)
 		require.NoError(t, err, "entry %s", e.ID)
-		units += sold - returned
+		units += mv.sold - mv.returned
 	}
 	return units
 }

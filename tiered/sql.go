@@ -25,7 +25,8 @@ type statements struct {
 	// seen lists which of a SKU's journal entries are in the ledger, and
 	// record adds entries to it: each is followed by one placeholder group
 	// per entry (written with ?, see ledgerSQL), record then by recordEnd.
-	// apply adds synced moves to the SKU's row of the entries' generation.
+	// apply adds synced moves (sold, returned, held) to the SKU's row of
+	// the entries' generation.
 	seen, record, recordEnd, apply string
 	// seenEntry finds a journal entry (sku, entry id) in the ledger, or
 	// below the SKU's prune mark; lose adds to the units Redis lost.
@@ -40,6 +41,9 @@ type statements struct {
 	// skus lists every SKU; totals reads the figures Reconcile and tests
 	// compare.
 	skus, totals string
+	// held reads the units SQL knows held (synced) and the generation;
+	// unhold forgets them (Reconcile, once Redis lost them).
+	held, unhold string
 }
 
 // mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
@@ -52,6 +56,7 @@ var mysqlSQL = statements{
 			returned BIGINT NOT NULL DEFAULT 0,
 			direct BIGINT NOT NULL DEFAULT 0,
 			lost BIGINT NOT NULL DEFAULT 0,
+			held BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0,
 			pruned_ms BIGINT NOT NULL DEFAULT 0
@@ -77,7 +82,7 @@ var mysqlSQL = statements{
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
-		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, gen = gen + 1, last_grant = 0`,
+		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, held = 0, gen = gen + 1, last_grant = 0`,
 	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
 	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
 
@@ -94,11 +99,13 @@ var mysqlSQL = statements{
 	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
 	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
 	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
 
-	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
+	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
 	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = ?`,
@@ -114,6 +121,7 @@ var postgresSQL = statements{
 			returned BIGINT NOT NULL DEFAULT 0,
 			direct BIGINT NOT NULL DEFAULT 0,
 			lost BIGINT NOT NULL DEFAULT 0,
+			held BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0,
 			pruned_ms BIGINT NOT NULL DEFAULT 0
@@ -139,7 +147,7 @@ var postgresSQL = statements{
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES ($1, $2, 0, 0, 1, 0)
-		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
 	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = $1`,
 	initGrants: `DELETE FROM {{p}}grants WHERE sku = $1 AND gen < $2`,
@@ -158,11 +166,13 @@ var postgresSQL = statements{
 	setMark: `UPDATE {{p}}stock SET pruned_ms = $1 WHERE sku = $2 AND pruned_ms < $3`,
 	prune:   `DELETE FROM {{p}}synced WHERE sku = $1 AND ms < $2`,
 	lose:    `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2 WHERE sku = $3 AND gen = $4`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2, held = held + $3 WHERE sku = $4 AND gen = $5`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
 
-	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = $1`,
+	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = $1 AND gen = $2`,
 	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = $1`,
@@ -183,6 +193,7 @@ var sqliteSQL = statements{
 			returned INTEGER NOT NULL DEFAULT 0,
 			direct INTEGER NOT NULL DEFAULT 0,
 			lost INTEGER NOT NULL DEFAULT 0,
+			held INTEGER NOT NULL DEFAULT 0,
 			gen INTEGER NOT NULL,
 			last_grant INTEGER NOT NULL DEFAULT 0,
 			pruned_ms INTEGER NOT NULL DEFAULT 0
@@ -208,7 +219,7 @@ var sqliteSQL = statements{
 	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
-		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0,
+		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
 	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
 	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
@@ -227,11 +238,13 @@ var sqliteSQL = statements{
 	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
 	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
 	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ? WHERE sku = ? AND gen = ?`,
+	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
 
 	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
 
-	skus: `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
+	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
 	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
 			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
 		FROM {{p}}stock s WHERE s.sku = ?`,
@@ -256,7 +269,7 @@ func engineSQL(driver, prefix string) (statements, error) {
 	}
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals} {
+		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold} {
 		*q = r.Replace(*q)
 	}
 	s.create = replaceAll(r, s.create)

@@ -103,10 +103,11 @@ func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "N
 // statement each: it holds the row, which grants wait for, a few round
 // trips whatever the number of entries.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
-	type moves struct{ sold, returned int64 }
+	type moves struct{ sold, returned, held int64 }
 	type entry struct {
-		id                      string
-		ms, gen, sold, returned int64
+		id      string
+		ms, gen int64
+		mv      moves
 	}
 	applied := 0
 	var byGen map[int64]*moves
@@ -123,7 +124,7 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 			if len(msg.Values) == 0 {
 				continue // deleted while pending: applied and acknowledged before
 			}
-			gen, sold, returned, err := entryMoves(msg.Values)
+			gen, mv, err := entryMoves(msg.Values)
 			ms, err2 := entryMS(msg.ID)
 			if err != nil || err2 != nil {
 				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
@@ -132,7 +133,7 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 				m.ledger.belowMark.Add(1)
 				continue // applied before, its ledger row pruned
 			}
-			fresh = append(fresh, entry{msg.ID, ms, gen, sold, returned})
+			fresh = append(fresh, entry{msg.ID, ms, gen, moves(mv)})
 		}
 		if len(fresh) == 0 {
 			return nil
@@ -169,13 +170,14 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 				mv = &moves{}
 				byGen[e.gen] = mv
 			}
-			mv.sold += e.sold
-			mv.returned += e.returned
+			mv.sold += e.mv.sold
+			mv.returned += e.mv.returned
+			mv.held += e.mv.held
 		}
 		applied = len(fresh)
 		for gen, mv := range byGen {
 			// An entry of an older generation (before an Init) changes nothing.
-			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, sku, gen); err != nil {
+			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, mv.held, sku, gen); err != nil {
 				return err
 			}
 		}
@@ -223,10 +225,12 @@ func groups(n, k int) string {
 }
 
 // entryMoves reads a journal entry's fields: its generation (n), and the
-// units its moves sold and returned. A batch's entry (batch.lua) holds the
-// net units taken (d) and the units sold (s); a lone move's (move.lua), d
-// alone: sold when positive, returned when negative.
-func entryMoves(v map[string]any) (gen, sold, returned int64, err error) {
+// units its moves sold, returned and held. A batch's entry (batch.lua)
+// holds the net units taken (d) and the units sold (s); a lone move's
+// (move.lua), d alone: sold when positive, returned when negative; an
+// entry of holds (holds.lua, parts.lua) d, s and the change of held units
+// (h), so that returned == s + h - d.
+func entryMoves(v map[string]any) (gen int64, mv entryMove, err error) {
 	num := func(f string) (int64, error) {
 		s, ok := v[f].(string)
 		if !ok {
@@ -237,22 +241,30 @@ func entryMoves(v map[string]any) (gen, sold, returned int64, err error) {
 	gen, err1 := num("n")
 	d, err2 := num("d")
 	if err = errors.Join(err1, err2); err != nil {
-		return 0, 0, 0, err
+		return 0, mv, err
 	}
 	if _, ok := v["s"]; !ok {
 		if d > 0 {
-			return gen, d, 0, nil
+			return gen, entryMove{sold: d}, nil
 		}
-		return gen, 0, -d, nil
+		return gen, entryMove{returned: -d}, nil
 	}
-	if sold, err = num("s"); err != nil {
-		return 0, 0, 0, err
+	if mv.sold, err = num("s"); err != nil {
+		return 0, mv, err
 	}
-	if returned = sold - d; sold < 0 || returned < 0 {
-		return 0, 0, 0, fmt.Errorf("sold %d, net %d", sold, d)
+	if _, ok := v["h"]; ok {
+		if mv.held, err = num("h"); err != nil {
+			return 0, mv, err
+		}
 	}
-	return gen, sold, returned, nil
+	if mv.returned = mv.sold + mv.held - d; mv.sold < 0 || mv.returned < 0 {
+		return 0, mv, fmt.Errorf("sold %d, held %d, net %d", mv.sold, mv.held, d)
+	}
+	return gen, mv, nil
 }
+
+// entryMove is what one journal entry moved.
+type entryMove struct{ sold, returned, held int64 }
 
 // Lag returns how many journal entries, over every SKU, SQL has not
 // acknowledged yet.

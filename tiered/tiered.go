@@ -65,7 +65,8 @@
 // empty, or from an older state, or without grants SQL made, is repaired
 // (allotment recorded lost, excess taken out, grants applied, view of the
 // pool set to SQL's) before it takes traffic again; then the circuit
-// closes. Keyed calls are refused while the circuit is open or recovering.
+// closes. Keyed calls are refused while the circuit is open or recovering,
+// and so are the order calls (see Orders).
 //
 // # Durability
 //
@@ -107,16 +108,21 @@
 //     are remembered nowhere, and their units are sold again: an oversell of
 //     at most the moves acknowledged after the restored state and not yet
 //     synced (measured: 118 forgotten, 118 sold twice), and until Reconcile
-//     runs, the synced ones besides. Fence it by never letting Redis come
-//     back older than it acknowledged: appendonly yes (appendfsync always
-//     where a power loss, or a SIGKILL behind a slow disk, must not
-//     oversell), no RDB restore into a live sale, and Reconcile after
-//     every Redis restart before it takes traffic. The breaker's recovery ([WithBreaker]) does that for a
-//     restart it saw (calls failed meanwhile; Redis's uptime tells the
-//     restart): every SKU is reconciled, and its Excess taken out, before
-//     the circuit closes. A restart no call noticed is not detected, and
-//     the package does not yet drop an older state as lost on its own (for
-//     instance by a grant SQL saw Redis apply that Redis no longer has).
+//     runs, the synced ones besides. The Manager fences it: every new
+//     connection asks Redis its run_id, and a Redis that restarted opens
+//     the circuit before any call reaches it (restart.go); the recovery
+//     then drops Redis's state of every SKU and re-warms it from SQL,
+//     recording the allotment and holds Redis had as lost (a bounded
+//     undersell: at most the allotments, a chunk or so per SKU). Issue
+//     29's attack, reproduced by TestRestoredMidSale on a private Redis
+//     (AOF copied after 80 sales, 120 more acknowledged and unsynced,
+//     SIGKILL, restart from the copy): 0 oversold (120 before the watch,
+//     with no call failing), 1 call refused, 220 units recorded lost. A
+//     Manager that started after the restart cannot tell it, nor can one
+//     whose client must AUTH before INFO: run Reconcile after restarting
+//     Redis then, and prefer appendfsync always, no RDB restore into a
+//     live sale. [WithTrustRestarts] reconciles instead of dropping, for
+//     a Redis that never comes back older.
 //
 // # Not yet
 //
@@ -136,7 +142,52 @@
 // [WithReplicas] makes every move, alone or merged, wait for replicas
 // (WAIT).
 //
-// This package is a first slice. Still to come: orders.
+// # Orders
+//
+// Manager is an [inventory.OrderManager]. A hold lives in Redis: each of
+// its lines is a part, a field of its SKU's state hash (holds.lua), whose
+// units left the allotment when it was made; the hold's record, under the
+// tag of its id, decides its fate (reserving, held, confirmed, released).
+// Every part move (made, sold, released) is journaled in the same script
+// as the move, with the units it took from the allotment, sold and held,
+// and the syncer adds them to the SKU's row in SQL (sold, returned, held),
+// so that once drained SQL has, per SKU,
+// initial - available == sold - returned + held.
+//
+// Reserve creates the record with its deadline (Redis TIME + ttl), then
+// holds each line in its SKU's slot (granting from SQL as a Reduce does);
+// a refused line gives back the lines held before it and deletes the
+// record, so a refused Reserve uses up nothing. Confirm pins every part (a
+// pinned part no longer expires; an expired part cannot be pinned, so of
+// a Confirm and the expiry exactly one wins), moves the record to
+// confirmed, then sells the parts. Cancel moves the record to released
+// first, then releases the parts; a Confirm that pinned meanwhile finds
+// the record released and gives them back. A call that moves a SKU
+// releases its expired parts first, in the same script; [Manager.Sweep]
+// releases those of the SKUs nobody touches (a sweep index per Redis, or
+// per Cluster slot), and settles, [PinGrace] after their TTL, the parts
+// pinned by a Confirm that died, by the record. ReduceLines is a hold of
+// its own ([LinesTTL]) confirmed at once (an unkeyed single line is a plain
+// Reduce); ReturnLines checks every line against MaxStock, then returns
+// each with an idempotency key of the call's, so that a keyed retry of a
+// call that died midway finishes it. The lines of one call are not one
+// atomic step, even on one Redis: each SKU moves in its own script, and
+// the record makes the outcome all or nothing; a crash midway leaves only
+// holds, which expire. A part takes a field in its SKU's hash until it is
+// settled, and a record lives until its hold ends and then for the key TTL
+// ([WithKeyTTL]).
+//
+// While the circuit to Redis is open, order calls (Reserve, Confirm,
+// Cancel, the lines calls, Sweep) are refused with [ErrRedisUnreachable]
+// and change nothing; Held answers SQL's synced figure. A hold stays in
+// Redis meanwhile: its units are in neither SQL's pool nor Redis's
+// allotment, so the fallback never sells them (never an oversell); one
+// that expires during the outage is released by the first call or Sweep
+// after recovery (no unit lost for good); a Confirm during the outage is
+// refused, so it cannot race the expiry on two sides. A Redis that comes
+// back empty loses its holds with its allotment: Reconcile counts their
+// units as lost (an undersell), and their Confirm then fails with
+// ErrHoldNotFound.
 package tiered
 
 import (
@@ -158,6 +209,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
@@ -182,8 +234,12 @@ const MaxBatch = 1024
 const group = "tiered"
 
 var (
+	//go:embed holds.lua
+	holdsLua string
 	//go:embed move.lua
-	moveLua string
+	moveFile string
+	// moveLua is move.lua after the hold helpers it calls.
+	moveLua = holdsLua + moveFile
 	//go:embed apply.lua
 	applyLua string
 	//go:embed warm.lua
@@ -199,6 +255,8 @@ var (
 // processes over the same Redis and database. Create it with [New]; Close
 // it to stop its background refills.
 type Manager struct {
+	front.Front // Init, Get, Reduce, Return and the order calls
+
 	rdb         redis.UniversalClient
 	db          *sqlx.DB
 	q           statements
@@ -217,7 +275,8 @@ type Manager struct {
 	fb          *merge.Keyed[string, struct{}, fbReq, fbAns] // fallback.go: the SQL calls of each SKU
 	queue       *merge.Queue[req, reply]                     // merge.go; nil when calls are not merged (WithMaxBatch(1))
 
-	ledger ledgerState // the synced-entry ledger's pruning (prune.go)
+	ledger ledgerState   // the synced-entry ledger's pruning (prune.go)
+	watch  *restartWatch // restart.go
 
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
@@ -244,6 +303,7 @@ type config struct {
 	replicas            int
 	replicaTO           time.Duration
 	replicasSet         bool
+	trustRestarts       bool
 }
 
 // Option configures [New]. A nil Option is ignored; an out-of-range value
@@ -348,6 +408,14 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTO, c.replicasSet = n, timeout, true }
 }
 
+// WithTrustRestarts makes the recovery after a Redis restart reconcile
+// every SKU (grants applied, excess taken out) instead of dropping Redis's
+// state and re-warming it from SQL. Use it only where a restart never
+// loses an acknowledged move (appendonly yes with appendfsync always, no
+// restore of older data): a Redis that comes back older than it
+// acknowledged then sells its forgotten sales again. The default drops.
+func WithTrustRestarts() Option { return func(c *config) { c.trustRestarts = true } }
+
 // New returns a Manager over rdb (any go-redis client, Cluster included) and
 // db (MariaDB/MySQL, PostgreSQL or SQLite). Set ContextTimeoutEnabled on the
 // go-redis client, so that a call's deadline bounds its wait for a hung
@@ -411,6 +479,8 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
+	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
+	m.watch = watch(rdb, m)
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
 		m.queue = m.newQueue()
@@ -441,6 +511,7 @@ func (m *Manager) dropTables(ctx context.Context) error {
 // Close stops the background refills and waits for them. It closes
 // neither client.
 func (m *Manager) Close() error {
+	m.watch.leave(m)
 	m.stop()
 	m.wg.Wait()
 	return nil
@@ -458,6 +529,16 @@ func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
 func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
 func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
 
+// backend is the Manager's front.Backend: its stock calls and its
+// order calls (orders.go).
+type backend struct {
+	stock
+	orders
+}
+
+// stock is the stock half of a Manager's front.Backend.
+type stock struct{ m *Manager }
+
 // Init sets the stock of sku to qty: in SQL, as a new generation whose pool
 // is qty, then in Redis, fenced by that generation. Redis's allotment of
 // the older generation is dropped, and its unsynced moves are ignored by the
@@ -466,13 +547,8 @@ func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.p
 // If Init fails after SQL committed (Redis unreachable), Redis keeps
 // selling the older allotment until a refill finds the newer generation;
 // repeat the Init.
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := driver.ValidateInit(sku, qty); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tiered: init %q: %w", sku, err)
-	}
+func (b stock) Init(ctx context.Context, sku string, qty int64) error {
+	m := b.m
 	var gen int64
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, m.q.initUpsert, sku, qty); err != nil {
@@ -495,13 +571,8 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get returns Redis's allotment of sku plus its view of SQL's pool; while
 // the circuit is open, SQL's pool alone.
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("tiered: get %q: %w", sku, err)
-	}
+func (b stock) Get(ctx context.Context, sku string) (int64, error) {
+	m := b.m
 	if m.br.open() {
 		return m.getFallback(ctx, sku)
 	}
@@ -526,30 +597,18 @@ func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
 	return 0, fmt.Errorf("tiered: get %q: %w: Redis state vanished twice", sku, inventory.ErrContention)
 }
 
-// Reduce takes qty units of sku from Redis's allotment, granting from SQL's
-// pool when the allotment is short.
+// Move is the backend of Reduce and Return (see the package
+// documentation): it takes qty units of sku from Redis's allotment, or
+// gives them back, granting from SQL's pool when the allotment is short.
 //
-// While the circuit to Redis is open ([WithBreaker]), Reduce takes from
+// While the circuit to Redis is open ([WithBreaker]), a Reduce takes from
 // SQL's pool alone, the units never granted to Redis, and returns the pool
-// as the remaining stock; a keyed Reduce is then refused with
-// [ErrRedisUnreachable]. The call whose failure opened the circuit returns
-// its Redis error (its outcome unknown): a call is never sent to both.
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := driver.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
-	return m.move(ctx, sku, qty, driver.DirReduce, o.Key)
-}
-
-// Return gives qty units of sku back to Redis's allotment; while the
-// circuit is open, to SQL's pool (as Reduce).
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	o, err := driver.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, err
-	}
-	return m.move(ctx, sku, qty, driver.DirReturn, o.Key)
+// as the remaining stock (a Return gives back to the pool); a keyed call
+// is then refused with [ErrRedisUnreachable]. The call whose failure opened
+// the circuit returns its Redis error (its outcome unknown): a call is
+// never sent to both.
+func (b stock) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
+	return b.m.move(ctx, sku, qty, dir, key)
 }
 
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
@@ -760,22 +819,56 @@ func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int
 	}
 	keys := []string{m.stateKey(sku)}
 	args := append([]any{gen, last, pool}, list...)
-	for range 2 {
+	for range 3 {
 		cmd, _, err := applyScript.Run(ctx, m.rdb, 0, 0, keys, args...)
 		if err != nil {
 			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, withCtx(ctx, err))
 		}
-		if g, _ := cmd.Int64(); g != -1 {
+		switch g, _ := cmd.Int64(); g {
+		case -1:
+			// No state, or an older generation: warm up. Grants made
+			// before the warm-up count as applied; their units are lost
+			// to this generation (an undersell, never an oversell).
+			if err := m.warm(ctx, sku); err != nil {
+				return 0, err
+			}
+		case -3:
+			// after was behind no grant Redis applied (an older
+			// generation's id): every grant of the generation, again.
+			if args, err = m.grantArgs(ctx, sku, gen); err != nil {
+				return 0, err
+			}
+		default:
 			return last, nil // applied, or Redis is at a newer generation
-		}
-		// No state, or an older generation: warm up. Grants made before
-		// the warm-up count as applied; their units are lost to this
-		// generation (an undersell, never an oversell).
-		if err := m.warm(ctx, sku); err != nil {
-			return 0, err
 		}
 	}
 	return last, nil
+}
+
+// grantArgs returns apply.lua's arguments for every grant of sku's
+// generation gen, as SQL has them now.
+func (m *Manager) grantArgs(ctx context.Context, sku string, gen int64) ([]any, error) {
+	var pool, gen2, last int64
+	if err := m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen2, &last); err != nil {
+		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+	}
+	if gen2 != gen {
+		return []any{gen, int64(-1), int64(0)}, nil // an Init since: applies nothing
+	}
+	rows, err := m.db.QueryxContext(ctx, m.q.grantsAfter, sku, gen, 0)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+	}
+	defer rows.Close()
+	args := []any{gen, last, pool}
+	for rows.Next() {
+		var id, qty int64
+		if err := rows.Scan(&id, &qty); err != nil {
+			return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
+		}
+		args = append(args, id, qty)
+	}
+	return args, rows.Err()
 }
 
 // Warm loads skus (every SKU of the SKU table when none is given) from SQL
@@ -886,4 +979,7 @@ func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	return tx.Commit()
 }
 
-var _ inventory.StockManager = (*Manager)(nil)
+var (
+	_ inventory.StockManager = (*Manager)(nil)
+	_ inventory.OrderManager = (*Manager)(nil)
+)

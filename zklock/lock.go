@@ -1,7 +1,7 @@
 package zklock
 
 // This file: the Locker and its Lease: a place in the in-process queue
-// (lockmgr.NewQueuedLocker), then a node in ZooKeeper's line (recipe.go), held until
+// (lockkit.NewQueuedLocker), then a node in ZooKeeper's line (recipe.go), held until
 // Release.
 
 import (
@@ -15,10 +15,11 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // locker runs the lock recipe for the callers a lockmgr queue admits
-// ([lockmgr.NewQueuedLocker]): up to the queue depth of callers of one SKU
+// ([lockkit.NewQueuedLocker]): up to the queue depth of callers of one SKU
 // join ZooKeeper's line, in arrival order. A holder that leaves the lock
 // directory to the callers behind it marks the SKU (Turn.Share); the last
 // of them to leave then deletes the directory if it is empty.
@@ -46,8 +47,8 @@ func newLocker(conn *zk.Conn, opts []Option) (lockmgr.Locker, config, error) {
 	if cfg.events != nil {
 		l.session = watchSession(cfg.events)
 	}
-	q, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "zklock", AcquireTimeout: cfg.acquireTimeout,
-		Queue: lockmgr.QueueConfig{
+	q, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "zklock", AcquireTimeout: cfg.acquireTimeout,
+		Queue: lockkit.QueueConfig{
 			Depth:   cfg.depth,
 			Cleanup: func(ctx context.Context, name string) { l.removeDir(ctx, l.dir(name)) },
 		}}, l.lock)
@@ -61,9 +62,9 @@ func (l *locker) dir(name string) string {
 
 // lock joins the line of name's lock and waits until it comes first, ctx
 // is done or the acquire timeout passes; in the last two cases it
-// withdraws ([lockmgr.TakeFunc]). Every request is bounded by actx; ctx is
+// withdraws ([lockkit.TakeFunc]). Every request is bounded by actx; ctx is
 // the caller's.
-func (l *locker) lock(ctx, actx context.Context, name string, turn *lockmgr.Turn[*lease]) (*lease, error) {
+func (l *locker) lock(ctx, actx context.Context, name string, turn *lockkit.Turn[*lease]) (*lease, error) {
 	// A connection still in its handshake has no session yet: wait for it,
 	// so that the lease belongs to the session that makes the node.
 	if err := l.awaitSession(actx); err != nil {
@@ -147,7 +148,7 @@ func (l *locker) lockErr(ctx, actx context.Context, name string, err error) erro
 // lease is a held lock: this caller's node is the lowest in its directory.
 type lease struct {
 	l         *locker
-	turn      *lockmgr.Turn[*lease] // the caller's place in the in-process queue
+	turn      *lockkit.Turn[*lease] // the caller's place in the in-process queue
 	dir, node string
 	next      string          // the node after it in line when it came first ("" when none), if known
 	known     bool            // whether next is known

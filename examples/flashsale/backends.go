@@ -142,10 +142,8 @@ func (b *backends) targets() []target {
 		}
 		ts = append(ts, ceil)
 	}
-	if !cfg.carts { // tiered has no orders yet
-		for _, store := range b.sqlNames() {
-			ts = append(ts, b.tieredTarget(store))
-		}
+	for _, store := range b.sqlNames() {
+		ts = append(ts, b.tieredTarget(store))
 	}
 	for _, store := range b.sqlNames() {
 		sqlTarget := func(strategy string, open func(*sqlx.DB) (inventory.StockManager, error)) target {

@@ -793,14 +793,14 @@ func checkCarts(t *testing.T, results []result) map[string]result {
 func TestCartsEmbedded(t *testing.T) {
 	rows := checkCarts(t, runJSON(t, cartArgs...))
 	for _, name := range []string{"map/process", "luascript/redis", "optimistic/sqlite", "optimistic-single/sqlite",
-		"rowlock/sqlite", "redislock/redis", "redlock/redis"} {
+		"rowlock/sqlite", "redislock/redis", "redlock/redis", "tiered/redis+sqlite"} {
 		if r, ok := rows[name]; assert.True(t, ok, name) {
 			assert.Empty(t, r.Skipped, "%s runs with no server", name)
 			assert.True(t, r.Ran, name)
 		}
 	}
 	assert.Contains(t, rows["zklock/redis"].Skipped, "-zk")
-	assert.Len(t, rows, 8)
+	assert.Len(t, rows, 9)
 }
 
 func TestCartsRealServers(t *testing.T) {
@@ -821,7 +821,7 @@ func TestCartsRealServers(t *testing.T) {
 		assert.Empty(t, r.Skipped, "%s runs when every server is given", name)
 		assert.Equal(t, r.Strategy == "map", r.Embedded, "%s ran on a real server", name)
 	}
-	assert.Len(t, rows, 2+9+2+6)
+	assert.Len(t, rows, 2+9+2+6+3)
 	// Nothing of the sale is left on the servers but the prefix's tables.
 	n, err := rdb.Keys(context.Background(), prefix+"*").Result()
 	require.NoError(t, err)

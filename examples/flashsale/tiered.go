@@ -69,7 +69,7 @@ func (b *backends) tieredTarget(sqlName string) target {
 		if err != nil {
 			return nil, err
 		}
-		row := &tieredRow{cfg: cfg, db: db, killAt: cfg.killRedisAt, killedAt: -1}
+		row := &tieredRow{cfg: cfg, db: db, tag: b.tag(tg), killAt: cfg.killRedisAt, killedAt: -1}
 		if kill {
 			if row.proc, err = startRedis(ctx); err != nil {
 				return nil, err
@@ -98,6 +98,7 @@ type tieredRow struct {
 	db     *sqlx.DB
 	rdb    redis.UniversalClient
 	proc   *redisProc // the private Redis with -kill-redis-at, else nil
+	tag    string     // the run's and row's tag, in every SKU, hold id and key it writes
 	killAt float64
 
 	m                  *tiered.Manager // replaced after a kill: see after
@@ -155,6 +156,30 @@ func (t *tieredRow) Return(ctx context.Context, sku string, qty int64, opts ...i
 
 // Get implements inventory.StockManager.
 func (t *tieredRow) Get(ctx context.Context, sku string) (int64, error) { return t.m.Get(ctx, sku) }
+
+// The order calls (the -carts sale) go to the Manager as they are.
+
+func (t *tieredRow) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.ReduceLines(ctx, lines, opts...)
+}
+
+func (t *tieredRow) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return t.m.ReturnLines(ctx, lines, opts...)
+}
+
+func (t *tieredRow) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return t.m.Reserve(ctx, id, lines, ttl)
+}
+
+func (t *tieredRow) Confirm(ctx context.Context, id string) error { return t.m.Confirm(ctx, id) }
+
+func (t *tieredRow) Cancel(ctx context.Context, id string) error { return t.m.Cancel(ctx, id) }
+
+func (t *tieredRow) Held(ctx context.Context, sku string) (int64, error) { return t.m.Held(ctx, sku) }
+
+func (t *tieredRow) Sweep(ctx context.Context) (int, error) { return t.m.Sweep(ctx) }
+
+var _ inventory.OrderManager = (*tieredRow)(nil)
 
 // during kills the private Redis once killAt of the stock is sold.
 func (t *tieredRow) during(ctx context.Context, c *counts) func() {
@@ -236,15 +261,45 @@ func (t *tieredRow) close() {
 		_ = t.m.Close()
 	}
 	if t.sku != "" {
+		// Every SKU of the row (one in a sale, -skus in a cart sale), hold
+		// id and idempotency key names the row's tag.
+		like := "%" + t.tag + "%"
 		for _, table := range []string{"stock", "grants", "synced"} {
-			_, _ = t.db.ExecContext(ctx, t.db.Rebind("DELETE FROM "+t.cfg.prefix+"_tiered_"+table+" WHERE sku = ?"), t.sku)
+			_, _ = t.db.ExecContext(ctx, t.db.Rebind("DELETE FROM "+t.cfg.prefix+"_tiered_"+table+" WHERE sku LIKE ?"), like)
 		}
 		if t.proc == nil {
-			deleteKeys(ctx, t.rdb, t.cfg.prefix+":tiered*"+t.sku+"*")
+			deleteKeys(ctx, t.rdb, t.cfg.prefix+":tiered*"+t.tag+"*")
+			forgetMembers(ctx, t.rdb, t.cfg.prefix+":tiered*:x", "*"+t.tag+"*")
 		}
 	}
 	if t.proc != nil {
 		_ = t.rdb.Close()
 		t.proc.stop()
+	}
+}
+
+// forgetMembers removes the members that match member from the sorted
+// sets that match pattern (the sweep indexes, shared by the rows), on every
+// master of a Cluster; a set left empty goes with its last member.
+func forgetMembers(ctx context.Context, client redis.UniversalClient, pattern, member string) {
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		keys := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for keys.Next(ctx) {
+			var gone []any
+			members := c.ZScan(ctx, keys.Val(), 0, member, 1000).Iterator()
+			for members.Next(ctx) {
+				gone = append(gone, members.Val())
+				members.Next(ctx) // the score
+			}
+			if len(gone) > 0 {
+				c.ZRem(ctx, keys.Val(), gone...)
+			}
+		}
+		return keys.Err()
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+	} else {
+		_ = del(ctx, client)
 	}
 }

@@ -4,15 +4,17 @@
 // uniformly, as in `luascript: reduce "sku": ...`. Sentinels stay reachable
 // with errors.Is.
 //
-// A strategy embeds one face in its Manager, so that the Manager's methods
-// are the face's and none is written out per strategy:
+// A strategy embeds one face, a [Front] over its [Backend], in its Manager,
+// so that the Manager's methods (the four of [inventory.StockManager] and
+// the seven of [inventory.OrderManager]) are the face's and none is written
+// out per strategy. Embed it under an unexported alias (type face =
+// front.Front), so that the field stays unexported. The backend is called
+// only with valid arguments and a live ctx.
 //
-//   - [Stock], over a [Backend]: the four methods of
-//     [inventory.StockManager].
-//   - [Front], over a Backend and an [OrderBackend]: Stock's four and the
-//     seven of [inventory.OrderManager].
-//
-// The backends are called only with valid arguments and a live ctx.
+// An error the face returns is an [*Error]: `strategy: op "subject":
+// cause`. A backend that has to name a call other than the face's (a lock
+// that timed out) returns an *Error of its own strategy, which the face
+// passes on as it is; errors are never matched by their text.
 package front
 
 import (
@@ -20,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stockkit/inventory"
@@ -28,8 +29,13 @@ import (
 	"github.com/stockkit/inventory/internal/refusals"
 )
 
-// Backend is what a strategy implements behind [Stock]. Its arguments are
-// already valid and ctx was live when it was called.
+// Backend is what a strategy implements behind its [Front]: the calls of
+// [inventory.StockManager] and [inventory.OrderManager], with valid
+// arguments (SKUs and quantities checked, lines checked by
+// driver.ValidateLines, ids by driver.ValidateHoldID, a ttl in range) and
+// a ctx that was live when it was called. Its errors need not name the
+// strategy: the face wraps them in an [*Error], unless they are one of the
+// strategy's own already.
 type Backend interface {
 	// Init sets the stock of sku to qty, creating the SKU if absent.
 	Init(ctx context.Context, sku string, qty int64) error
@@ -38,13 +44,7 @@ type Backend interface {
 	// Move reduces or returns qty units of sku, with idempotency key key
 	// when key != "", and returns the remaining stock.
 	Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error)
-}
 
-// OrderBackend is what a strategy with orders implements behind [Front],
-// beside its Backend: the calls of [inventory.OrderManager], with valid
-// arguments (lines checked by driver.ValidateLines, ids by
-// driver.ValidateHoldID, a ttl in range) and a live ctx.
-type OrderBackend interface {
 	// MoveLines is ReduceLines (dir DirReduce) or ReturnLines, with
 	// idempotency key key when key != "".
 	MoveLines(ctx context.Context, lines []inventory.Line, dir driver.Direction, key string) error
@@ -61,14 +61,18 @@ type OrderBackend interface {
 // strategy is not wrapped again.
 type Error struct {
 	Strategy string // "luascript"
-	Op       string // "reduce", "reserve", "reduce lines"...
+	Op       string // "reduce", "reserve", "reduce lines"...; "" when the cause says it
 	Subject  string // the SKU or hold id; "" when the call has none, or its arguments were bad
 	Err      error
 }
 
 // Error implements error: `strategy: op "subject": cause`, or
-// `strategy: op: cause` without a subject.
+// `strategy: op: cause` without a subject, or `strategy: cause` without an
+// op.
 func (e *Error) Error() string {
+	if e.Op == "" {
+		return e.Strategy + ": " + e.Err.Error()
+	}
 	if e.Subject == "" {
 		return e.Strategy + ": " + e.Op + ": " + e.Err.Error()
 	}
@@ -78,30 +82,30 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Stock implements inventory.StockManager over a Backend. The zero Stock
-// is not usable; make one with [New].
-type Stock struct {
+// Front implements inventory.StockManager and inventory.OrderManager over
+// a Backend: a strategy embeds it in its Manager, whose methods are then
+// the Front's. It has no exported method beyond those of the two
+// interfaces. The zero Front is not usable; make one with [New].
+type Front struct {
 	name string
 	b    Backend
 	r    *refusals.Table // nil: no local refusals
 }
 
-// New returns the stock face of the strategy called name over b.
-func New(name string, b Backend) Stock { return Stock{name: name, b: b} }
-
-// WithRefusals returns f refusing locally, with r, the unkeyed Reduces that
-// cannot fit the stock of a refusal the backend gave less than r's TTL ago
-// (see package refusals); nil turns them off. The backend's Move must
-// return the stock it saw with [inventory.ErrInsufficientStock], as the
-// contract says. Keyed calls always reach the backend (one may repeat a
-// call that took effect); Init and Return drop what is known of their SKU
-// before they are sent and after they return.
-func (f Stock) WithRefusals(r *refusals.Table) Stock {
-	f.r = r
-	return f
+// New returns the face of the strategy called name over b.
+//
+// With r not nil, the face refuses locally, with r, the unkeyed Reduces
+// that cannot fit the stock of a refusal the backend gave less than r's TTL
+// ago (see package refusals). The backend's Move must then return the
+// stock it saw with [inventory.ErrInsufficientStock], as the contract says.
+// Keyed calls always reach the backend (one may repeat a call that took
+// effect); Init and Return drop what is known of their SKU before they are
+// sent and after they return.
+func New(name string, b Backend, r *refusals.Table) Front {
+	return Front{name: name, b: b, r: r}
 }
 
-// ErrRefusedHere is the error of a local refusal (see [Stock.WithRefusals]);
+// ErrRefusedHere is the error of a local refusal (see [New]);
 // its remaining value is the stock seen. It is built once: a sold-out SKU's
 // refusals are the hot path.
 var ErrRefusedHere = fmt.Errorf("%w: the stock seen less than the WithRefusals TTL ago is below the quantity (refused in the process)",
@@ -117,7 +121,7 @@ func CheckRefusals(pkg string, ttl time.Duration) error {
 }
 
 // Init implements [inventory.StockManager].
-func (f Stock) Init(ctx context.Context, sku string, qty int64) error {
+func (f Front) Init(ctx context.Context, sku string, qty int64) error {
 	if err := driver.ValidateInit(sku, qty); err != nil {
 		return f.wrap("init", "", err)
 	}
@@ -132,7 +136,7 @@ func (f Stock) Init(ctx context.Context, sku string, qty int64) error {
 }
 
 // Get implements [inventory.StockManager].
-func (f Stock) Get(ctx context.Context, sku string) (int64, error) {
+func (f Front) Get(ctx context.Context, sku string) (int64, error) {
 	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, f.wrap("get", "", err)
 	}
@@ -144,17 +148,17 @@ func (f Stock) Get(ctx context.Context, sku string) (int64, error) {
 }
 
 // Reduce implements [inventory.StockManager].
-func (f Stock) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+func (f Front) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	return f.move(ctx, sku, qty, driver.DirReduce, opts)
 }
 
 // Return implements [inventory.StockManager].
-func (f Stock) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+func (f Front) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	return f.move(ctx, sku, qty, driver.DirReturn, opts)
 }
 
 // move is Reduce or Return, as dir says.
-func (f Stock) move(ctx context.Context, sku string, qty int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
+func (f Front) move(ctx context.Context, sku string, qty int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
 	o, err := driver.ValidateMove(sku, qty, opts)
 	if err != nil {
 		return 0, f.wrap(string(dir), "", err)
@@ -188,36 +192,14 @@ func (f Stock) move(ctx context.Context, sku string, qty int64, dir driver.Direc
 // wrap wraps err, if any, as the error of op on subject: an [*Error],
 // unless err is one of this strategy's already (a backend that shares
 // its error helpers with other code may name itself).
-func (f Stock) wrap(op, subject string, err error) error {
+func (f Front) wrap(op, subject string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if e, ok := errors.AsType[*Error](err); ok && e.Strategy == f.name {
 		return err
 	}
-	if strings.HasPrefix(err.Error(), f.name+": ") {
-		return err // TODO(issue 28): until every backend names itself with an *Error
-	}
 	return &Error{Strategy: f.name, Op: op, Subject: subject, Err: err}
-}
-
-// Front implements inventory.StockManager and inventory.OrderManager over
-// a Backend and an OrderBackend. The zero Front is not usable; make one
-// with [NewFront].
-type Front struct {
-	Stock
-	o OrderBackend
-}
-
-// NewFront returns the face of the strategy called name over b and o.
-func NewFront(name string, b Backend, o OrderBackend) Front {
-	return Front{Stock: New(name, b), o: o}
-}
-
-// WithRefusals is [Stock.WithRefusals] for a Front.
-func (f Front) WithRefusals(r *refusals.Table) Front {
-	f.Stock = f.Stock.WithRefusals(r)
-	return f
 }
 
 // ReduceLines implements [inventory.OrderManager].
@@ -236,7 +218,7 @@ func (f Front) moveLines(ctx context.Context, op string, lines []inventory.Line,
 		err = ctx.Err()
 	}
 	if err == nil {
-		err = f.o.MoveLines(ctx, lines, dir, o.Key)
+		err = f.b.MoveLines(ctx, lines, dir, o.Key)
 	}
 	return f.wrap(op, "", err)
 }
@@ -246,7 +228,7 @@ func (f Front) Reserve(ctx context.Context, id string, lines []inventory.Line, t
 	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
 		return f.wrap("reserve", "", err)
 	}
-	return f.onHold(ctx, "reserve", id, func() error { return f.o.Reserve(ctx, id, lines, ttl) })
+	return f.onHold(ctx, "reserve", id, func() error { return f.b.Reserve(ctx, id, lines, ttl) })
 }
 
 // Confirm implements [inventory.OrderManager].
@@ -254,7 +236,7 @@ func (f Front) Confirm(ctx context.Context, id string) error {
 	if err := driver.ValidateHoldID(id); err != nil {
 		return f.wrap("confirm", "", err)
 	}
-	return f.onHold(ctx, "confirm", id, func() error { return f.o.Confirm(ctx, id) })
+	return f.onHold(ctx, "confirm", id, func() error { return f.b.Confirm(ctx, id) })
 }
 
 // Cancel implements [inventory.OrderManager].
@@ -262,7 +244,7 @@ func (f Front) Cancel(ctx context.Context, id string) error {
 	if err := driver.ValidateHoldID(id); err != nil {
 		return f.wrap("cancel", "", err)
 	}
-	return f.onHold(ctx, "cancel", id, func() error { return f.o.Cancel(ctx, id) })
+	return f.onHold(ctx, "cancel", id, func() error { return f.b.Cancel(ctx, id) })
 }
 
 // onHold runs fn, the call op on hold id, once ctx is checked.
@@ -282,7 +264,7 @@ func (f Front) Held(ctx context.Context, sku string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, f.wrap("held", sku, err)
 	}
-	n, err := f.o.Held(ctx, sku)
+	n, err := f.b.Held(ctx, sku)
 	return n, f.wrap("held", sku, err)
 }
 
@@ -291,11 +273,11 @@ func (f Front) Sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, f.wrap("sweep", "", err)
 	}
-	n, err := f.o.Sweep(ctx)
+	n, err := f.b.Sweep(ctx)
 	return n, f.wrap("sweep", "", err)
 }
 
 var (
-	_ inventory.StockManager = Stock{}
+	_ inventory.StockManager = Front{}
 	_ inventory.OrderManager = Front{}
 )

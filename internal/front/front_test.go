@@ -38,7 +38,7 @@ func (f *fake) Move(_ context.Context, _ string, _ int64, _ driver.Direction, ke
 
 func TestBadInputNeverReachesTheBackend(t *testing.T) {
 	b := &fake{}
-	f := front.New("strat", b)
+	f := front.New("strat", backend{b, &orders{}}, nil)
 	ctx := context.Background()
 	for _, err := range []error{
 		f.Init(ctx, "", 1),
@@ -56,7 +56,7 @@ func TestBadInputNeverReachesTheBackend(t *testing.T) {
 
 func TestDoneContextNeverReachesTheBackend(t *testing.T) {
 	b := &fake{}
-	f := front.New("strat", b)
+	f := front.New("strat", backend{b, &orders{}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := f.Reduce(ctx, "a", 1)
@@ -69,16 +69,24 @@ func TestDoneContextNeverReachesTheBackend(t *testing.T) {
 
 func TestErrorsAreWrappedOnce(t *testing.T) {
 	b := &fake{err: inventory.ErrInsufficientStock}
-	f := front.New("strat", b)
+	f := front.New("strat", backend{b, &orders{}}, nil)
 	n, err := f.Reduce(context.Background(), "shoe", 1, inventory.WithKey("k"))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	require.Equal(t, int64(3), n, "the backend's value comes with its error")
 	require.Equal(t, `strat: reduce "shoe": inventory: insufficient stock`, err.Error())
 	require.Equal(t, "k", b.key)
 
-	b.err = errors.New("strat: already named")
+	b.err = errors.New("strat: named in the text only")
 	_, err = f.Return(context.Background(), "shoe", 1)
-	require.Equal(t, "strat: already named", err.Error())
+	require.Equal(t, `strat: return "shoe": strat: named in the text only`, err.Error(), "errors are not matched by their text")
+
+	b.err = &front.Error{Strategy: "strat", Op: "lock", Subject: "shoe", Err: inventory.ErrContention}
+	_, err = f.Return(context.Background(), "shoe", 1)
+	require.Equal(t, `strat: lock "shoe": inventory: contention, gave up`, err.Error(), "an *Error of the strategy's own is not wrapped again")
+
+	b.err = &front.Error{Strategy: "other", Op: "lock", Subject: "shoe", Err: inventory.ErrContention}
+	_, err = f.Return(context.Background(), "shoe", 1)
+	require.Equal(t, `strat: return "shoe": other: lock "shoe": inventory: contention, gave up`, err.Error(), "another strategy's *Error is wrapped")
 
 	b.err = nil
 	n, err = f.Get(context.Background(), "shoe")
@@ -91,7 +99,7 @@ func TestErrorsAreWrappedOnce(t *testing.T) {
 // options escape through the Option funcs): luascript's hot path must not
 // pay for the front.
 func TestNoAllocation(t *testing.T) {
-	f := front.New("strat", &fake{})
+	f := front.New("strat", backend{&fake{}, &orders{}}, nil)
 	ctx := context.Background()
 	key := inventory.WithKey("k")
 	opts := []inventory.Option{key}
@@ -119,7 +127,7 @@ func TestNoAllocation(t *testing.T) {
 // drop it; keyed Reduces and those that fit always reach the backend.
 func TestRefusals(t *testing.T) {
 	b := &fake{err: inventory.ErrInsufficientStock}
-	f := front.New("strat", b).WithRefusals(refusals.New(time.Hour))
+	f := front.New("strat", backend{b, &orders{}}, refusals.New(time.Hour))
 	ctx := context.Background()
 	refuse := func() {
 		t.Helper()
@@ -153,7 +161,14 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// orders is a fake OrderBackend that counts the calls reaching it and
+// backend is a fake Backend: fake for the stock calls, orders for the
+// order calls.
+type backend struct {
+	*fake
+	*orders
+}
+
+// orders is a fake of the order calls of a Backend that counts the calls reaching it and
 // fails them with err.
 type orders struct {
 	calls int
@@ -183,7 +198,7 @@ func (o *orders) Sweep(context.Context) (int, error) { o.calls++; return 2, o.er
 // arguments first, and a done ctx, before the backend sees it.
 func TestOrdersBadInputNeverReachesTheBackend(t *testing.T) {
 	o := &orders{}
-	f := front.NewFront("strat", &fake{}, o)
+	f := front.New("strat", backend{&fake{}, o}, nil)
 	ctx := context.Background()
 	line := []inventory.Line{{SKU: "a", Qty: 1}}
 	for name, err := range map[string]error{
@@ -223,7 +238,7 @@ func TestOrdersBadInputNeverReachesTheBackend(t *testing.T) {
 // hold id or SKU.
 func TestOrdersWrap(t *testing.T) {
 	o := &orders{err: inventory.ErrHoldNotFound}
-	f := front.NewFront("strat", &fake{}, o)
+	f := front.New("strat", backend{&fake{}, o}, nil)
 	ctx := context.Background()
 	line := []inventory.Line{{SKU: "a", Qty: 1}}
 

@@ -40,6 +40,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/front"
 )
 
 // Engine is a SQL engine family.
@@ -325,12 +326,19 @@ func bind(eng Engine, q string) string {
 // error and, with errors.As, the driver's own error.
 func (t *Tables) Err(ctx context.Context, op string, err error) error {
 	if t.contention(err) {
-		return fmt.Errorf("%s: %s: %w: %w", t.cfg.Pkg, op, inventory.ErrContention, err)
+		return t.Fail(op, fmt.Errorf("%w: %w", inventory.ErrContention, err))
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%s: %s: %w: %w", t.cfg.Pkg, op, err, cerr)
+		return t.Fail(op, fmt.Errorf("%w: %w", err, cerr))
 	}
-	return fmt.Errorf("%s: %s: %w", t.cfg.Pkg, op, err)
+	return t.Fail(op, err)
+}
+
+// Fail is err as the error of the strategy's operation op ("" when err
+// says what failed): a [*front.Error] naming the strategy, which its face
+// passes on as it is.
+func (t *Tables) Fail(op string, err error) error {
+	return &front.Error{Strategy: t.cfg.Pkg, Op: op, Err: err}
 }
 
 func (t *Tables) contention(err error) bool { return Contention(t.Engine, err) }
@@ -352,7 +360,7 @@ func Contention(eng Engine, err error) bool {
 
 // NotFound is the error for an unknown SKU.
 func (t *Tables) NotFound(sku string) error {
-	return fmt.Errorf("%s: %w: %q", t.cfg.Pkg, inventory.ErrNotFound, sku)
+	return t.Fail("", fmt.Errorf("%w: %q", inventory.ErrNotFound, sku))
 }
 
 // CreateTables creates the stock, ledger, holds and orders tables, with
@@ -541,7 +549,7 @@ func (t *Tables) Check(sku string, dir driver.Direction, cur, qty int64) error {
 		return driver.CheckReturn(cur, qty)
 	}
 	if cur < qty {
-		return fmt.Errorf("%s: %w: %q has %d, asked %d", t.cfg.Pkg, inventory.ErrInsufficientStock, sku, cur, qty)
+		return t.Fail("", fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty))
 	}
 	return nil
 }
@@ -568,7 +576,7 @@ func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, d
 
 // Duplicate is the error for a key that already took effect.
 func (t *Tables) Duplicate(sku string, dir driver.Direction, key string) error {
-	return fmt.Errorf("%s: %w: %s %q key %q", t.cfg.Pkg, inventory.ErrDuplicate, dir, sku, key)
+	return t.Fail("", fmt.Errorf("%w: %s %q key %q", inventory.ErrDuplicate, dir, sku, key))
 }
 
 func rows(res sql.Result, err error) (int64, error) {

@@ -8,9 +8,8 @@
 //     that rowlock combined, in one transaction that locks the row once
 //     (batch.go);
 //   - [Tx] is the calls bound to a caller's transaction, optimistic.Tx and
-//     rowlock.Tx (tx.go);
-//   - [Manager] is what optimistic and rowlock share, which both embed:
-//     the face of their calls (manager.go).
+//     rowlock.Tx, and [Orders.Front] the face optimistic and rowlock
+//     embed over their own pool (tx.go).
 //
 // The layers, top down: optimistic and rowlock (how Reduce and Return
 // combine and write), sqlengine (transactions, retries, holds, the ledger

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -87,11 +86,10 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 		s := &shot{lockCtx: lockCtx}
 		err := o.T.Atomic(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
 		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
-			return fmt.Errorf("%s: %s: %w: no lock within %v: %w", o.T.Pkg(), op, inventory.ErrContention, o.LockWait, err)
+			return o.T.Fail(op, fmt.Errorf("%w: no lock within %v: %w", inventory.ErrContention, o.LockWait, err))
 		}
 		if errors.Is(err, errConflict) {
-			return fmt.Errorf("%s: %s: %w: another writer moved a row it read; roll back and retry the transaction",
-				o.T.Pkg(), op, inventory.ErrContention)
+			return o.T.Fail(op, fmt.Errorf("%w: another writer moved a row it read; roll back and retry the transaction", inventory.ErrContention))
 		}
 		return err
 	}
@@ -108,7 +106,7 @@ func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(
 			return err
 		}
 		if attempt >= o.Attempts {
-			return fmt.Errorf("%s: %s: %w after %d attempts", o.T.Pkg(), op, inventory.ErrContention, attempt)
+			return o.T.Fail(op, fmt.Errorf("%w after %d attempts", inventory.ErrContention, attempt))
 		}
 		pause = o.Pause(pause)
 		t := time.NewTimer(pause)
@@ -152,7 +150,7 @@ func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, 
 	s := &shot{lockCtx: lockCtx}
 	err := o.T.Tx(txCtx, func(tx *sqlx.Tx) error { return fn(txCtx, s, tx) })
 	if err != nil && ctx.Err() == nil && (s.gaveUp || txCtx.Err() != nil) && !errors.Is(err, inventory.ErrContention) {
-		return fmt.Errorf("%s: %w: no lock within %v: %w", o.T.Pkg(), inventory.ErrContention, o.LockWait, err)
+		return o.T.Fail("", fmt.Errorf("%w: no lock within %v: %w", inventory.ErrContention, o.LockWait, err))
 	}
 	return err
 }
@@ -227,9 +225,9 @@ func (o *Orders) Move(ctx context.Context, caller *sqlx.Tx, sku string, qty int6
 	stock, err := o.moveLines(ctx, caller, string(dir), []inventory.Line{{SKU: sku, Qty: qty}}, dir, sku, key, "", 0,
 		func(_ []inventory.Line, stock []int64, refused error) error {
 			if dir == driver.DirReduce {
-				return fmt.Errorf("%s: %w: %q has %d, asked %d", o.T.Pkg(), inventory.ErrInsufficientStock, sku, stock[0], qty)
+				return o.T.Fail("", fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, stock[0], qty))
 			}
-			return fmt.Errorf("%s: %w", o.T.Pkg(), refused)
+			return o.T.Fail("", refused)
 		})
 	if key != "" && (errors.Is(err, inventory.ErrDuplicate) || errors.Is(err, inventory.ErrInsufficientStock)) {
 		// A call with the same key committed first (while this one waited
@@ -251,27 +249,21 @@ func (o *Orders) q(caller *sqlx.Tx) sqlx.QueryerContext {
 	return o.T.DB
 }
 
-// MoveLines is ReduceLines or ReturnLines.
-func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir driver.Direction, opts []inventory.Option) error {
+// MoveLines is ReduceLines or ReturnLines, keyed when key != "", behind
+// the strategy's face (the arguments are valid).
+func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []inventory.Line, dir driver.Direction, key string) error {
 	op := string(dir) + " lines"
-	c, err := driver.ValidateLinesCall(lines, opts)
-	if err != nil {
-		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return o.T.Err(ctx, op, err)
-	}
-	if c.Key != "" {
+	if key != "" {
 		// Lines keys live in the ledger under the empty SKU, which no
 		// single-SKU call can use.
-		if _, found, err := o.T.Seen(ctx, o.q(caller), "", dir, c.Key); err != nil || found {
+		if _, found, err := o.T.Seen(ctx, o.q(caller), "", dir, key); err != nil || found {
 			if err == nil {
-				err = o.T.Duplicate("", dir, c.Key)
+				err = o.T.Duplicate("", dir, key)
 			}
 			return err
 		}
 	}
-	_, err = o.moveLines(ctx, caller, op, lines, dir, "", c.Key, "", 0, o.refusal(op))
+	_, err := o.moveLines(ctx, caller, op, lines, dir, "", key, "", 0, o.refusal(op))
 	return err
 }
 
@@ -279,7 +271,7 @@ func (o *Orders) MoveLines(ctx context.Context, caller *sqlx.Tx, lines []invento
 func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error {
 	return func(lines []inventory.Line, stock []int64, refused error) error {
 		if !errors.Is(refused, inventory.ErrInsufficientStock) {
-			return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, refused)
+			return o.T.Fail(op, refused)
 		}
 		e := &inventory.InsufficientError{}
 		for i, l := range lines {
@@ -287,18 +279,12 @@ func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error
 				e.Short = append(e.Short, inventory.Shortfall{Line: l, Available: stock[i]})
 			}
 		}
-		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, e)
+		return o.T.Fail(op, e)
 	}
 }
 
-// Reserve implements [inventory.OrderManager.Reserve].
+// Reserve is [inventory.OrderManager.Reserve] behind the strategy's face.
 func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines []inventory.Line, ttl time.Duration) error {
-	if err := driver.ValidateReserve(id, lines, ttl); err != nil {
-		return fmt.Errorf("%s: reserve: %w", o.T.Pkg(), err)
-	}
-	if err := ctx.Err(); err != nil {
-		return o.T.Err(ctx, "reserve", err)
-	}
 	_, err := o.moveLines(ctx, caller, "reserve", lines, driver.DirReduce, "", "", id, ttl, o.refusal("reserve"))
 	return err
 }
@@ -409,7 +395,7 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 	}
 	ok, err := m.o.T.Reserve(ctx, tx, m.hold, m.lines, m.ttl)
 	if err == nil && !ok {
-		err = fmt.Errorf("%s: %w: hold %q exists", m.o.T.Pkg(), inventory.ErrDuplicate, m.hold)
+		err = m.o.T.Fail("", fmt.Errorf("%w: hold %q exists", inventory.ErrDuplicate, m.hold))
 	}
 	return err
 }
@@ -455,7 +441,7 @@ func (o *Orders) claim(ctx context.Context, tx *sqlx.Tx, id string) error {
 		return err
 	}
 	if !gone(ls, now, o.T.KeyTTL()) {
-		return fmt.Errorf("%s: %w: hold %q exists", o.T.Pkg(), inventory.ErrDuplicate, id)
+		return o.T.Fail("", fmt.Errorf("%w: hold %q exists", inventory.ErrDuplicate, id))
 	}
 	n, err := o.T.ForgetHold(ctx, tx, id)
 	if err == nil && n != int64(len(ls)) {
@@ -479,17 +465,11 @@ func gone(ls []sqldialect.Line, now int64, ttl time.Duration) bool {
 // outcome fn reports is returned after the commit.
 func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 	fn func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (outcome error, err error)) error {
-	if err := driver.ValidateHoldID(id); err != nil {
-		return fmt.Errorf("%s: %s: %w", o.T.Pkg(), op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return o.T.Err(ctx, op, err)
-	}
 	pre, _, err := o.T.Lines(ctx, o.q(caller), id, false)
 	if err != nil {
 		return err
 	}
-	notFound := fmt.Errorf("%s: %s: %w: %q", o.T.Pkg(), op, inventory.ErrHoldNotFound, id)
+	notFound := o.T.Fail(op, fmt.Errorf("%w: %q", inventory.ErrHoldNotFound, id))
 	if len(pre) == 0 {
 		return notFound
 	}
@@ -583,7 +563,7 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 		held, confirmed, _ := states(ls)
 		switch {
 		case confirmed == len(ls):
-			return fmt.Errorf("%s: confirm: %w: hold %q is confirmed", o.T.Pkg(), inventory.ErrDuplicate, id), nil
+			return o.T.Fail("confirm", fmt.Errorf("%w: hold %q is confirmed", inventory.ErrDuplicate, id)), nil
 		case held == len(ls) && ls[0].Expires > now:
 			n, err := o.T.ConfirmHold(ctx, tx, id)
 			if err == nil && n != int64(len(ls)) {
@@ -592,7 +572,7 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 			return nil, err
 		}
 		_, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
-		return fmt.Errorf("%s: confirm: %w: hold %q", o.T.Pkg(), inventory.ErrHoldReleased, id), err
+		return o.T.Fail("confirm", fmt.Errorf("%w: hold %q", inventory.ErrHoldReleased, id)), err
 	})
 }
 
@@ -600,7 +580,7 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
 	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
 		if _, confirmed, _ := states(ls); confirmed > 0 {
-			return fmt.Errorf("%s: cancel: %w: hold %q", o.T.Pkg(), inventory.ErrHoldConfirmed, id), nil
+			return o.T.Fail("cancel", fmt.Errorf("%w: hold %q", inventory.ErrHoldConfirmed, id)), nil
 		}
 		state := sqldialect.Cancelled
 		if ls[0].Expires <= now {
@@ -611,14 +591,8 @@ func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
 	})
 }
 
-// Held implements [inventory.OrderManager.Held].
+// Held is [inventory.OrderManager.Held] behind the strategy's face.
 func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, error) {
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, fmt.Errorf("%s: held: %w", o.T.Pkg(), err)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, o.T.Err(ctx, "held", err)
-	}
 	return o.T.Held(ctx, o.q(caller), sku)
 }
 
@@ -629,9 +603,6 @@ func (o *Orders) Held(ctx context.Context, caller *sqlx.Tx, sku string) (int64, 
 // (ErrContention) is left for the next Sweep, or for the call that holds
 // them, which releases the hold's lines of its own SKUs.
 func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, o.T.Err(ctx, "sweep", err)
-	}
 	ids, err := o.T.Due(ctx, o.q(caller), o.SweepLimit)
 	if err != nil {
 		return 0, err
@@ -667,12 +638,4 @@ func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 		_, _ = o.T.PruneHolds(ctx) // ended lines already count as absent
 	}
 	return released, nil
-}
-
-// Wrap prefixes err with pkg, op and what, unless it already names pkg.
-func Wrap(pkg, op, what string, err error) error {
-	if err == nil || strings.HasPrefix(err.Error(), pkg+": ") {
-		return err
-	}
-	return fmt.Errorf("%s: %s %q: %w", pkg, op, what, err)
 }

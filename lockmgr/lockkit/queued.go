@@ -1,4 +1,4 @@
-package lockmgr
+package lockkit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
 // QueuedConfig configures a Locker made by [NewQueuedLocker].
@@ -30,7 +31,7 @@ type QueuedConfig struct {
 // is the caller's place in the queue ([Turn.Alone], [Turn.Share]). On
 // error nothing is held, and the error says why, prefixed with the
 // Locker's name.
-type TakeFunc[L Lease] func(ctx, actx context.Context, name string, turn *Turn[L]) (L, error)
+type TakeFunc[L lockmgr.Lease] func(ctx, actx context.Context, name string, turn *Turn[L]) (L, error)
 
 // NewQueuedLocker returns a Locker whose callers of one name wait in an
 // in-process [Queue], in arrival order, and call take once admitted. Its
@@ -41,7 +42,7 @@ type TakeFunc[L Lease] func(ctx, actx context.Context, name string, turn *Turn[L
 // allows it ([QueueConfig.MaxHandOvers]); otherwise it calls the lease's
 // own Release (which frees the lock) and then leaves the queue. A take's
 // lease therefore knows nothing of the queue. It does no I/O.
-func NewQueuedLocker[L Lease](cfg QueuedConfig, take TakeFunc[L]) (Locker, error) {
+func NewQueuedLocker[L lockmgr.Lease](cfg QueuedConfig, take TakeFunc[L]) (lockmgr.Locker, error) {
 	switch {
 	case take == nil:
 		return nil, fmt.Errorf("%w: lockmgr: nil take", inventory.ErrInvalidArgument)
@@ -52,14 +53,14 @@ func NewQueuedLocker[L Lease](cfg QueuedConfig, take TakeFunc[L]) (Locker, error
 }
 
 // queued is the Locker of NewQueuedLocker.
-type queued[L Lease] struct {
+type queued[L lockmgr.Lease] struct {
 	cfg   QueuedConfig
 	take  TakeFunc[L]
 	queue *Queue[L]
 }
 
-// Acquire implements [Locker].
-func (q *queued[L]) Acquire(ctx context.Context, name string) (Lease, error) {
+// Acquire implements [lockmgr.Locker].
+func (q *queued[L]) Acquire(ctx context.Context, name string) (lockmgr.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: lock %q: %w", q.cfg.Name, name, err)
 	}
@@ -82,15 +83,15 @@ func (q *queued[L]) Acquire(ctx context.Context, name string) (Lease, error) {
 }
 
 // queuedLease is a lease of take's and its holder's place in the queue.
-type queuedLease[L Lease] struct {
+type queuedLease[L lockmgr.Lease] struct {
 	lease L
 	turn  *Turn[L]
 }
 
-// Lost implements [Lease].
+// Lost implements [lockmgr.Lease].
 func (h *queuedLease[L]) Lost() <-chan struct{} { return h.lease.Lost() }
 
-// Release implements [Lease]: a hand-over, or the lease's own Release
+// Release implements [lockmgr.Lease]: a hand-over, or the lease's own Release
 // followed by leaving the queue.
 func (h *queuedLease[L]) Release(ctx context.Context) error {
 	select {

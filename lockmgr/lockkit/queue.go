@@ -1,4 +1,4 @@
-package lockmgr
+package lockkit
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package lockmgr_test
+package lockkit_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // innerLease is a lease of a fake backend: it records its Release.
@@ -39,7 +40,7 @@ type fakeBackend struct {
 	err   error
 }
 
-func (b *fakeBackend) take(_, _ context.Context, _ string, _ *lockmgr.Turn[*innerLease]) (*innerLease, error) {
+func (b *fakeBackend) take(_, _ context.Context, _ string, _ *lockkit.Turn[*innerLease]) (*innerLease, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
@@ -64,8 +65,8 @@ func acquireAsync(t *testing.T, l lockmgr.Locker, got chan<- lockmgr.Lease) {
 
 func newQueued(t *testing.T, b *fakeBackend, handOvers int, timeout time.Duration) lockmgr.Locker {
 	t.Helper()
-	l, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "fake", AcquireTimeout: timeout,
-		Queue: lockmgr.QueueConfig{Depth: 1, MaxHandOvers: handOvers}}, b.take)
+	l, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "fake", AcquireTimeout: timeout,
+		Queue: lockkit.QueueConfig{Depth: 1, MaxHandOvers: handOvers}}, b.take)
 	require.NoError(t, err)
 	return l
 }
@@ -85,7 +86,7 @@ func TestQueuedLockerHandOver(t *testing.T) {
 	for range 3 {
 		acquireAsync(t, l, got)
 	}
-	waitFor(t, func() bool { return lockmgr.QueuedCallers[*innerLease](l, "a") == 4 })
+	waitFor(t, func() bool { return lockkit.QueuedCallers[*innerLease](l, "a") == 4 })
 	require.Empty(t, got, "nobody got in while first holds")
 	require.NoError(t, first.Release(ctx))
 	second := <-got
@@ -104,7 +105,7 @@ func TestQueuedLockerHandOver(t *testing.T) {
 
 	// A lost lease is released, not handed over, even with waiters.
 	acquireAsync(t, l, got)
-	waitFor(t, func() bool { return lockmgr.QueuedCallers[*innerLease](l, "a") == 2 })
+	waitFor(t, func() bool { return lockkit.QueuedCallers[*innerLease](l, "a") == 2 })
 	b.mu.Lock()
 	inner := len(b.log)
 	b.mu.Unlock()
@@ -124,9 +125,9 @@ func TestQueuedLockerHandOver(t *testing.T) {
 func TestQueuedLockerErrors(t *testing.T) {
 	ctx := context.Background()
 	b := &fakeBackend{}
-	_, err := lockmgr.NewQueuedLocker(lockmgr.QueuedConfig{Name: "fake"}, b.take)
+	_, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "fake"}, b.take)
 	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "no acquire timeout")
-	_, err = lockmgr.NewQueuedLocker[*innerLease](lockmgr.QueuedConfig{Name: "fake", AcquireTimeout: time.Second}, nil)
+	_, err = lockkit.NewQueuedLocker[*innerLease](lockkit.QueuedConfig{Name: "fake", AcquireTimeout: time.Second}, nil)
 	require.ErrorIs(t, err, inventory.ErrInvalidArgument, "nil take")
 
 	l := newQueued(t, b, 16, 100*time.Millisecond)

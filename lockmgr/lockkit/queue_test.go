@@ -1,4 +1,4 @@
-package lockmgr_test
+package lockkit_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 // waitFor waits until cond holds.
@@ -21,8 +21,8 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // goEnter enters q's line for name in a new goroutine of wg and, once its
 // turn comes, runs f with what Enter returned; a failed Enter fails t.
-func goEnter[L any](t *testing.T, wg *sync.WaitGroup, q *lockmgr.Queue[L], ctx context.Context, name string,
-	f func(tu *lockmgr.Turn[L], lease L, handed bool)) {
+func goEnter[L any](t *testing.T, wg *sync.WaitGroup, q *lockkit.Queue[L], ctx context.Context, name string,
+	f func(tu *lockkit.Turn[L], lease L, handed bool)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -36,7 +36,7 @@ func goEnter[L any](t *testing.T, wg *sync.WaitGroup, q *lockmgr.Queue[L], ctx c
 }
 
 func TestQueueFIFO(t *testing.T) {
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 1})
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 1})
 	ctx := context.Background()
 	first, _, _, err := q.Enter(ctx, "a")
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestQueueFIFO(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range 20 {
-		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[int], _ int, _ bool) {
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockkit.Turn[int], _ int, _ bool) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -62,12 +62,12 @@ func TestQueueFIFO(t *testing.T) {
 }
 
 func TestQueueDepth(t *testing.T) {
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 3})
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 3})
 	ctx := context.Background()
 	var in, peak atomic.Int32
 	var wg sync.WaitGroup
 	for range 50 {
-		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[int], _ int, _ bool) {
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockkit.Turn[int], _ int, _ bool) {
 			n := in.Add(1)
 			for {
 				p := peak.Load()
@@ -87,7 +87,7 @@ func TestQueueDepth(t *testing.T) {
 
 func TestQueueHandOverBound(t *testing.T) {
 	const bound = 4
-	q := lockmgr.NewQueue[string](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: bound})
+	q := lockkit.NewQueue[string](lockkit.QueueConfig{Depth: 1, MaxHandOvers: bound})
 	ctx := context.Background()
 	tu, _, handed, err := q.Enter(ctx, "a")
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestQueueHandOverBound(t *testing.T) {
 	results := make(chan bool, waiters)
 	var wg sync.WaitGroup
 	for range waiters {
-		goEnter(t, &wg, q, ctx, "a", func(tu *lockmgr.Turn[string], lease string, handed bool) {
+		goEnter(t, &wg, q, ctx, "a", func(tu *lockkit.Turn[string], lease string, handed bool) {
 			results <- handed
 			if handed && lease != "L" {
 				t.Errorf("handed lease %q", lease)
@@ -124,7 +124,7 @@ func TestQueueHandOverBound(t *testing.T) {
 }
 
 func TestQueueHandOverOff(t *testing.T) {
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 1})
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 1})
 	ctx := context.Background()
 	tu, _, _, err := q.Enter(ctx, "a")
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestQueueHandOverOff(t *testing.T) {
 func TestQueueAloneAndShare(t *testing.T) {
 	var cleaned []string
 	var mu sync.Mutex
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 2, Cleanup: func(_ context.Context, name string) {
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 2, Cleanup: func(_ context.Context, name string) {
 		mu.Lock()
 		cleaned = append(cleaned, name)
 		mu.Unlock()
@@ -174,11 +174,11 @@ func TestQueueAloneAndShare(t *testing.T) {
 
 func TestQueueCtx(t *testing.T) {
 	cleaned := 0
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 1, Cleanup: func(context.Context, string) { cleaned++ }})
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 1, Cleanup: func(context.Context, string) { cleaned++ }})
 	ctx := context.Background()
 	a, _, _, err := q.Enter(ctx, "a")
 	require.NoError(t, err)
-	b, _, _, err := func() (*lockmgr.Turn[int], int, bool, error) {
+	b, _, _, err := func() (*lockkit.Turn[int], int, bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()
 		return q.Enter(cctx, "a")
@@ -208,7 +208,7 @@ func TestQueueCtx(t *testing.T) {
 }
 
 func TestQueueNoGrowth(t *testing.T) {
-	q := lockmgr.NewQueue[int](lockmgr.QueueConfig{Depth: 1, MaxHandOvers: 16})
+	q := lockkit.NewQueue[int](lockkit.QueueConfig{Depth: 1, MaxHandOvers: 16})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for g := range 8 {

@@ -1,4 +1,4 @@
-package lockmgr
+package lockkit
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 )
 
 // Watch checks a held lock at an interval, in a goroutine of its own, for a
-// [Lease] whose lock lives as long as a session or a connection (a database
+// [lockmgr.Lease] whose lock lives as long as a session or a connection (a database
 // advisory lock, say): its Lost is closed once a check fails. Embed it in
 // the Lease to give it Lost, and call Stop first in Release.
 type Watch struct {
@@ -36,7 +36,7 @@ func NewWatch(every, timeout time.Duration, check func(context.Context) error) *
 	return w
 }
 
-// Lost implements [Lease]: it is closed once a check failed.
+// Lost implements [lockmgr.Lease]: it is closed once a check failed.
 func (w *Watch) Lost() <-chan struct{} { return w.lost }
 
 // Stop ends the checks. It waits for a check in progress, so that what the

@@ -1,4 +1,4 @@
-package lockmgr_test
+package lockkit_test
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/lockmgr/lockkit"
 )
 
 func TestWatchLostOnFailedCheck(t *testing.T) {
 	var checks atomic.Int32
-	w := lockmgr.NewWatch(time.Millisecond, time.Second, func(ctx context.Context) error {
+	w := lockkit.NewWatch(time.Millisecond, time.Second, func(ctx context.Context) error {
 		_, ok := ctx.Deadline()
 		assert.True(t, ok, "a check runs bounded by the timeout")
 		if checks.Add(1) == 3 {
@@ -35,7 +35,7 @@ func TestWatchLostOnFailedCheck(t *testing.T) {
 func TestWatchStopWaitsForCheck(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	var running atomic.Bool
-	w := lockmgr.NewWatch(time.Millisecond, time.Minute, func(context.Context) error {
+	w := lockkit.NewWatch(time.Millisecond, time.Minute, func(context.Context) error {
 		running.Store(true)
 		select {
 		case started <- struct{}{}:

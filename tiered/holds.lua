@@ -1,0 +1,68 @@
+-- Shared by the scripts that touch holds (move.lua, batch.lua, parts.lua):
+-- prepended to each, so that every call that moves a SKU first releases its
+-- expired holds in the same atomic step.
+-- A SKU's holds (parts: the lines of one order on the SKU) live in its state
+-- hash (see move.lua), one field per part, P:NONCE:KIND:ID = "q deadline
+-- pinned", with h (units held), x (the earliest deadline of its unpinned
+-- parts, absent when none) and k (parts pinned by a Confirm under way).
+-- A part's units left the allotment a when it was made; releasing it gives
+-- them back, selling it (Confirm) does not. Each change is journaled with
+-- the SKU's generation n, d (units taken from a), s (units sold) and h
+-- (change of held units), so that returned == s + h - d.
+
+local function hnow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(v)
+  return string.format('%.0f', v)
+end
+
+-- parse returns a part's units, deadline and pinned flag.
+local function parse(v)
+  local q, dl, pin = string.match(v, '^(%d+) (%d+) (%d)$')
+  return tonumber(q), tonumber(dl), pin == '1'
+end
+
+-- release_due releases the unpinned parts of state whose deadline is at or
+-- before now, journals their units in one entry, resets x, and returns how
+-- many it released.
+local function release_due(state, journal, now)
+  local x = redis.call('HGET', state, 'x')
+  if not x or tonumber(x) > now then
+    return 0
+  end
+  local all = redis.call('HGETALL', state)
+  local sum, dead, nx, gen = 0, {}, nil, nil
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == 'n' then
+      gen = all[i + 1]
+    elseif string.sub(f, 1, 2) == 'P:' then
+      local q, dl, pin = parse(all[i + 1])
+      if not pin then
+        if dl <= now then
+          sum = sum + q
+          dead[#dead + 1] = f
+        elseif not nx or dl < nx then
+          nx = dl
+        end
+      end
+    end
+  end
+  for i = 1, #dead, 100 do
+    redis.call('HDEL', state, unpack(dead, i, math.min(i + 99, #dead)))
+  end
+  if sum > 0 then
+    redis.call('HINCRBY', state, 'a', fmt(sum))
+    redis.call('HINCRBY', state, 'h', fmt(-sum))
+    redis.call('XADD', journal, '*', 'n', gen, 'd', fmt(-sum), 's', '0', 'h', fmt(-sum))
+  end
+  if nx then
+    redis.call('HSET', state, 'x', fmt(nx))
+  else
+    redis.call('HDEL', state, 'x')
+  end
+  return #dead
+end
