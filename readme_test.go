@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -17,6 +18,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/lockmgr"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redlock"
+	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/tiered"
+	"github.com/stockkit/inventory/zklock"
 )
 
 // snippetDir holds every Go block of README.md that is a whole file, as a
@@ -375,4 +386,55 @@ func tableColumn(t *testing.T, md []byte, under string, col int, all bool) []str
 	}
 	require.NotEmpty(t, seen, "no table after %q", under)
 	return sortedKeys(seen)
+}
+
+// TestDocOrderManagers: which strategies take orders, as README's chooser
+// and docs/orders.md say, is which strategies' Managers implement
+// inventory.OrderManager. When one gains (or loses) the order calls, this
+// fails until the chooser's cell and the sentence of docs/orders.md say so.
+func TestDocOrderManagers(t *testing.T) {
+	om := reflect.TypeFor[inventory.OrderManager]()
+	has := map[string]bool{
+		"luascript":  reflect.TypeFor[*luascript.Manager]().Implements(om),
+		"optimistic": reflect.TypeFor[*optimistic.Manager]().Implements(om),
+		"rowlock":    reflect.TypeFor[*rowlock.Manager]().Implements(om),
+		"redislock":  reflect.TypeFor[*redislock.Manager]().Implements(om),
+		"redlock":    reflect.TypeFor[*redlock.Manager]().Implements(om),
+		"zklock":     reflect.TypeFor[*zklock.Manager]().Implements(om),
+		"sqllock":    reflect.TypeFor[*lockmgr.Manager]().Implements(om), // sqllock.New's
+		"tiered":     reflect.TypeFor[*tiered.Manager]().Implements(om),
+	}
+	require.Equal(t, strategyLists(t)["package doc (stock.go)"], sortedKeys(has), "a strategy this test does not know: add it")
+
+	// README's chooser: a strategy's row says "yes" or "not yet".
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "\n## Which strategy\n")
+	require.True(t, ok)
+	chooser := map[string]bool{}
+	for _, line := range strings.Split(rest, "\n") {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "|") || len(cells) < 5 {
+			continue
+		}
+		for _, n := range regexp.MustCompile("`([a-z]+)`").FindAllStringSubmatch(cells[2], -1) {
+			chooser[n[1]] = strings.HasPrefix(strings.TrimSpace(cells[3]), "yes")
+		}
+	}
+	assert.Equal(t, has, chooser, "README's chooser (carts and holds) disagrees with the Managers")
+
+	// docs/orders.md: "Every strategy's Manager [but `x`'s] is also an
+	// `inventory.OrderManager`".
+	page, err := os.ReadFile("docs/orders.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("Every strategy's Manager (but (.*?) )?is also an `inventory.OrderManager`").FindStringSubmatch(strings.Join(strings.Fields(string(page)), " "))
+	require.NotNil(t, m, "docs/orders.md no longer says which strategies take orders in one sentence: update this test")
+	orders := map[string]bool{}
+	for s := range has {
+		orders[s] = true
+	}
+	for _, n := range regexp.MustCompile("`([a-z]+)`").FindAllStringSubmatch(m[2], -1) {
+		orders[n[1]] = false
+	}
+	assert.Equal(t, has, orders, "docs/orders.md disagrees with the Managers")
 }
