@@ -34,9 +34,8 @@
 // A shop sells orders, not counters: several SKUs at once, held while the
 // buyer pays, released when the payment never comes, and written in the
 // same transaction as the order row. [OrderManager] is that contract.
-// Every strategy of this module but tiered implements it beside
-// [StockManager]; test for it with a type assertion, as for any optional
-// interface:
+// Every strategy of this module implements it beside [StockManager]; test
+// for it with a type assertion, as for any optional interface:
 //
 //	om, ok := m.(inventory.OrderManager)
 //

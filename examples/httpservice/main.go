@@ -12,8 +12,7 @@
 // -strategy is luascript, optimistic, rowlock, sqllock (advisory locks of
 // MariaDB/MySQL or PostgreSQL, on a pool of their own), redislock, redlock,
 // zklock or tiered (Redis before the SQL of -sql-driver and -dsn, with a
-// syncer running in the service). tiered has no holds yet: /buy and GET
-// /stock serve it, and the order endpoints answer 501.
+// syncer running in the service).
 //
 // # API
 //

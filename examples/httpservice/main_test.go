@@ -866,13 +866,15 @@ func privatePostgres(t *testing.T) string {
 }
 
 // -strategy tiered sells from Redis before SQL, its syncer running in the
-// service, and answers the order endpoints 501 while tiered has no holds.
+// service, and serves the order endpoints: a hold, its Confirm, a retried
+// Confirm and a refused Cancel.
 func TestTiered(t *testing.T) {
 	rdb := testenv.Redis(t)
 	sku := testenv.Prefix() + "-shoe"
-	t.Cleanup(func() { testenv.DeleteKeys(t, rdb, "*"+sku+"*") })
+	held := testenv.Prefix() + "-hat"
+	t.Cleanup(func() { testenv.DeleteKeys(t, rdb, "*"+sku+"*"); testenv.DeleteKeys(t, rdb, "*"+held+"*") })
 	c, stop := start(t, "-strategy", "tiered", "-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis),
-		"-dsn", sqliteDSN(t), "-init", sku+"=2")
+		"-dsn", sqliteDSN(t), "-init", sku+"=2", "-init", held+"=3")
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusConflict} {
 		code, r := c.buy(sku, fmt.Sprint("buyer-", i), 1)
 		assert.Equal(t, want, code, "%d: %s", i, r.Message)
@@ -884,14 +886,24 @@ func TestTiered(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.EqualValues(t, 0, *r.Stock)
 	var m inventory.StockManager = &tiered.Manager{}
-	if _, ok := m.(inventory.OrderManager); !ok {
-		assert.Nil(t, r.Held, "no holds to count")
-		for _, path := range []string{"/reserve", "/confirm", "/cancel"} {
-			code, r := c.post(path, map[string]any{"order": "o-1", "lines": lines{{"sku": sku, "qty": 1}}})
-			assert.Equal(t, http.StatusNotImplemented, code, path)
-			assert.Equal(t, "not_implemented", r.Status, path)
-			assert.Contains(t, r.Message, "not an inventory.OrderManager", path)
-		}
-	}
+	_, ok := m.(inventory.OrderManager)
+	require.True(t, ok, "tiered is an inventory.OrderManager")
+	order := testenv.Prefix() + "-order"
+	code, r = c.post("/reserve", map[string]any{"order": order, "lines": lines{{"sku": held, "qty": 2}}})
+	require.Equal(t, http.StatusOK, code, r.Message)
+	assert.Equal(t, "reserved", r.Status)
+	s, h := c.stockOf(held)
+	assert.Equal(t, [2]int64{1, 2}, [2]int64{s, h}, "1 available, 2 held")
+	code, r = c.post("/confirm", map[string]any{"order": order})
+	assert.Equal(t, http.StatusOK, code, r.Message)
+	assert.Equal(t, "confirmed", r.Status)
+	code, r = c.post("/confirm", map[string]any{"order": order})
+	assert.Equal(t, http.StatusOK, code, "a retried payment learns that it paid")
+	assert.Equal(t, "already_confirmed", r.Status)
+	code, r = c.post("/cancel", map[string]any{"order": order})
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Equal(t, "confirmed", r.Status)
+	s, h = c.stockOf(held)
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{s, h}, "2 sold, none held")
 	stop() // the syncer stops with the service
 }
