@@ -100,16 +100,22 @@ func Do[T any](ctx context.Context, key string, call func(ctx context.Context, o
 		Multiplier:          2,
 		MaxInterval:         c.max,
 	}), backoff.WithMaxTries(uint(c.attempts)), backoff.WithMaxElapsedTime(0))
+	return v, outcome(ctx, err, last, key != "")
+}
+
+// outcome is Do's error from backoff's err and the last call's: the call's
+// own error, joined with ctx's when ctx ended the retries.
+func outcome(ctx context.Context, err, last error, keyed bool) error {
 	if p, ok := errors.AsType[*backoff.PermanentError](err); ok {
 		err = p.Err // the last attempt's own error, a verdict
 	}
 	switch {
 	case err != nil && last != nil && err != last:
-		err = errors.Join(last, err) // ctx ended during a pause
-	case err != nil && ctx.Err() != nil && Retryable(err, key != "") && !errors.Is(err, ctx.Err()):
-		err = errors.Join(err, ctx.Err()) // ctx ended during the call, which would have been retried
+		return errors.Join(last, err) // ctx ended during a pause
+	case err != nil && ctx.Err() != nil && Retryable(err, keyed) && !errors.Is(err, ctx.Err()):
+		return errors.Join(err, ctx.Err()) // ctx ended during the call, which would have been retried
 	}
-	return v, err
+	return err
 }
 
 // Run is Do for a call that answers only an error (ReduceLines,
