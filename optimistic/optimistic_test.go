@@ -329,8 +329,12 @@ func TestCustomSchema(t *testing.T) {
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		schema := sqltest.Schema(t, db)
-		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond)))
-		sqltest.KeyExpiry(t, newManager(t, db, schema, optimistic.WithKeyTTL(200*time.Millisecond), optimistic.WithSingleStatement()))
+		sqltest.KeyExpiry(t, func(ttl time.Duration) inventory.StockManager {
+			return newManager(t, db, schema, optimistic.WithKeyTTL(ttl))
+		})
+		sqltest.KeyExpiry(t, func(ttl time.Duration) inventory.StockManager {
+			return newManager(t, db, schema, optimistic.WithKeyTTL(ttl), optimistic.WithSingleStatement())
+		})
 	})
 }
 

@@ -141,7 +141,10 @@ func TestCustomSchema(t *testing.T) {
 // TestKeyExpiry: an expired key counts as absent and can be used again.
 func TestKeyExpiry(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
-		sqltest.KeyExpiry(t, newManager(t, db, sqltest.Schema(t, db), rowlock.WithKeyTTL(200*time.Millisecond)))
+		schema := sqltest.Schema(t, db)
+		sqltest.KeyExpiry(t, func(ttl time.Duration) inventory.StockManager {
+			return newManager(t, db, schema, rowlock.WithKeyTTL(ttl))
+		})
 	})
 }
 
