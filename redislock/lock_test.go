@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -158,12 +159,38 @@ func TestInProcessQueue(t *testing.T) {
 
 // TestRenewal holds a 60ms lock for much longer than that: renewal keeps
 // it, and nobody else gets it meanwhile.
+//
+// A renewal every TTL/3 of a 60ms TTL can come late on a loaded machine
+// (load 12 once let the lock lapse): then the holder must be told (Lost),
+// and the check runs again with 4x the TTL, up to 960ms, where a lapse
+// fails the test.
 func TestRenewal(t *testing.T) {
 	c, prefix, ctx := standalone(t)
-	held := acquire(ctx, t, newLocker(t, c, prefix, redislock.WithTTL(60*time.Millisecond)), "shoe")
-	other := requireRenewed(ctx, t, c, prefix, "shoe", held)
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, acquire(ctx, t, other, "shoe").Release(ctx))
+	for ttl := 60 * time.Millisecond; ; ttl *= 4 {
+		sku := fmt.Sprint("shoe-", ttl.Milliseconds())
+		held := acquire(ctx, t, newLocker(t, c, prefix, redislock.WithTTL(ttl)), sku)
+		other := newLocker(t, c, prefix, redislock.WithAcquireTimeout(5*ttl))
+		le, err := other.Acquire(ctx, sku)
+		if err == nil && ttl < 960*time.Millisecond {
+			select {
+			case <-held.Lost():
+			case <-time.After(5*ttl + time.Second):
+				t.Fatal("the lock lapsed and its holder was not told")
+			}
+			t.Logf("the renewal of a %v TTL came late (a loaded machine): again with %v", ttl, 4*ttl)
+			require.NoError(t, le.Release(ctx))
+			continue
+		}
+		require.ErrorIs(t, err, inventory.ErrContention, "still held after five TTLs")
+		select {
+		case <-held.Lost():
+			t.Fatal("lost a renewed lock")
+		default:
+		}
+		require.NoError(t, held.Release(ctx))
+		require.NoError(t, acquire(ctx, t, other, sku).Release(ctx))
+		return
+	}
 }
 
 // TestLost: when the lock is taken from its holder, renewal notices, Lost
