@@ -368,19 +368,29 @@ func orGone(st string) string {
 	return st
 }
 
-// Confirm implements the backend of [inventory.OrderManager.Confirm].
-func (o orders) Confirm(ctx context.Context, id string) error {
-	m := o.m
+// loadHold reads the record of hold id for Confirm and Cancel: refused
+// while Redis is unreachable, ErrHoldNotFound when there is none.
+func (m *Manager) loadHold(ctx context.Context, id string) (*record, error) {
 	if err := m.refused(); err != nil {
-		return err
+		return nil, err
 	}
 	r := m.newRecord(kindHold, id)
 	found, err := m.load(ctx, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !found {
-		return inventory.ErrHoldNotFound
+		return nil, inventory.ErrHoldNotFound
+	}
+	return r, nil
+}
+
+// Confirm implements the backend of [inventory.OrderManager.Confirm].
+func (o orders) Confirm(ctx context.Context, id string) error {
+	m := o.m
+	r, err := m.loadHold(ctx, id)
+	if err != nil {
+		return err
 	}
 	switch r.st {
 	case stConfirmed:
@@ -435,16 +445,9 @@ func (m *Manager) commit(ctx context.Context, r *record, from []string) error {
 // Cancel implements the backend of [inventory.OrderManager.Cancel].
 func (o orders) Cancel(ctx context.Context, id string) error {
 	m := o.m
-	if err := m.refused(); err != nil {
-		return err
-	}
-	r := m.newRecord(kindHold, id)
-	found, err := m.load(ctx, r)
+	r, err := m.loadHold(ctx, id)
 	if err != nil {
 		return err
-	}
-	if !found {
-		return inventory.ErrHoldNotFound
 	}
 	st, _, err := m.to(ctx, r, []string{stHeld, stReserving}, stReleased, m.cfg.keyTTL)
 	if err != nil {
