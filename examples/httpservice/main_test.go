@@ -889,6 +889,7 @@ func TestTiered(t *testing.T) {
 	_, ok := m.(inventory.OrderManager)
 	require.True(t, ok, "tiered is an inventory.OrderManager")
 	order := testenv.Prefix() + "-order"
+	t.Cleanup(func() { testenv.DeleteKeys(t, rdb, "*"+order+"*") })
 	code, r = c.post("/reserve", map[string]any{"order": order, "lines": lines{{"sku": held, "qty": 2}}})
 	require.Equal(t, http.StatusOK, code, r.Message)
 	assert.Equal(t, "reserved", r.Status)
