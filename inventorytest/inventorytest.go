@@ -114,6 +114,12 @@ type Config struct {
 	// wrapper that hides the methods cannot pass by accident.
 	RequireOrders bool
 
+	// RequireLedger makes Run fail unless the manager keeps a movement
+	// ledger (it implements [ledger.Reader] and its Entries does not fail
+	// with [ledger.ErrNotKept]). Without it, Run runs the ledger subtests,
+	// under "Ledger/", only for a manager that keeps one.
+	RequireLedger bool
+
 	// HoldTTL is the TTL of the holds the order subtests let expire; the
 	// other holds live for Timeout, at least a minute. The default is
 	// 300ms. A backend whose clock is coarse sets ClockResolution rather
@@ -236,6 +242,7 @@ func Run(t *testing.T, cfg Config) {
 		})
 	}
 	s.runOrders(t)
+	s.runLedger(t)
 }
 
 type suite struct {

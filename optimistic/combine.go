@@ -12,6 +12,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // req is one Reduce or Return; ans is its answer, which the batch that
@@ -24,6 +25,7 @@ type (
 		qty int64
 		dir driver.Direction
 		key string
+		ref string // the caller's reference, for the movement ledger
 	}
 	ans struct {
 		rem int64
@@ -248,6 +250,21 @@ func (p *plan) records(batch []*call, s int64) []sqldialect.Entry {
 	return rs
 }
 
+// moves returns the movement ledger's entries of the batch as planned:
+// the expired lines released (rd.expired, the row's stock before them
+// being base), then the calls that took, s being the stock before the
+// batch.
+func (p *plan) moves(sku string, batch []*call, expired []sqldialect.Ref, base, s int64) []sqldialect.Move {
+	ms, _ := sqlengine.Expires(make([]sqldialect.Move, 0, len(expired)+len(batch)), sku, expired, base)
+	for i, c := range batch {
+		if st := p.steps[i]; st.kind == took {
+			ms = append(ms, sqldialect.Move{SKU: sku, Kind: sqlengine.KindOf(c.Req.dir), Units: c.Req.qty,
+				Available: s + st.off, Key: c.Req.key, Ref: c.Req.ref})
+		}
+	}
+	return ms
+}
+
 // attempt applies batch with one conditional UPDATE of its net change if
 // every call fits ([Manager.direct]); if not, it reads the row (and the
 // keys of the batch), plans each call's outcome on it, and writes the
@@ -316,7 +333,9 @@ func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx
 		return false, err
 	}
 	if tx == nil && p.keyed > 0 {
-		m.t.Tidy(ctx, p.keyed)
+		if p.keyed > 0 {
+			m.t.Tidy(ctx, p.keyed)
+		}
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil
@@ -388,12 +407,15 @@ func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*c
 		if err == nil && ok && p.keyed > 0 {
 			ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
 		}
+		if err == nil && ok && m.cfg.ledger {
+			err = m.t.WriteMoves(ctx, e, p.moves(sku, batch, rd.expired, after-p.net-rd.units, after-p.net))
+		}
 		return err
 	}
 	switch {
 	case tx != nil:
 		err = write(tx)
-	case p.keyed == 0 && len(rd.expired) == 0:
+	case p.keyed == 0 && len(rd.expired) == 0 && !m.cfg.ledger:
 		err = write(m.t.DB)
 	default:
 		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -443,7 +465,7 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		m.beforeCAS(sku)
 	}
 	var after int64
-	if p.keyed == 0 {
+	if p.keyed == 0 && !m.cfg.ledger {
 		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
@@ -452,11 +474,16 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 			if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
 				return err
 			}
-			written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
-			if err == nil && !written {
-				err = errConflict // a key in the ledger: the read path tells which
+			if p.keyed > 0 {
+				written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
+				if err == nil && !written {
+					err = errConflict // a key in the ledger: the read path tells which
+				}
+				if err != nil {
+					return err
+				}
 			}
-			return err
+			return m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
 		})
 		if errors.Is(err, errConflict) {
 			return false, nil
@@ -464,7 +491,9 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		if err != nil || !ok {
 			return false, err
 		}
-		m.t.Tidy(ctx, p.keyed)
+		if p.keyed > 0 {
+			m.t.Tidy(ctx, p.keyed)
+		}
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil

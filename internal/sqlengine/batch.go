@@ -18,6 +18,7 @@ type Step struct {
 	Qty int64
 	Dir driver.Direction
 	Key string // "" for none
+	Ref string // the caller's reference, for the movement ledger; "" for none
 }
 
 // Outcome is a step's answer: the stock after it, or its error with the
@@ -93,8 +94,10 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // MoveBatch applies steps, Reduce and Return calls of sku, in order, in
 // one transaction of its own: it locks the row (FOR UPDATE with the lock
 // wait; on SQLite the write lock), releases the SKU's expired holds,
-// computes every step ([Apply]), writes the stock once and the
-// ledger rows of the keyed steps that moved, and commits. A batch in which
+// computes every step ([Apply]), writes the stock once, the
+// ledger rows of the keyed steps that moved and, with a movement ledger,
+// the entries of the expired holds and the steps that moved (one INSERT),
+// and commits. A batch in which
 // no step moves writes nothing. A non-nil error is the whole batch's:
 // nothing changed.
 //
@@ -139,6 +142,11 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 		}
 		if err := o.write(ctx, tx, sku, r, after); err != nil {
 			return err
+		}
+		if o.T.Ledgered() {
+			if err := o.T.WriteMoves(ctx, tx, batchMoves(sku, r, steps, out)); err != nil {
+				return err
+			}
 		}
 		if len(records) > 0 {
 			ok, err := o.T.RecordAll(ctx, tx, sku, records)

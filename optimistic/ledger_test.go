@@ -1,0 +1,41 @@
+package optimistic_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/optimistic"
+)
+
+// TestLedger runs the suite's ledger part on Managers made with
+// WithLedger, combining and in single-statement mode, on every engine.
+func TestLedger(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []optimistic.Option
+	}{
+		{"cas", nil},
+		{"single", []optimistic.Option{optimistic.WithSingleStatement()}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+				schema := sqltest.Schema(t, db)
+				inventorytest.RunLedger(t, inventorytest.Config{
+					Timeout: 5 * time.Minute,
+					NewManager: func(t *testing.T) inventory.StockManager {
+						m := newManager(t, db, schema, append(mode.opts, optimistic.WithLedger())...)
+						require.NoError(t, m.CreateTables(context.Background()))
+						return m
+					},
+				})
+			})
+		})
+	}
+}
