@@ -398,18 +398,8 @@ func (m *Manager) read(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, 
 func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*call, p *plan, rd readout) (after int64, ok bool, err error) {
 	// The bounds and change of the row's own stock, which the released
 	// units join.
-	lo, hi, delta := max(p.lo-rd.units, 0), p.hi-rd.units, p.net+rd.units
-	write := func(e sqlx.ExtContext) error {
-		after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
-		if err == nil && ok {
-			ok, err = m.t.Release(ctx, e, sku, rd.expired)
-		}
-		if err == nil && ok && p.keyed > 0 {
-			ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
-		}
-		if err == nil && ok && m.cfg.ledger {
-			err = m.t.WriteMoves(ctx, e, p.moves(sku, batch, rd.expired, after-p.net-rd.units, after-p.net))
-		}
+	write := func(e sqlx.ExtContext) (err error) {
+		after, ok, err = m.writeOn(ctx, e, sku, batch, p, rd)
 		return err
 	}
 	switch {
@@ -428,6 +418,26 @@ func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*c
 		if errors.Is(err, errConflict) {
 			return 0, false, nil
 		}
+	}
+	return after, ok, err
+}
+
+// writeOn is the statements of [Manager.write] through e: the
+// conditional UPDATE, the release of the expired holds, the ledger rows
+// of the keys and the movement ledger's entries.
+func (m *Manager) writeOn(ctx context.Context, e sqlx.ExtContext, sku string, batch []*call, p *plan, rd readout) (after int64, ok bool, err error) {
+	// The bounds and change of the row's own stock, which the released
+	// units join.
+	lo, hi, delta := max(p.lo-rd.units, 0), p.hi-rd.units, p.net+rd.units
+	after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
+	if err == nil && ok {
+		ok, err = m.t.Release(ctx, e, sku, rd.expired)
+	}
+	if err == nil && ok && p.keyed > 0 {
+		ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
+	}
+	if err == nil && ok && m.cfg.ledger {
+		err = m.t.WriteMoves(ctx, e, p.moves(sku, batch, rd.expired, after-p.net-rd.units, after-p.net))
 	}
 	return after, ok, err
 }
@@ -469,34 +479,48 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
-	} else {
-		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-			if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
-				return err
-			}
-			if p.keyed > 0 {
-				written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
-				if err == nil && !written {
-					err = errConflict // a key in the ledger: the read path tells which
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
-		})
-		if errors.Is(err, errConflict) {
-			return false, nil
-		}
-		if err != nil || !ok {
-			return false, err
-		}
-		if p.keyed > 0 {
-			m.t.Tidy(ctx, p.keyed)
-		}
+	} else if after, ok, err = m.directTx(ctx, sku, batch, &p); err != nil || !ok {
+		return false, err
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil
+}
+
+// directTx is the conditional UPDATE of [Manager.direct] in a transaction
+// with the ledger rows of the batch's keys and the movement ledger's
+// entries. ok=false: nothing was written (the UPDATE matched no row, or a
+// key was in the ledger already).
+func (m *Manager) directTx(ctx context.Context, sku string, batch []*call, p *plan) (after int64, ok bool, err error) {
+	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
+			return err
+		}
+		if p.keyed > 0 {
+			written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
+			if err == nil && !written {
+				err = errConflict // a key in the ledger: the read path tells which
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
+	})
+	if errors.Is(err, errConflict) || err != nil || !ok {
+		return 0, false, ignore(err, errConflict)
+	}
+	if p.keyed > 0 {
+		m.t.Tidy(ctx, p.keyed)
+	}
+	return after, true, nil
+}
+
+// ignore is err, or nil when err is target.
+func ignore(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }
 
 // move is the conditional UPDATE of a batch of unkeyed calls that all fit
