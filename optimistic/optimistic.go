@@ -96,6 +96,16 @@
 // The idempotency key of ReduceLines and ReturnLines is kept in the ledger
 // under the empty SKU, apart from the keys of single-SKU calls.
 //
+// # Movement ledger
+//
+// With [WithLedger] the Manager keeps a movement ledger (package
+// [ledger], docs/ledger.md): each move that takes effect (Init, Reduce,
+// Return, the lines calls, each line of Reserve, Confirm, Cancel and the
+// release of an expired hold) writes its entries, with the call's
+// [inventory.WithRef] reference, in the transaction that moves the stock,
+// the caller's included (InTx), with one INSERT per transaction; the
+// Manager reads them back as a [ledger.Reader].
+//
 // # Inside a caller's transaction
 //
 // [Manager.InTx] binds every call to a transaction of the caller's, so

@@ -35,8 +35,18 @@ const MovesSuffix = "_moves"
 // and their expired holds, so it is nearly always one INSERT.
 const maxMoveRows = 1000
 
+// The insert and page statements of the movement ledger, the same text
+// on every engine.
+const (
+	movesInsert = `INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
+		VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`
+	movesPage = `SELECT pos, kind, units, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
+		WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`
+)
+
 // movesSQL is one engine's statements of the movement ledger, as
-// text/template text over [moveNames].
+// text/template text over [moveNames] (insert and page: movesInsert and
+// movesPage).
 type movesSQL struct {
 	create         []string
 	insert         string // one {{rows}} list
@@ -66,10 +76,6 @@ var movesText = map[Engine]movesSQL{
 			moved_at BIGINT NOT NULL,
 			KEY {{.MovesBySKU}} (sku, pos)
 		) ENGINE=InnoDB`},
-		insert: `INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-			VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`,
-		page: `SELECT pos, kind, units, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
-			WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`,
 		counters: `SELECT
 				CAST(COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
 					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0) AS SIGNED),
@@ -90,10 +96,6 @@ var movesText = map[Engine]movesSQL{
 			moved_at BIGINT NOT NULL
 		)`,
 			`CREATE INDEX IF NOT EXISTS {{.MovesBySKU}} ON {{.Moves}} (sku, pos)`},
-		insert: `INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-			VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`,
-		page: `SELECT pos, kind, units, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
-			WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`,
 		counters: `SELECT
 				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
 					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0)::BIGINT,
@@ -116,10 +118,6 @@ var movesText = map[Engine]movesSQL{
 			moved_at INTEGER NOT NULL
 		)`,
 			`CREATE INDEX IF NOT EXISTS {{.MovesBySKU}} ON {{.Moves}} (sku, pos)`},
-		insert: `INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-			VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`,
-		page: `SELECT pos, kind, units, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
-			WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`,
 		counters: `SELECT
 				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
 					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0),
@@ -145,7 +143,7 @@ func buildMoves(eng Engine, s Schema, n names) *movesSQL {
 	moves := movesTable(s)
 	mn := moveNames{names: n, Moves: q(moves), MovesBySKU: q(moves[:min(len(moves), 56)] + "_by_sku")}
 	render := func(src string) string { return mn.render(src) }
-	out := &movesSQL{insert: render(text.insert), page: bind(eng, render(text.page)), counters: bind(eng, render(text.counters))}
+	out := &movesSQL{insert: render(movesInsert), page: bind(eng, render(movesPage)), counters: bind(eng, render(text.counters))}
 	for _, c := range text.create {
 		out.create = append(out.create, render(c))
 	}
