@@ -475,12 +475,19 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		m.beforeCAS(sku)
 	}
 	var after int64
-	if p.keyed == 0 && !m.cfg.ledger {
+	switch {
+	case p.keyed == 0 && !m.cfg.ledger:
 		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
-	} else if after, ok, err = m.directTx(ctx, sku, batch, &p); err != nil || !ok {
-		return false, err
+	case p.keyed == 0 && m.t.OneStatementMoves():
+		if after, ok, err = m.t.MoveLogged(ctx, m.t.DB, sku, p.net, p.lo, p.hi, p.moves(sku, batch, nil, 0, 0)); err != nil || !ok {
+			return false, err
+		}
+	default:
+		if after, ok, err = m.directTx(ctx, sku, batch, &p); err != nil || !ok {
+			return false, err
+		}
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil

@@ -438,8 +438,12 @@ func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir driver.
 // transaction when keyed, and the movement ledger's entry with a ledger.
 // ok=false: no row matched, nothing changed.
 func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir driver.Direction, key string) (rem int64, ok bool, err error) {
-	if key == "" && !m.cfg.ledger {
+	switch {
+	case key == "" && !m.cfg.ledger:
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
+	case key == "" && m.t.OneStatementMoves():
+		return m.t.MoveLogged(ctx, m.t.DB, sku, delta, lo, hi, []sqldialect.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
+			Units: max(delta, -delta), Available: delta, Ref: driver.Ref(ctx)}})
 	}
 	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
 		if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {

@@ -2,6 +2,8 @@ package sqldialect
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,6 +53,9 @@ type movesSQL struct {
 	create         []string
 	insert         string // one {{rows}} list
 	page, counters string
+	// moveLogged, where the engine can (PostgreSQL), is move with the
+	// INSERT of its entries in the same statement; one {{rows}} list.
+	moveLogged string
 }
 
 // moveNames is what the movement ledger's templates use.
@@ -96,6 +101,24 @@ var movesText = map[Engine]movesSQL{
 			moved_at BIGINT NOT NULL
 		)`,
 			`CREATE INDEX IF NOT EXISTS {{.MovesBySKU}} ON {{.Moves}} (sku, pos)`},
+		// move and the INSERT of its entries, one statement and so one
+		// transaction with no BEGIN or COMMIT round trip: the INSERT reads
+		// the UPDATE's row, so it inserts nothing when that matched none.
+		// Each entry's available is the new stock less the change plus its
+		// offset; ord keeps the entries' positions in the calls' order.
+		moveLogged: `WITH u AS (
+				UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?::BIGINT, {{.Version}} = {{.Version}} + 1
+				WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+					AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
+						WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+				RETURNING {{.Stock}} AS after),
+			i AS (
+				INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
+				SELECT v.sku, v.kind, v.units, u.after - ?::BIGINT + v.off, v.k, v.r, '', {{.Now}}
+				FROM u CROSS JOIN (VALUES {{rows "(?::INT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::BIGINT, ?::TEXT, ?::TEXT)"}})
+					AS v(ord, sku, kind, units, off, k, r)
+				ORDER BY v.ord)
+			SELECT after FROM u`,
 		counters: `SELECT
 				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
 					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0)::BIGINT,
@@ -146,6 +169,9 @@ func buildMoves(eng Engine, s Schema, n names) *movesSQL {
 	out := &movesSQL{insert: render(movesInsert), page: bind(eng, render(movesPage)), counters: bind(eng, render(text.counters))}
 	for _, c := range text.create {
 		out.create = append(out.create, render(c))
+	}
+	if text.moveLogged != "" {
+		out.moveLogged = render(text.moveLogged)
 	}
 	return out
 }
@@ -243,4 +269,29 @@ func (t *Tables) ReadMoves(ctx context.Context, q sqlx.QueryerContext, sku strin
 		return nil, t.Err(ctx, "read ledger", err)
 	}
 	return out, nil
+}
+
+// OneStatementMoves reports whether [Tables.MoveLogged] can run: the
+// Tables keep a movement ledger on an engine that writes a move and its
+// entries in one statement (PostgreSQL).
+func (t *Tables) OneStatementMoves() bool { return t.mv != nil && t.mv.moveLogged != "" }
+
+// MoveLogged is [Tables.Move] through q with the movement ledger's
+// entries ms in the same statement (see [Tables.OneStatementMoves]), each
+// Available being the entry's offset from the stock before the move.
+// ok=false means no row matched and nothing was written.
+func (t *Tables) MoveLogged(ctx context.Context, q sqlx.QueryerContext, sku string, delta, lo, hi int64, ms []Move) (after int64, ok bool, err error) {
+	args := make([]any, 0, 5+7*len(ms))
+	args = append(args, delta, sku, lo, hi, delta)
+	for i, m := range ms {
+		args = append(args, i, m.SKU, string(m.Kind), m.Units, m.Available, m.Key, m.Ref)
+	}
+	err = q.QueryRowxContext(ctx, expand(t.Engine, t.mv.moveLogged, len(ms)), args...).Scan(&after)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, t.Err(ctx, "update", err)
+	}
+	return after, true, nil
 }
