@@ -29,3 +29,13 @@ func TestLedger(t *testing.T) {
 		})
 	})
 }
+
+// TestLedgerInTx: in a caller's transaction, the entries commit and roll
+// back with it.
+func TestLedgerInTx(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		m := newManager(t, db, sqltest.Schema(t, db), rowlock.WithLedger())
+		require.NoError(t, m.CreateTables(context.Background()))
+		sqltest.LedgerInTx(t, db, m, func(tx *sqlx.Tx) inventory.StockManager { return m.InTx(tx) })
+	})
+}
