@@ -346,6 +346,16 @@ func (s *suite) testLedgerConcurrent(t *testing.T, m ledgerManager) {
 	require.Empty(t, failed, "calls failed unexpectedly")
 	require.NoError(t, ctx.Err())
 
+	n := matchEntries(t, ctx, m, skus, took)
+	t.Logf("%d moves, each with its entry; %d SKUs replayed", n, nSKUs)
+}
+
+// matchEntries replays each of skus and matches their entries (Init's
+// aside) with the calls that took effect, by reference (a hold's entries
+// by kind and hold id): one entry per call, none without its call. It
+// returns how many matched.
+func matchEntries(t *testing.T, ctx context.Context, m ledgerManager, skus []string, took map[string]ledgerCall) int {
+	t.Helper()
 	byRef := map[string]ledger.Entry{}
 	for _, sku := range skus {
 		checkLedger(t, ctx, m, sku)
@@ -377,5 +387,5 @@ func (s *suite) testLedgerConcurrent(t *testing.T, m ledgerManager) {
 		assert.Equal(t, c.sku, e.SKU, "entry of %s", ref)
 	}
 	assert.Equal(t, len(byRef), n, "entries without their move: %d entries, %d moves", len(byRef), n)
-	t.Logf("%d moves, each with its entry; %d SKUs replayed", n, nSKUs)
+	return n
 }
