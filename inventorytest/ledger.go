@@ -250,6 +250,11 @@ func (s *suite) testLedgerHolds(t *testing.T, lm ledgerManager) {
 	}, wants(entries(t, ctx, lm, b)))
 	checkLedger(t, ctx, lm, a)
 	checkLedger(t, ctx, lm, b)
+	// From the middle, with a hold out: Held and Sold carry on.
+	all := entries(t, ctx, lm, a)
+	rest, err := lm.Entries(ctx, a, all[2].Pos, ledger.MaxPage)
+	require.NoError(t, err)
+	require.Equal(t, all[3:], rest)
 }
 
 // ledgerCall is one call of testLedgerConcurrent that took effect: the
