@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/testenv"
 )
 
 // pairLog collects what WithDoubleApplied reports.
@@ -342,4 +345,86 @@ func recsDrifts(recs []Recovery) []Drift {
 		out = append(out, r.Drifts...)
 	}
 	return out
+}
+
+// TestFallbackBatchKeys serves one merged batch of keyed and unkeyed calls
+// in SQL (fbApply), as the fallback does: each call is decided in order, a
+// key an earlier call of the batch used is a duplicate (per direction),
+// a refused call leaves its key free, and the keys recorded are honoured
+// by the next batch.
+func TestFallbackBatchKeys(t *testing.T) {
+	onEngines(t, testenv.Redis(t), func(ctx context.Context, t *testing.T, e *env) {
+		m := e.manager(t, WithKeyedFallback(false))
+		const sku = "a"
+		require.NoError(t, m.Init(ctx, sku, 100))
+		type call struct {
+			qty  int64
+			dir  driver.Direction
+			key  string
+			rem  int64
+			want error
+		}
+		serve := func(calls ...call) {
+			t.Helper()
+			batch := make([]*fbCall, len(calls))
+			for i, c := range calls {
+				batch[i] = &fbCall{Ctx: ctx, Req: fbReq{qty: c.qty, dir: c.dir, key: c.key}}
+			}
+			m.fbApply(ctx, sku, nil, batch)
+			for i, c := range calls {
+				got := batch[i].Ans
+				if c.want == nil {
+					assert.NoError(t, got.err, "call %d", i)
+				} else {
+					assert.ErrorIs(t, got.err, c.want, "call %d", i)
+					assert.ErrorIs(t, got.err, ErrFallback, "call %d", i)
+				}
+				assert.Equal(t, c.rem, got.rem, "call %d", i)
+			}
+		}
+		red, ret := driver.DirReduce, driver.DirReturn
+		serve(call{2, red, "x", 98, nil},
+			call{1, red, "", 97, nil},
+			call{2, red, "x", 98, inventory.ErrDuplicate}, // the batch's first "x"
+			call{2, ret, "x", 99, nil},                    // another direction
+			call{200, red, "y", 99, inventory.ErrInsufficientStock},
+			call{1, red, "y", 98, nil}, // the refused call left its key free
+			call{1, ret, "x", 99, inventory.ErrDuplicate})
+		serve(call{5, red, "x", 98, inventory.ErrDuplicate}, // recorded in SQL
+			call{1, red, "y", 98, inventory.ErrDuplicate},
+			call{1, red, "z", 97, nil})
+		s := m.totals(ctx, t, sku)
+		assert.EqualValues(t, 97, s.pool)
+		assert.EqualValues(t, 3, s.direct)
+		checkSQL(t, s, 100)
+	})
+}
+
+// TestSyncPairInOneBatch: two journal entries with one key (as a Redis
+// that forgot its records writes) synced together are a pair, found in
+// the syncer's batch, reported with First "redis" and given back.
+func TestSyncPairInOneBatch(t *testing.T) {
+	e := newEnv(t, testenv.Redis(t), testenv.MySQL(t))
+	var log pairLog
+	m := e.manager(t, WithKeyedFallback(true), WithDoubleApplied(log.add))
+	ctx := ctxT(t, time.Minute)
+	const sku = "a"
+	require.NoError(t, m.Init(ctx, sku, 100))
+	_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("once")) // a grant, and a keyed entry
+	require.NoError(t, err)
+	s := m.totals(ctx, t, sku)
+	for range 2 {
+		require.NoError(t, e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: m.journalKey(sku),
+			Values: []any{"n", s.gen, "d", "0", "s", "1", "h", "0", "k", "1 90 twice"}}).Err())
+	}
+	_, err = m.Sync(ctx)
+	require.NoError(t, err)
+	pairs := log.all()
+	require.Len(t, pairs, 1, "%+v", pairs)
+	assert.Equal(t, DoubleApply{SKU: sku, Key: "twice", Dir: driver.DirReduce, First: srcRedis, Entry: pairs[0].Entry, Qty: 1, GivenBack: 1}, pairs[0])
+	var pool, gen, doubled, given int64
+	require.NoError(t, m.db.QueryRowxContext(ctx, m.q.pairsRead, sku).Scan(&pool, &gen, &doubled, &given))
+	assert.EqualValues(t, 1, doubled)
+	assert.EqualValues(t, 1, given)
+	assert.Equal(t, s.pool+1, pool, "the second move's unit given back to the pool")
 }
