@@ -17,6 +17,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Defaults of the circuit breaker ([WithBreaker]).
@@ -557,8 +558,9 @@ func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done
 	}
 	p := m.cfg.tablePrefix
 	var pool int64
-	switch m.db.DriverName() {
-	case "mysql":
+	eng, _ := sqldialect.EngineOf(m.db.DriverName()) // New checked it
+	switch eng {
+	case sqldialect.MySQL:
 		// LAST_INSERT_ID(expr) hands the new pool back in the OK packet.
 		res, err := m.db.ExecContext(ctx, "UPDATE "+p+"stock SET pool = LAST_INSERT_ID(pool - ?), direct = direct + ? WHERE sku = ? AND pool >= ?", total, total, sku, total)
 		if err != nil {
@@ -570,7 +572,7 @@ func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done
 		if pool, err = res.LastInsertId(); err != nil {
 			return false, err
 		}
-	case "pgx", "postgres":
+	case sqldialect.Postgres:
 		err := m.db.QueryRowxContext(ctx, "UPDATE "+p+"stock SET pool = pool - $1, direct = direct + $1 WHERE sku = $2 AND pool >= $1 RETURNING pool", total, sku).Scan(&pool)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
