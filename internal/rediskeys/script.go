@@ -130,10 +130,8 @@ func slotMoving(err error, replicas int) bool {
 // pauseForSlot waits [TryAgainPause] and returns nil, or when ctx ends
 // first, err wrapping ctx's error as well.
 func pauseForSlot(ctx context.Context, err error) error {
-	t := time.NewTimer(TryAgainPause)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(TryAgainPause): // collected once unreferenced (Go 1.23)
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%w (not run; sent again until: %w)", err, ctx.Err())
