@@ -158,9 +158,10 @@ type StockManager interface {
 }
 
 // Option configures one call of Reduce, Return, ReduceLines or
-// ReturnLines; [WithKey] makes one. Pass options after the call's
-// arguments, as in m.Reduce(ctx, sku, 1, inventory.WithKey(buyerID)). A nil
-// Option is ignored; of two options that set the same thing, the last wins.
+// ReturnLines; [WithKey] and [WithRef] make one. Pass options after the
+// call's arguments, as in m.Reduce(ctx, sku, 1, inventory.WithKey(buyerID)).
+// A nil Option is ignored; of two options that set the same thing, the last
+// wins.
 type Option interface {
 	option() // only this package makes Options
 }
