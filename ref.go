@@ -13,5 +13,5 @@ import "github.com/stockkit/inventory/internal/callopt"
 // nothing of what the call does: two calls with one reference both take
 // effect.
 func WithRef(ref string) Option {
-	return func(o *callopt.Options) { callopt.SetRef(o, ref) }
+	return optionFunc(func(o *callopt.Options) { callopt.SetRef(o, ref) })
 }

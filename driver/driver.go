@@ -39,8 +39,8 @@ type CallOptions = callopt.Options
 func Apply(opts []inventory.Option) CallOptions {
 	var o CallOptions
 	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+		if s, ok := opt.(callopt.Setter); ok { // every non-nil Option is one
+			s.Set(&o)
 		}
 	}
 	return o

@@ -1,6 +1,7 @@
 // Package callopt holds the options of one call. The root package's
-// Option sets them and package driver reads them; keeping the struct here
-// lets driver import the root package without a cycle.
+// Options set them (each is a [Setter]) and package driver reads them;
+// keeping the struct here lets driver import the root package without a
+// cycle.
 package callopt
 
 import "context"
@@ -22,6 +23,9 @@ func SetKey(o *Options, key string) { o.Key, o.keyed = key, true }
 
 // Keyed reports whether a key was given, even an empty one.
 func Keyed(o Options) bool { return o.keyed }
+
+// Setter is what every inventory.Option is: Set applies it to o.
+type Setter interface{ Set(o *Options) }
 
 // SetRef sets the caller's reference and records that one was given.
 func SetRef(o *Options, ref string) { o.Ref, o.reffed = ref, true }
