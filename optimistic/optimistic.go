@@ -179,9 +179,9 @@ var (
 	_ ledger.Reader          = (*Manager)(nil)
 )
 
-// face is the Manager's [front.Front], embedded under a name of its own so
-// that the field stays unexported.
-type face = front.Front
+// face is the Manager's [sqlengine.Face], embedded under a name of its own
+// so that the field stays unexported.
+type face = sqlengine.Face
 
 type config struct {
 	schema    sqlstore.Schema
@@ -321,12 +321,6 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	return m, nil
 }
 
-// InTx returns the Manager's calls bound to tx, a transaction of the
-// caller's on the Manager's database: see "Inside a caller's transaction"
-// in the package documentation. The value is for the goroutine that owns
-// tx, and is good until tx ends.
-func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
-
 // Tx is a Manager's calls bound to a caller's transaction; see
 // [Manager.InTx]. It is an alias of the type optimistic and rowlock share,
 // so its methods are listed here: Init, Get, Reduce, Return
@@ -335,17 +329,6 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
 // Manager's but run in a savepoint of tx. Get and Held read what tx sees;
 // Sweep releases every hold in tx.
 type Tx = sqlengine.Tx
-
-// CreateTables creates the tables of the Manager's schema if they are
-// absent: those of [sqlstore.Store.CreateTables] and, with [WithLedger],
-// the movement ledger's.
-func (m *Manager) CreateTables(ctx context.Context) error { return m.t.CreateTables(ctx) }
-
-// Entries implements [ledger.Reader]: the error wraps [ledger.ErrNotKept]
-// unless the Manager was made with [WithLedger].
-func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
-	return m.o.Entries(ctx, sku, after, limit)
-}
 
 // move is Reduce or Return behind the front.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {

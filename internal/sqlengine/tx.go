@@ -10,6 +10,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/refusals"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // Tx is a SQL strategy's (optimistic's, rowlock's) calls bound to a caller's transaction:
@@ -74,8 +75,32 @@ type Mover func(ctx context.Context, sku string, qty int64, dir driver.Direction
 // run on the pool, Reduce and Return through move, the order calls on o
 // with no caller's transaction; r, if not nil, refuses locally (see
 // [front.New]).
-func (o *Orders) Front(move Mover, r *refusals.Table) front.Front {
-	return front.New(o.T.Pkg(), poolBackend{txBackend{o: o}, move}, r)
+func (o *Orders) Front(move Mover, r *refusals.Table) Face {
+	return Face{front.New(o.T.Pkg(), poolBackend{txBackend{o: o}, move}, r), o}
+}
+
+// Face is what optimistic's and rowlock's Managers embed: the [front.Front]
+// of [Orders.Front] and the calls the two strategies share beside it.
+type Face struct {
+	face
+	o *Orders
+}
+
+// InTx returns the Manager's calls bound to tx, a transaction of the
+// caller's on the Manager's database: see "Inside a caller's transaction"
+// in the package documentation. The value is for the goroutine that owns
+// tx, and is good until tx ends.
+func (f Face) InTx(tx *sqlx.Tx) *Tx { return BindTx(f.o, tx) }
+
+// CreateTables creates the tables of the Manager's schema if they are
+// absent: those of sqlstore.Store.CreateTables and, with WithLedger, the
+// movement ledger's.
+func (f Face) CreateTables(ctx context.Context) error { return f.o.T.CreateTables(ctx) }
+
+// Entries implements [ledger.Reader]: the error wraps [ledger.ErrNotKept]
+// unless the Manager was made with WithLedger.
+func (f Face) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	return f.o.Entries(ctx, sku, after, limit)
 }
 
 // poolBackend is the [front.Backend] of [Orders.Front]: a txBackend
