@@ -11,7 +11,6 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
@@ -184,7 +183,7 @@ func fits(batch []*call) (p plan, ok bool) {
 // split returns the plan of batch on stock s, the SKU's stock as read, with
 // seen the ledger rows of the batch's keys: each call is checked in order,
 // as if alone, after the calls before it.
-func split(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) plan {
+func split(s int64, batch []*call, seen map[ledgerKey]sqlengine.Entry) plan {
 	p := newPlan(len(batch))
 	taken := map[ledgerKey]int{} // keyed calls of the batch that took, by key
 	for i, c := range batch {
@@ -212,7 +211,7 @@ func split(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) plan {
 }
 
 // fitsOne reports whether qty units can move in dir on stock cur, as
-// [sqldialect.Tables.Check] does.
+// [sqlengine.Tables.Check] does.
 func fitsOne(dir driver.Direction, cur, qty int64) bool {
 	if dir == driver.DirReduce {
 		return cur >= qty
@@ -240,11 +239,11 @@ func (p *plan) answer(m *Manager, sku string, batch []*call, s int64) {
 
 // records returns the ledger rows of the keyed calls that took, s being the
 // stock before the batch.
-func (p *plan) records(batch []*call, s int64) []sqldialect.Entry {
-	rs := make([]sqldialect.Entry, 0, p.keyed)
+func (p *plan) records(batch []*call, s int64) []sqlengine.Entry {
+	rs := make([]sqlengine.Entry, 0, p.keyed)
 	for i, c := range batch {
 		if st := p.steps[i]; st.kind == took && c.Req.key != "" {
-			rs = append(rs, sqldialect.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: s + st.off, Expired: st.expired})
+			rs = append(rs, sqlengine.Entry{Dir: c.Req.dir, Key: c.Req.key, Remaining: s + st.off, Expired: st.expired})
 		}
 	}
 	return rs
@@ -254,11 +253,11 @@ func (p *plan) records(batch []*call, s int64) []sqldialect.Entry {
 // the expired lines released (rd.expired, the row's stock before them
 // being base), then the calls that took, s being the stock before the
 // batch.
-func (p *plan) moves(sku string, batch []*call, expired []sqldialect.Ref, base, s int64) []sqldialect.Move {
-	ms, _ := sqlengine.Expires(make([]sqldialect.Move, 0, len(expired)+len(batch)), sku, expired, base)
+func (p *plan) moves(sku string, batch []*call, expired []sqlengine.Ref, base, s int64) []sqlengine.Move {
+	ms, _ := sqlengine.Expires(make([]sqlengine.Move, 0, len(expired)+len(batch)), sku, expired, base)
 	for i, c := range batch {
 		if st := p.steps[i]; st.kind == took {
-			ms = append(ms, sqldialect.Move{SKU: sku, Kind: sqlengine.KindOf(c.Req.dir), Units: c.Req.qty,
+			ms = append(ms, sqlengine.Move{SKU: sku, Kind: sqlengine.KindOf(c.Req.dir), Units: c.Req.qty,
 				Available: s + st.off, Key: c.Req.key, Ref: c.Req.ref})
 		}
 	}
@@ -343,20 +342,20 @@ func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx
 
 // readout is what [Manager.read] found of a SKU.
 type readout struct {
-	stock   int64                          // the row's, with the units of the expired holds
-	expired []sqldialect.Ref               // lines past their TTL, released with the write
-	units   int64                          // of expired
-	seen    map[ledgerKey]sqldialect.Entry // the ledger rows of the batch's keys
+	stock   int64                         // the row's, with the units of the expired holds
+	expired []sqlengine.Ref               // lines past their TTL, released with the write
+	units   int64                         // of expired
+	seen    map[ledgerKey]sqlengine.Entry // the ledger rows of the batch's keys
 }
 
 // read reads the row of sku through q, or locks it through tx if tx is
 // not nil, then its expired holds and the ledger rows of the batch's keys.
 func (m *Manager) read(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, sku string, batch []*call) (rd readout, err error) {
-	var r sqldialect.Row
+	var r sqlengine.Row
 	if tx != nil {
 		r, err = m.t.LockHolds(ctx, tx, sku)
 	} else {
-		var rs map[string]sqldialect.Row
+		var rs map[string]sqlengine.Row
 		if rs, err = m.t.ReadHolds(ctx, q, []string{sku}); err == nil {
 			var found bool
 			if r, found = rs[sku]; !found {
@@ -371,7 +370,7 @@ func (m *Manager) read(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, 
 		return rd, err
 	}
 	rd.stock = r.Stock + rd.units
-	rd.seen = map[ledgerKey]sqldialect.Entry{}
+	rd.seen = map[ledgerKey]sqlengine.Entry{}
 	var keys []string
 	for _, c := range batch {
 		if c.Req.key != "" && !slices.Contains(keys, c.Req.key) {
@@ -455,7 +454,7 @@ func countKeyed(batch []*call) int {
 }
 
 // direct applies batch with one conditional UPDATE of its net change (see
-// [sqldialect.Tables.Move]) when every call fits: the UPDATE matches only
+// [sqlengine.Tables.Move]) when every call fits: the UPDATE matches only
 // if the stock lets each call, in batch order, take effect after the ones
 // before it ([fits]), and no key repeats in the batch. Keyed calls' ledger
 // rows go in the same transaction, which rolls back if any key is in the
@@ -531,7 +530,7 @@ func ignore(err, target error) error {
 }
 
 // move is the conditional UPDATE of a batch of unkeyed calls that all fit
-// ([sqldialect.Tables.Move]); moved is its outcome.
+// ([sqlengine.Tables.Move]); moved is its outcome.
 type (
 	move struct {
 		sku           string

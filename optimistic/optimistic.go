@@ -154,7 +154,7 @@ import (
 // it).
 type Manager struct {
 	face // validates, checks ctx, refuses locally, wraps errors; calls m.move and m.o
-	t    *sqldialect.Tables
+	t    *sqlengine.Tables
 	o    *sqlengine.Orders
 	cfg  config
 
@@ -301,7 +301,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 			return nil, err
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait, Moves: c.ledger})
+	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait, Moves: c.ledger})
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 	case key == "" && !m.cfg.ledger:
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
 	case key == "" && m.t.OneStatementMoves():
-		return m.t.MoveLogged(ctx, m.t.DB, sku, delta, lo, hi, []sqldialect.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
+		return m.t.MoveLogged(ctx, m.t.DB, sku, delta, lo, hi, []sqlengine.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
 			Units: max(delta, -delta), Available: delta, Ref: driver.Ref(ctx)}})
 	}
 	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -437,7 +437,7 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 				return err
 			}
 		}
-		return m.t.WriteMoves(ctx, tx, []sqldialect.Move{{SKU: sku, Kind: sqlengine.KindOf(dir), Units: max(delta, -delta),
+		return m.t.WriteMoves(ctx, tx, []sqlengine.Move{{SKU: sku, Kind: sqlengine.KindOf(dir), Units: max(delta, -delta),
 			Available: rem, Key: key, Ref: driver.Ref(ctx)}})
 	})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
-	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // outcome is one call's end as the sequential reference has it.
@@ -19,7 +19,7 @@ type outcome struct {
 
 // sequential applies batch to stock s one call at a time, in order: the
 // meaning a batch must keep.
-func sequential(s int64, batch []*call, seen map[ledgerKey]sqldialect.Entry) []outcome {
+func sequential(s int64, batch []*call, seen map[ledgerKey]sqlengine.Entry) []outcome {
 	out := make([]outcome, len(batch))
 	taken := map[ledgerKey]int64{}
 	for i, c := range batch {
@@ -89,13 +89,13 @@ func TestPlan(t *testing.T) {
 			}
 			batch[i] = &call{Req: r}
 		}
-		seen := map[ledgerKey]sqldialect.Entry{}
+		seen := map[ledgerKey]sqlengine.Entry{}
 		for range rng.IntN(3) {
 			k := ledgerKey{driver.DirReduce, fmt.Sprint("k", rng.IntN(4))}
 			if rng.IntN(2) == 0 {
 				k.dir = driver.DirReturn
 			}
-			seen[k] = sqldialect.Entry{Dir: k.dir, Key: k.key, Remaining: rng.Int64N(100), Expired: rng.IntN(3) == 0}
+			seen[k] = sqlengine.Entry{Dir: k.dir, Key: k.key, Remaining: rng.Int64N(100), Expired: rng.IntN(3) == 0}
 		}
 		read := stocks[rng.IntN(len(stocks))]
 		p := split(read, batch, seen)

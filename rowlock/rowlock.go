@@ -144,7 +144,7 @@ const DefaultLockTimeout = 5 * time.Second
 // it).
 type Manager struct {
 	face // validates, checks ctx, refuses locally, wraps errors; calls m.move and m.o
-	t    *sqldialect.Tables
+	t    *sqlengine.Tables
 	o    *sqlengine.Orders
 
 	comb *merge.Keyed[string, struct{}, sqlengine.Step, sqlengine.Outcome] // the calls of each SKU in flight
@@ -247,7 +247,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 			return nil, err
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait, Moves: c.ledger})
+	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait, Moves: c.ledger})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 package sqlstore
 
-import "github.com/stockkit/inventory/internal/sqldialect"
+import "github.com/stockkit/inventory/internal/sqlengine"
 
 // Holds is the statements of a Store's holds, for the tests.
 type Holds = holds
@@ -9,7 +9,7 @@ type Holds = holds
 func (s *Store) Holds() *Holds { return s.h }
 
 // Tables returns the shared statements under s.
-func (s *Store) Tables() *sqldialect.Tables { return s.t }
+func (s *Store) Tables() *sqlengine.Tables { return s.t }
 
 // Statement is one of the hold statements, by name, as the engine gets it.
 type Statement struct{ Name, SQL string }

@@ -11,15 +11,16 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // The statements of a Store's holds (lockmgr.HoldStore): hold lines in the
 // holds table, one per (sku, order id), deleted when unheld; order records
 // in the orders table. Each engine's are written out whole, as
 // text/template text over the schema's quoted names and the database's
-// clock ({{.Now}}, Unix microseconds), which [sqldialect.Tables.Render]
+// clock ({{.Now}}, Unix microseconds), which [sqlengine.Tables.Render]
 // builds; testdata/statements.golden shows them for the default schema.
-// The tables themselves are sqldialect's (CreateTables).
+// The tables themselves are sqlengine's (Tables.CreateTables).
 
 // holdStatements is one engine's statements of [holds].
 type holdStatements struct {
@@ -124,12 +125,12 @@ var holdSQL = map[sqldialect.Engine]holdStatements{
 
 // holds runs a Store's hold statements over t's schema.
 type holds struct {
-	t *sqldialect.Tables
+	t *sqlengine.Tables
 	q holdStatements
 }
 
 // newHolds builds the hold statements of t's engine over t's schema.
-func newHolds(t *sqldialect.Tables) *holds {
+func newHolds(t *sqlengine.Tables) *holds {
 	src := holdSQL[t.Engine]
 	h := &holds{t: t}
 	for _, f := range []struct{ dst, src *string }{
@@ -175,7 +176,7 @@ func (h *holds) HoldsOf(ctx context.Context, q sqlx.QueryerContext, sku string, 
 // ErrDuplicate.
 func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, version, newStock int64, id string, qty int64, expires time.Time) (ok bool, err error) {
 	err = h.t.Atomic(ctx, caller, "hold", func(tx *sqlx.Tx) error {
-		n, err := sqldialect.Rows(tx.ExecContext(ctx, h.q.holdLine, id, sku, qty, expires.UnixMicro()))
+		n, err := sqlengine.Rows(tx.ExecContext(ctx, h.q.holdLine, id, sku, qty, expires.UnixMicro()))
 		if err != nil {
 			return h.t.Err(ctx, "hold", err)
 		}
@@ -247,7 +248,7 @@ func (h *holds) CreateOrder(ctx context.Context, caller *sqlx.Tx, id string, lin
 			return h.t.Err(ctx, "create order", err)
 		}
 		abandon := (ttl + grace).Microseconds()
-		n, err := sqldialect.Rows(tx.ExecContext(ctx, h.q.createOrder, id, lines, ttl.Microseconds(), abandon, abandon))
+		n, err := sqlengine.Rows(tx.ExecContext(ctx, h.q.createOrder, id, lines, ttl.Microseconds(), abandon, abandon))
 		if err != nil {
 			return h.t.Err(ctx, "create order", err)
 		}
@@ -321,7 +322,7 @@ func (h *holds) DueOrders(ctx context.Context, q sqlx.QueryerContext, max int) (
 
 // PruneOrders deletes up to 1000 done records kept past their time.
 func (h *holds) PruneOrders(ctx context.Context) (int64, error) {
-	n, err := sqldialect.Rows(h.t.DB.ExecContext(ctx, h.q.pruneOrders))
+	n, err := sqlengine.Rows(h.t.DB.ExecContext(ctx, h.q.pruneOrders))
 	if err != nil {
 		return 0, h.t.Err(ctx, "prune orders", err)
 	}

@@ -68,6 +68,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -93,7 +94,7 @@ type Schema struct {
 // Store keeps stock and idempotency keys in SQL. It is safe for concurrent
 // use. Create it with [New].
 type Store struct {
-	t  *sqldialect.Tables
+	t  *sqlengine.Tables
 	h  *holds   // the statements of the holds (holds.go)
 	tx *sqlx.Tx // the caller's transaction; nil: the pool
 }
@@ -142,7 +143,7 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 			o(&c)
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "sqlstore", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
+	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "sqlstore", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
@@ -27,10 +28,10 @@ func TestCommitLost(t *testing.T) {
 		t.Run(srv.Name, func(t *testing.T) {
 			px := netfault.NewProxy(t, srv.Addr(t))
 			p := srv.Open(t, px.Addr())
-			cfg := sqldialect.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, p.Admin)), KeyTTL: time.Minute}
-			tb, err := sqldialect.New(p.DB, cfg)
+			cfg := sqlengine.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, p.Admin)), KeyTTL: time.Minute}
+			tb, err := sqlengine.New(p.DB, cfg)
 			require.NoError(t, err)
-			direct, err := sqldialect.New(p.Admin, cfg)
+			direct, err := sqlengine.New(p.Admin, cfg)
 			require.NoError(t, err)
 			bg, stop := context.WithTimeout(context.Background(), 5*time.Minute) // a bound for a broken run only
 			defer stop()

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory/internal/sqldialect"
@@ -26,10 +25,10 @@ func TestGolden(t *testing.T) {
 		"# (rowlock's default). Batch statements are shown with two rows.\n" +
 		"# Regenerate: go test ./internal/sqldialect -run TestGolden -update\n")
 	for _, driver := range []string{"mysql", "postgres", "sqlite"} {
-		tb, err := sqldialect.New(sqlx.NewDb(nil, driver), sqldialect.Config{Pkg: "test", KeyTTL: time.Hour, LockWait: 5 * time.Second})
+		eng, err := sqldialect.EngineOf(driver)
 		require.NoError(t, err)
-		for _, s := range tb.Statements() {
-			fmt.Fprintf(&b, "\n-- %s %s --\n%s\n", tb.Engine, s.Name, s.SQL)
+		for _, s := range sqldialect.Build(eng, sqldialect.Schema{}.WithDefaults(), 5*time.Second, false).List() {
+			fmt.Fprintf(&b, "\n-- %s %s --\n%s\n", eng, s.Name, s.SQL)
 		}
 	}
 	path := filepath.Join("testdata", "statements.golden")

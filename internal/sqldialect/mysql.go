@@ -14,73 +14,73 @@ import (
 // The clock of the holds is UTC_TIMESTAMP(6) as Unix microseconds: it is
 // fixed for the length of a statement and does not depend on the session's
 // time zone.
-var mysqlSQL = statements{
+var mysqlSQL = Statements{
 	quote: "`",
 	now:   "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))",
 
-	get:  `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
-	read: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
-	lock: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE` +
+	Get:  `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	Read: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	Lock: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE` +
 		`{{with .WaitSeconds}} /*M!100300 WAIT {{.}} */{{end}}`,
-	init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
+	Init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
 		ON DUPLICATE KEY UPDATE {{.Stock}} = VALUES({{.Stock}}), {{.Version}} = {{.Version}} + 1`,
-	set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
+	Set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
-	move: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+	Move: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
 				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})`,
 
-	shift: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+	Shift: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?`,
 
-	seen: `SELECT remaining FROM {{.Ledger}}
+	Seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
-	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h
+	Peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
-	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
+	Renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at <= ?`,
-	prune: `DELETE FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000`,
-	keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
+	Prune: `DELETE FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000`,
+	Keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
 		WHERE sku = ? AND idem_key IN ({{rows "?"}})`,
-	insert: `INSERT IGNORE INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
+	Insert: `INSERT IGNORE INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}`,
 
-	readHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+	ReadHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
-	lockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+	LockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t WHERE t.{{.SKU}} = ? FOR UPDATE` +
 		`{{with .WaitSeconds}} /*M!100300 WAIT {{.}} */{{end}}`,
-	expired: `SELECT hold_id, qty FROM {{.Holds}}
+	Expired: `SELECT hold_id, qty FROM {{.Holds}}
 		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
 		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
-	release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
+	Release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
 		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
-	reserve: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
+	Reserve: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
 		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}`,
-	lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+	Lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
 		WHERE hold_id = ? ORDER BY sku`,
-	lockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+	LockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
 		WHERE hold_id = ? ORDER BY sku FOR UPDATE`,
-	confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
+	Confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
 		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
-	end: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
+	End: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
 		WHERE hold_id = ? AND state = 'held'`,
-	forget: `DELETE FROM {{.Holds}}
+	Forget: `DELETE FROM {{.Holds}}
 		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
-	held: `SELECT COALESCE(SUM(h.qty), 0) FROM {{.Table}} t
+	Held: `SELECT COALESCE(SUM(h.qty), 0) FROM {{.Table}} t
 		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
 		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
-	due: `SELECT DISTINCT hold_id FROM {{.Holds}}
+	Due: `SELECT DISTINCT hold_id FROM {{.Holds}}
 		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
-	pruneHolds: `DELETE FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000`,
+	PruneHolds: `DELETE FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000`,
 
-	create: []string{
+	Create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
 			{{.SKU}} VARBINARY(255) NOT NULL PRIMARY KEY,
 			{{.Stock}} BIGINT NOT NULL CHECK ({{.Stock}} >= 0),
@@ -166,4 +166,15 @@ func mysqlNumber(err error) (uint16, bool) {
 		}
 	}
 	return 0, false
+}
+
+// mysqlTooManyStmts is ER_MAX_PREPARED_STMT_COUNT_REACHED: the server's
+// max_prepared_stmt_count is used up (by this process or others).
+const mysqlTooManyStmts = 1461
+
+// TooManyStatements reports whether err says the server (MySQL) has no
+// room for another prepared statement: the call runs again as text.
+func TooManyStatements(err error) bool {
+	n, ok := mysqlNumber(err)
+	return ok && n == mysqlTooManyStmts
 }

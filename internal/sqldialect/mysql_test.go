@@ -16,6 +16,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestMySQLErrors(t *testing.T) {
 	defer cancel()
 	db := sqltest.Open(t, "mariadb")
 	schema := sqldialect.Schema(sqltest.Schema(t, db))
-	tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour, LockWait: time.Second})
+	tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour, LockWait: time.Second})
 	require.NoError(t, err)
 	a, b := testenv.Prefix(), testenv.Prefix()
 	require.NoError(t, tb.Init(ctx, a, 1))

@@ -13,78 +13,78 @@ import "errors"
 // server's clock when the statement began, fixed for its length (now() is
 // the transaction's start, which a caller's long transaction would leave
 // behind; clock_timestamp() moves within a statement).
-var postgresSQL = statements{
+var postgresSQL = Statements{
 	quote: `"`,
 	now:   `(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT`,
 
-	get:         `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
-	read:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
-	lockTimeout: `{{with .LockTimeoutMillis}}SET LOCAL lock_timeout = {{.}}{{end}}`,
-	lock:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE`,
-	init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
+	Get:         `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	Read:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
+	LockTimeout: `{{with .LockTimeoutMillis}}SET LOCAL lock_timeout = {{.}}{{end}}`,
+	Lock:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE`,
+	Init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
 		ON CONFLICT ({{.SKU}}) DO UPDATE SET {{.Stock}} = excluded.{{.Stock}}, {{.Version}} = {{.Table}}.{{.Version}} + 1`,
-	set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
+	Set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
-	move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
+	Move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
 				WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		RETURNING {{.Stock}}`,
 
-	shift: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
+	Shift: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 		RETURNING {{.Stock}}`,
 
-	seen: `SELECT remaining FROM {{.Ledger}}
+	Seen: `SELECT remaining FROM {{.Ledger}}
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
-	peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h
+	Peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
-	renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
+	Renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
 		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at <= ?`,
-	prune: `DELETE FROM {{.Ledger}}
+	Prune: `DELETE FROM {{.Ledger}}
 		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000))`,
-	keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
+	Keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
 		WHERE sku = ? AND idem_key IN ({{rows "?"}})`,
-	insert: `INSERT INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
+	Insert: `INSERT INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}
 		ON CONFLICT DO NOTHING`,
 
-	readHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+	ReadHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
-	lockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
+	LockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t WHERE t.{{.SKU}} = ? FOR UPDATE OF t`,
-	expired: `SELECT hold_id, qty FROM {{.Holds}}
+	Expired: `SELECT hold_id, qty FROM {{.Holds}}
 		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
 		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
-	release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
+	Release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
 		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
-	reserve: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
+	Reserve: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
 		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}
 		ON CONFLICT DO NOTHING`,
-	lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+	Lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
 		WHERE hold_id = ? ORDER BY sku`,
-	lockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
+	LockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
 		WHERE hold_id = ? ORDER BY sku FOR UPDATE`,
-	confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
+	Confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
 		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
-	end: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
+	End: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
 		WHERE hold_id = ? AND state = 'held'`,
-	forget: `DELETE FROM {{.Holds}}
+	Forget: `DELETE FROM {{.Holds}}
 		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
-	held: `SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Table}} t
+	Held: `SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Table}} t
 		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
 		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
-	due: `SELECT DISTINCT hold_id FROM {{.Holds}}
+	Due: `SELECT DISTINCT hold_id FROM {{.Holds}}
 		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
-	pruneHolds: `DELETE FROM {{.Holds}}
+	PruneHolds: `DELETE FROM {{.Holds}}
 		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000))`,
 
-	create: []string{
+	Create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
 			{{.SKU}} TEXT COLLATE "C" NOT NULL PRIMARY KEY,
 			{{.Stock}} BIGINT NOT NULL CHECK ({{.Stock}} >= 0),

@@ -1,12 +1,13 @@
-// Package sqldialect is the SQL layer that sqlstore, optimistic and rowlock
-// share: what differs between MariaDB/MySQL, PostgreSQL and SQLite
-// (placeholders, identifier quoting, upserts, how an UPDATE reports the new
-// value, which errors mean "lock contention"), and the statements over the
-// stock table, the idempotency ledger, the holds table and the orders
-// table, built once from a validated schema, with [Tables] to run them.
-// The engine that runs the order calls over them (transactions, retries,
-// holds) is package sqlengine; sqlstore keeps the statements of its holds
-// (lockmgr.HoldStore) itself, built with [Tables.Render].
+// Package sqldialect is what differs between MariaDB/MySQL, PostgreSQL and
+// SQLite for the SQL layer that sqlstore, optimistic and rowlock share:
+// placeholders, identifier quoting, upserts, how an UPDATE reports the new
+// value, which errors mean "lock contention" ([Contention]), and the
+// statements over the stock table, the idempotency ledger, the holds table,
+// the orders table and the movement ledger, rendered once from a validated
+// [Schema] by [Build]. Package sqlengine runs them (its Tables: the error
+// rules, transactions, savepoints, prepared statements, key pruning) and
+// the order calls over them; sqlstore keeps the statements of its holds
+// (lockmgr.HoldStore) itself, built with [Statements.Render].
 //
 // Hold times are Unix microseconds on the database's clock, an expression
 // each engine's file defines once ({{.Now}} in the statements); idempotency
@@ -16,7 +17,7 @@
 // postgres.go, sqlite.go) as text/template text; testdata/statements.golden
 // shows them rendered for the default schema. Every statement takes its
 // values as bind parameters; the only text substituted into SQL is
-// identifiers that passed [Schema.validate] and are then quoted, and the
+// identifiers that passed [Schema.Validate] and are then quoted, and the
 // lock wait as an integer.
 //
 // The package does not import go-sql-driver/mysql, so that a program on
@@ -25,22 +26,16 @@
 package sqldialect
 
 import (
-	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"text/template"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/driver"
-	"github.com/stockkit/inventory/internal/front"
 )
 
 // Engine is a SQL engine family.
@@ -114,9 +109,9 @@ func (s Schema) WithDefaults() Schema {
 	return s
 }
 
-// validate refuses any name that is not a plain identifier: a letter or
+// Validate refuses any name that is not a plain identifier: a letter or
 // underscore, then letters, digits and underscores, at most 63 bytes.
-func (s Schema) validate() error {
+func (s Schema) Validate() error {
 	for _, f := range []struct{ what, v string }{
 		{"table", s.Table}, {"sku column", s.SKU}, {"stock column", s.Stock},
 		{"version column", s.Version}, {"ledger table", s.Ledger}, {"holds table", s.Holds},
@@ -137,54 +132,36 @@ func (s Schema) validate() error {
 	return nil
 }
 
-// Config configures [New].
-type Config struct {
-	Pkg    string        // error prefix: the public package's name
-	Schema Schema        // validated and defaulted by New
-	KeyTTL time.Duration // how long the ledger keeps a key; must be > 0
-	// LockWait bounds the lock wait of [Tables.Lock] on the server where the
-	// engine can (PostgreSQL lock_timeout, MariaDB FOR UPDATE WAIT n);
-	// zero leaves the server's setting.
-	LockWait time.Duration
-	// Moves keeps the movement ledger (moves.go): [Tables.CreateTables]
-	// creates its table and [Tables.WriteMoves] writes it.
-	Moves bool
-}
-
-// Tables runs the shared statements over one schema on one database.
-type Tables struct {
-	DB     *sqlx.DB
-	Engine Engine
-	cfg    Config
-	q      statements
-	writes atomic.Uint32 // keys recorded, to prune now and then
-	prep   *preparedSet  // statements prepared once (prepared.go); nil but on MySQL
-	n      names         // what the statements' templates use
-	mv     *movesSQL     // the movement ledger's statements (moves.go); nil without Config.Moves
-}
-
-// statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
-// text/template text over [names]; [build] renders it into the same struct.
-// keys and insert hold one {{rows "..."}}, the list of n rows of a batch,
-// which [expand] writes out per call; record is insert with one row.
+// Statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
+// text/template text over [names]; [Build] renders it into the same struct,
+// which the engine (package sqlengine) runs. Keys and Insert hold one
+// {{rows "..."}}, the list of n rows of a batch, which [Statements.Expand]
+// writes out per call; Record is Insert with one row.
 //
-// The holds statements (see holds.go) follow the same rules; readHolds,
-// release and reserve are batch statements.
-type statements struct {
+// The holds statements follow the same rules; ReadHolds, Release and
+// Reserve are batch statements.
+type Statements struct {
 	quote string // identifier quote
 	now   string // the database's clock, in Unix microseconds (see [names])
 
-	get, read, lock, lockTimeout, init, set, move string
-	shift                                         string // move without the holds guard
-	seen, peek, record, renew, prune              string
-	keys, insert                                  string
+	Get, Read, Lock, LockTimeout, Init, Set, Move string
+	Shift                                         string // Move without the holds guard
+	Seen, Peek, Record, Renew, Prune              string
+	Keys, Insert                                  string
 
-	lockHolds, expired, lines, lockLines, confirm, end, forget string
-	held, due, pruneHolds                                      string
-	readHolds, release, reserve                                string
-	readHolds1                                                 string // readHolds with one row
+	LockHolds, Expired, Lines, LockLines, Confirm, End, Forget string
+	Held, Due, PruneHolds                                      string
+	ReadHolds, Release, Reserve                                string
+	ReadHolds1                                                 string // ReadHolds with one row
 
-	create []string
+	Create []string
+
+	// Moves is the movement ledger's statements (moves.go), when Build
+	// was asked for them; nil otherwise.
+	Moves *MovesSQL
+
+	eng Engine // what Render and Expand write for
+	n   names  // what the statements used
 }
 
 // names is what a statement's template may use: the schema's identifiers,
@@ -203,48 +180,30 @@ type names struct {
 	MaxRelease        int    // expired holds one call of a SKU releases at most
 }
 
-// New validates cfg and builds the statements for db's engine. It does no I/O.
-func New(db *sqlx.DB, cfg Config) (*Tables, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%s: %w: nil *sqlx.DB", cfg.Pkg, inventory.ErrInvalidArgument)
-	}
-	eng, err := EngineOf(db.DriverName())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
-	}
-	cfg.Schema = cfg.Schema.WithDefaults()
-	if err := cfg.Schema.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
-	}
-	if cfg.KeyTTL < time.Millisecond {
-		return nil, fmt.Errorf("%s: %w: key TTL %v is less than 1ms", cfg.Pkg, inventory.ErrInvalidArgument, cfg.KeyTTL)
-	}
-	if cfg.LockWait < 0 {
-		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
-	}
-	if cfg.Moves {
-		if err := checkMoves(cfg.Schema); err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
-		}
-	}
-	t := &Tables{DB: db, Engine: eng, cfg: cfg}
-	t.q, t.n = build(eng, cfg)
-	if cfg.Moves {
-		t.mv = buildMoves(eng, cfg.Schema, t.n)
-	}
-	t.prepare()
-	return t, nil
-}
-
 // rowsMark brackets the row of a batch list in a rendered statement.
 const rowsMark = "\x00"
 
-// build renders eng's statements over cfg's schema, and returns the names
-// they used.
-func build(eng Engine, cfg Config) (statements, names) {
-	text := map[Engine]statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
+// MaxRelease is how many expired lines of one SKU a call releases at most;
+// the rest wait for the next call or Sweep.
+const MaxRelease = 1000
+
+// Build renders eng's statements over schema s, validated and defaulted
+// (see [Schema.Validate]), with the lock wait lockWait (see [names]) and,
+// when moves is set, the movement ledger's. It does no I/O.
+func Build(eng Engine, s Schema, lockWait time.Duration, moves bool) *Statements {
+	q, n := build(eng, s, lockWait)
+	q.eng, q.n = eng, n
+	if moves {
+		q.Moves = buildMoves(eng, s, n)
+	}
+	return &q
+}
+
+// build renders eng's statements over schema s, and returns the names they
+// used.
+func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
+	text := map[Engine]Statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
 	quote := func(id string) string { return text.quote + id + text.quote }
-	s := cfg.Schema
 	n := names{
 		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
 		Index: quote(s.Ledger[:min(len(s.Ledger), 52)] + "_expires_at"), // within 63 bytes
@@ -254,29 +213,51 @@ func build(eng Engine, cfg Config) (statements, names) {
 		Ended:  quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
 		Orders: quote(s.Orders), OrdersDue: quote(s.Orders[:min(len(s.Orders), 59)] + "_due"),
 	}
-	if cfg.LockWait > 0 {
-		n.WaitSeconds = int64((cfg.LockWait + time.Second - 1) / time.Second)
-		n.LockTimeoutMillis = max(1, cfg.LockWait.Milliseconds())
+	if lockWait > 0 {
+		n.WaitSeconds = int64((lockWait + time.Second - 1) / time.Second)
+		n.LockTimeoutMillis = max(1, lockWait.Milliseconds())
 	}
 	render := func(src string) string { return n.render(src) }
-	q := statements{quote: text.quote, now: text.now, keys: render(text.keys), insert: render(text.insert),
-		readHolds: render(text.readHolds), release: render(text.release), reserve: render(text.reserve)}
+	q := Statements{quote: text.quote, now: text.now, Keys: render(text.Keys), Insert: render(text.Insert),
+		ReadHolds: render(text.ReadHolds), Release: render(text.Release), Reserve: render(text.Reserve)}
 	for _, f := range []struct{ dst, src *string }{
-		{&q.get, &text.get}, {&q.read, &text.read}, {&q.lock, &text.lock}, {&q.lockTimeout, &text.lockTimeout},
-		{&q.init, &text.init}, {&q.set, &text.set}, {&q.move, &text.move}, {&q.shift, &text.shift},
-		{&q.seen, &text.seen}, {&q.peek, &text.peek}, {&q.renew, &text.renew}, {&q.prune, &text.prune},
-		{&q.lockHolds, &text.lockHolds}, {&q.expired, &text.expired}, {&q.lines, &text.lines},
-		{&q.lockLines, &text.lockLines}, {&q.confirm, &text.confirm}, {&q.end, &text.end},
-		{&q.forget, &text.forget}, {&q.held, &text.held}, {&q.due, &text.due}, {&q.pruneHolds, &text.pruneHolds},
+		{&q.Get, &text.Get}, {&q.Read, &text.Read}, {&q.Lock, &text.Lock}, {&q.LockTimeout, &text.LockTimeout},
+		{&q.Init, &text.Init}, {&q.Set, &text.Set}, {&q.Move, &text.Move}, {&q.Shift, &text.Shift},
+		{&q.Seen, &text.Seen}, {&q.Peek, &text.Peek}, {&q.Renew, &text.Renew}, {&q.Prune, &text.Prune},
+		{&q.LockHolds, &text.LockHolds}, {&q.Expired, &text.Expired}, {&q.Lines, &text.Lines},
+		{&q.LockLines, &text.LockLines}, {&q.Confirm, &text.Confirm}, {&q.End, &text.End},
+		{&q.Forget, &text.Forget}, {&q.Held, &text.Held}, {&q.Due, &text.Due}, {&q.PruneHolds, &text.PruneHolds},
 	} {
 		*f.dst = bind(eng, render(*f.src))
 	}
-	q.record = expand(eng, q.insert, 1)
-	q.readHolds1 = expand(eng, q.readHolds, 1)
-	for _, c := range text.create {
-		q.create = append(q.create, render(c))
+	q.Record = expand(eng, q.Insert, 1)
+	q.ReadHolds1 = expand(eng, q.ReadHolds, 1)
+	for _, c := range text.Create {
+		q.Create = append(q.Create, render(c))
 	}
 	return q, n
+}
+
+// Statement is one of [Statements], by name, as the engine gets it.
+type Statement struct{ Name, SQL string }
+
+// List returns every statement of q, the batch ones with two rows: what
+// the tests run and testdata/statements.golden shows.
+func (q *Statements) List() []Statement {
+	ss := []Statement{
+		{"get", q.Get}, {"read", q.Read}, {"lockTimeout", q.LockTimeout}, {"lock", q.Lock},
+		{"init", q.Init}, {"set", q.Set}, {"move", q.Move}, {"shift", q.Shift},
+		{"seen", q.Seen}, {"peek", q.Peek}, {"record", q.Record}, {"renew", q.Renew}, {"prune", q.Prune},
+		{"keys", expand(q.eng, q.Keys, 2)}, {"insert", expand(q.eng, q.Insert, 2)},
+		{"readHolds", expand(q.eng, q.ReadHolds, 2)}, {"lockHolds", q.LockHolds}, {"expired", q.Expired},
+		{"release", expand(q.eng, q.Release, 2)}, {"reserve", expand(q.eng, q.Reserve, 2)},
+		{"lines", q.Lines}, {"lockLines", q.LockLines}, {"confirm", q.Confirm}, {"end", q.End},
+		{"forget", q.Forget}, {"held", q.Held}, {"due", q.Due}, {"pruneHolds", q.PruneHolds},
+	}
+	for _, c := range q.Create {
+		ss = append(ss, Statement{"create", c})
+	}
+	return slices.DeleteFunc(ss, func(s Statement) bool { return s.SQL == "" }) // lockTimeout, on PostgreSQL alone
 }
 
 // render executes src, a statement's template, over n.
@@ -294,16 +275,6 @@ func renderOver(src string, data any) string {
 	return dedent(b.String())
 }
 
-// Render builds a statement of another package's (sqlstore's) over t's
-// schema, as t's own are built: src is text/template text over the quoted
-// names of the schema ({{.Table}}, {{.SKU}}, {{.Stock}}, {{.Version}},
-// {{.Ledger}}, {{.Holds}}, {{.Orders}}) and {{.Now}}, the database's clock
-// in Unix microseconds, with ? placeholders (numbered on PostgreSQL).
-func (t *Tables) Render(src string) string { return bind(t.Engine, t.n.render(src)) }
-
-// Rows returns the rows res affected, or err.
-func Rows(res sql.Result, err error) (int64, error) { return rows(res, err) }
-
 // dedent removes from the second and later lines of a statement the
 // indentation they share in the Go source.
 func dedent(q string) string {
@@ -320,6 +291,16 @@ func dedent(q string) string {
 	return strings.Join(lines, "\n")
 }
 
+// Render builds a statement of another package's (sqlstore's) over q's
+// schema, as q's own are built: src is text/template text over the quoted
+// names of the schema ({{.Table}}, {{.SKU}}, {{.Stock}}, {{.Version}},
+// {{.Ledger}}, {{.Holds}}, {{.Orders}}) and {{.Now}}, the database's clock
+// in Unix microseconds, with ? placeholders (numbered on PostgreSQL).
+func (q *Statements) Render(src string) string { return bind(q.eng, q.n.render(src)) }
+
+// Expand writes out batch statement stmt, one of q's, with n rows.
+func (q *Statements) Expand(stmt string, n int) string { return expand(q.eng, stmt, n) }
+
 // expand writes out batch statement q, rendered by [build], with n rows.
 func expand(eng Engine, q string, n int) string {
 	head, rest, _ := strings.Cut(q, rowsMark)
@@ -335,29 +316,6 @@ func bind(eng Engine, q string) string {
 	return q
 }
 
-// Err wraps err from operation op: with ErrContention when the engine
-// reports a deadlock, a lock wait timeout or a busy database, and with
-// ctx.Err() when ctx is done, so errors.Is finds the sentinel, the context
-// error and, with errors.As, the driver's own error.
-func (t *Tables) Err(ctx context.Context, op string, err error) error {
-	if t.contention(err) {
-		return t.Fail(op, fmt.Errorf("%w: %w", inventory.ErrContention, err))
-	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return t.Fail(op, fmt.Errorf("%w: %w", err, cerr))
-	}
-	return t.Fail(op, err)
-}
-
-// Fail is err as the error of the strategy's operation op ("" when err
-// says what failed): a [*front.Error] naming the strategy, which its face
-// passes on as it is.
-func (t *Tables) Fail(op string, err error) error {
-	return &front.Error{Strategy: t.cfg.Pkg, Op: op, Err: err}
-}
-
-func (t *Tables) contention(err error) bool { return Contention(t.Engine, err) }
-
 // Contention reports whether err, from a statement on engine eng, means
 // lock contention: a deadlock, a lock wait timeout, a serialization
 // failure or a busy database.
@@ -371,388 +329,4 @@ func Contention(eng Engine, err error) bool {
 		return sqliteContention(err)
 	}
 	return false
-}
-
-// NotFound is the error for an unknown SKU.
-func (t *Tables) NotFound(sku string) error {
-	return t.Fail("", fmt.Errorf("%w: %q", inventory.ErrNotFound, sku))
-}
-
-// CreateTables creates the stock, ledger, holds and orders tables, with
-// their indexes, and the movement ledger's table when t keeps one, if they
-// are absent.
-func (t *Tables) CreateTables(ctx context.Context) error {
-	create := t.q.create
-	if t.mv != nil {
-		create = append(slices.Clip(create), t.mv.create...)
-	}
-	for _, stmt := range create {
-		if _, err := t.DB.ExecContext(ctx, stmt); err != nil {
-			return t.Err(ctx, "create tables", err)
-		}
-	}
-	return nil
-}
-
-// Init sets the stock of sku to qty, creating the row if absent, and moves
-// its version on so that a compare-and-set that read before it fails.
-func (t *Tables) Init(ctx context.Context, sku string, qty int64) error {
-	return t.InitOn(ctx, t.DB, sku, qty)
-}
-
-// InitOn is Init through e, a caller's transaction.
-func (t *Tables) InitOn(ctx context.Context, e sqlx.ExecerContext, sku string, qty int64) error {
-	if _, err := e.ExecContext(ctx, t.q.init, sku, qty); err != nil {
-		return t.Err(ctx, "init", err)
-	}
-	return nil
-}
-
-// Get returns the stock of sku.
-func (t *Tables) Get(ctx context.Context, sku string) (int64, error) {
-	return t.GetOn(ctx, t.DB, sku)
-}
-
-// GetOn is Get through q, a caller's transaction.
-func (t *Tables) GetOn(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
-	var n int64
-	err := q.QueryRowxContext(ctx, t.q.get, sku).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, t.Err(ctx, "get", err)
-	}
-	return n, nil
-}
-
-// Read returns the stock and version of sku as of one statement through q.
-// Through the *sqlx.DB (autocommit) that is the latest committed row.
-func (t *Tables) Read(ctx context.Context, q sqlx.QueryerContext, sku string) (stock, version int64, err error) {
-	err = q.QueryRowxContext(ctx, t.q.read, sku).Scan(&stock, &version)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, 0, t.Err(ctx, "read", err)
-	}
-	return stock, version, nil
-}
-
-// Lock reads the row of sku and locks it until tx ends: SELECT ... FOR
-// UPDATE, or on SQLite an UPDATE that takes the database's write lock. Lock
-// must be the first statement of tx, so that on MySQL's REPEATABLE READ the
-// reads after it see every transaction that committed before it.
-func (t *Tables) Lock(ctx context.Context, tx *sqlx.Tx, sku string) (stock, version int64, err error) {
-	if t.q.lockTimeout != "" {
-		if _, err := tx.ExecContext(ctx, t.q.lockTimeout); err != nil {
-			return 0, 0, t.Err(ctx, "set lock timeout", err)
-		}
-	}
-	err = tx.QueryRowxContext(ctx, t.q.lock, sku).Scan(&stock, &version)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, 0, t.Err(ctx, "lock", err)
-	}
-	return stock, version, nil
-}
-
-// Set is the version compare-and-set: if sku's version is still version it
-// sets the stock to stock and moves the version on. ok reports whether it did.
-func (t *Tables) Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (ok bool, err error) {
-	res, err := t.execPrepared(ctx, e, t.q.set, stock, sku, version)
-	if err != nil {
-		return false, t.Err(ctx, "compare-and-set", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, t.Err(ctx, "compare-and-set", err)
-	}
-	return n == 1, nil
-}
-
-// Move adds delta to sku's stock in one conditional UPDATE, if the stock is
-// within lo..hi and the SKU has no hold past its TTL to release first, and
-// returns the new stock. ok=false means no row matched: sku is unknown, its
-// stock is outside lo..hi or it has expired holds (see [Tables.ReadHolds]);
-// nothing changed.
-func (t *Tables) Move(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
-	return t.move(ctx, e, t.q.move, sku, delta, lo, hi)
-}
-
-// Shift is Move without the check for expired holds, for a transaction
-// that read the SKU's holds before.
-func (t *Tables) Shift(ctx context.Context, e sqlx.ExtContext, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
-	return t.move(ctx, e, t.q.shift, sku, delta, lo, hi)
-}
-
-func (t *Tables) move(ctx context.Context, e sqlx.ExtContext, stmt, sku string, delta, lo, hi int64) (remaining int64, ok bool, err error) {
-	if t.Engine != MySQL {
-		err = t.scanPrepared(ctx, e, stmt, []any{delta, sku, lo, hi}, &remaining)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, false, nil
-		}
-		if err != nil {
-			return 0, false, t.Err(ctx, "update", err)
-		}
-		return remaining, true, nil
-	}
-	res, err := t.execPrepared(ctx, e, stmt, delta, sku, lo, hi)
-	if err != nil {
-		return 0, false, t.Err(ctx, "update", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil || n == 0 {
-		return 0, false, t.errIf(ctx, "update", err)
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return 0, false, t.Err(ctx, "update", err)
-	}
-	return id, true, nil
-}
-
-// Seen returns the remaining value recorded for an unexpired key.
-func (t *Tables) Seen(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (remaining int64, found bool, err error) {
-	err = q.QueryRowxContext(ctx, t.q.seen, sku, string(dir), key, time.Now().UnixMilli()).Scan(&remaining)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, t.Err(ctx, "read key", err)
-	}
-	return remaining, true, nil
-}
-
-// Peek reads in one statement the stock of sku, the units of its holds
-// past their TTL and not yet released (which a move would release first)
-// and, when key is not empty, the remaining value recorded for an
-// unexpired (sku, dir, key), through q.
-func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, dir driver.Direction, key string) (stock, expired, remaining int64, found bool, err error) {
-	var rem sql.NullInt64
-	err = q.QueryRowxContext(ctx, t.q.peek, string(dir), key, time.Now().UnixMilli(), sku).Scan(&stock, &rem, &expired)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, 0, false, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, 0, 0, false, t.Err(ctx, "read", err)
-	}
-	return stock, expired, rem.Int64, rem.Valid, nil
-}
-
-// Precheck is the read a keyed move makes before it writes, so that a
-// duplicate or a refusal (after a sell-out, nearly every call) takes no
-// lock and opens no transaction. A nil error means go on to the write;
-// otherwise return the stock and the error it gives: the duplicate (with
-// the first call's remaining), the refusal (with the stock) or the read's
-// error.
-func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	cur, expired, rem, found, err := t.Peek(ctx, t.DB, sku, dir, key)
-	switch {
-	case err != nil:
-		return 0, err
-	case found:
-		return rem, t.Duplicate(sku, dir, key)
-	}
-	if err := t.Check(sku, dir, cur+expired, qty); err != nil {
-		return cur, err
-	}
-	return 0, nil
-}
-
-// Check reports why moving qty units of sku in direction dir from a stock
-// of cur is refused, or nil.
-func (t *Tables) Check(sku string, dir driver.Direction, cur, qty int64) error {
-	if dir == driver.DirReturn {
-		return driver.CheckReturn(cur, qty)
-	}
-	if cur < qty {
-		return t.Fail("", fmt.Errorf("%w: %q has %d, asked %d", inventory.ErrInsufficientStock, sku, cur, qty))
-	}
-	return nil
-}
-
-// Record writes (sku, dir, key) -> remaining into the ledger through e,
-// normally the transaction that moved the stock. An expired entry is
-// replaced; an unexpired one is left, and the error wraps
-// [inventory.ErrDuplicate]: the call is the repeat of one that took effect.
-func (t *Tables) Record(ctx context.Context, e sqlx.ExecerContext, sku string, dir driver.Direction, key string, remaining int64) error {
-	now := time.Now().UnixMilli()
-	exp := now + t.cfg.KeyTTL.Milliseconds()
-	n, err := rows(e.ExecContext(ctx, t.q.record, sku, string(dir), key, remaining, exp))
-	if err == nil && n == 0 {
-		n, err = rows(e.ExecContext(ctx, t.q.renew, remaining, exp, sku, string(dir), key, now))
-	}
-	if err != nil {
-		return t.Err(ctx, "record key", err)
-	}
-	if n == 0 {
-		return t.Duplicate(sku, dir, key)
-	}
-	return nil
-}
-
-// Duplicate is the error for a key that already took effect.
-func (t *Tables) Duplicate(sku string, dir driver.Direction, key string) error {
-	return t.Fail("", fmt.Errorf("%w: %s %q key %q", inventory.ErrDuplicate, dir, sku, key))
-}
-
-func rows(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// Tx runs fn in a transaction and commits it; on any error, fn's included,
-// it rolls back and returns the error. ctx bounds every round trip.
-//
-// go-sql-driver/mysql's Commit and Rollback do not watch ctx: a COMMIT whose
-// answer is lost would block until the TCP connection dies. So on MySQL the
-// transaction ends with a COMMIT or ROLLBACK statement, which ctx bounds
-// (it closes the connection), and database/sql's own Commit or Rollback,
-// a no-op on the server, runs after it in the background.
-func (t *Tables) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return t.TxWith(ctx, nil, fn)
-}
-
-// TxWith is Tx with the transaction options opts (nil: the defaults).
-func (t *Tables) TxWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
-	t.warm(ctx)
-	tx, err := t.DB.BeginTxx(ctx, opts)
-	if err != nil {
-		return t.Err(ctx, "begin", err)
-	}
-	defer t.ownTx(tx)()
-	if err := fn(tx); err != nil {
-		t.end(ctx, tx, "ROLLBACK", tx.Rollback) // the transaction failed; its own error says why
-		return err
-	}
-	if err := t.end(ctx, tx, "COMMIT", tx.Commit); err != nil {
-		return t.Err(ctx, "commit", err)
-	}
-	return nil
-}
-
-// end ends tx with stmt: on MySQL a statement that ctx bounds, then done,
-// database/sql's bookkeeping, in the background; elsewhere done alone.
-func (t *Tables) end(ctx context.Context, tx *sqlx.Tx, stmt string, done func() error) error {
-	if t.Engine != MySQL {
-		return done()
-	}
-	_, err := tx.ExecContext(ctx, stmt)
-	if err != nil {
-		done = tx.Rollback
-	}
-	go func() { _ = done() }()
-	return err
-}
-
-// pruneEvery is how many recorded keys pass between two prunes of up to
-// 1000 expired ones, so pruning keeps pace with recording.
-const pruneEvery = 512
-
-// Tidy is called after a commit that recorded n keys. Now and then it
-// deletes a bounded batch of expired ledger entries; expired entries already
-// count as absent, so a failure here only postpones the cleanup and is
-// ignored.
-func (t *Tables) Tidy(ctx context.Context, n int) {
-	after := t.writes.Add(uint32(n))
-	if after/pruneEvery == (after-uint32(n))/pruneEvery {
-		return
-	}
-	_, _ = t.Prune(ctx)
-}
-
-// Prune deletes up to 1000 expired ledger entries and reports how many.
-func (t *Tables) Prune(ctx context.Context) (int64, error) {
-	return t.count(ctx, t.DB, "prune keys", t.q.prune, time.Now().UnixMilli())
-}
-
-// count runs stmt with args through e and returns how many rows it
-// affected; its error is op's.
-func (t *Tables) count(ctx context.Context, e sqlx.ExecerContext, op, stmt string, args ...any) (int64, error) {
-	n, err := rows(e.ExecContext(ctx, stmt, args...))
-	if err != nil {
-		return 0, t.Err(ctx, op, err)
-	}
-	return n, nil
-}
-
-// Entry is one idempotency key of a SKU in the ledger.
-type Entry struct {
-	Dir       driver.Direction
-	Key       string
-	Remaining int64
-	// Expired, from [Tables.Entries]: the row exists but has expired. To
-	// [Tables.RecordAll]: replace that expired row.
-	Expired bool
-}
-
-// Entries returns the ledger rows of sku for any of keys, in either
-// direction, expired ones included and marked.
-func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string, keys []string) ([]Entry, error) {
-	args := make([]any, 0, 1+len(keys))
-	args = append(args, sku)
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	rows, err := q.QueryxContext(ctx, expand(t.Engine, t.q.keys, len(keys)), args...)
-	if err != nil {
-		return nil, t.Err(ctx, "read keys", err)
-	}
-	defer rows.Close()
-	now := time.Now().UnixMilli()
-	var es []Entry
-	for rows.Next() {
-		var e Entry
-		var dir string
-		var exp int64
-		if err := rows.Scan(&dir, &e.Key, &e.Remaining, &exp); err != nil {
-			return nil, t.Err(ctx, "read keys", err)
-		}
-		e.Dir, e.Expired = driver.Direction(dir), exp <= now
-		es = append(es, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, t.Err(ctx, "read keys", err)
-	}
-	return es, nil
-}
-
-// RecordAll writes entries for sku into the ledger through e, in as few
-// statements as it can: one multi-row INSERT for the new keys, one UPDATE
-// per expired row being replaced. ok=false means some row was not written
-// because another writer got there first; the caller rolls back.
-func (t *Tables) RecordAll(ctx context.Context, e sqlx.ExecerContext, sku string, entries []Entry) (ok bool, err error) {
-	now := time.Now().UnixMilli()
-	exp := now + t.cfg.KeyTTL.Milliseconds()
-	var args []any
-	for _, en := range entries {
-		if en.Expired {
-			n, err := rows(e.ExecContext(ctx, t.q.renew, en.Remaining, exp, sku, string(en.Dir), en.Key, now))
-			if err != nil || n != 1 {
-				return false, t.errIf(ctx, "record keys", err)
-			}
-			continue
-		}
-		args = append(args, sku, string(en.Dir), en.Key, en.Remaining, exp)
-	}
-	if len(args) == 0 {
-		return true, nil
-	}
-	n, err := rows(e.ExecContext(ctx, expand(t.Engine, t.q.insert, len(args)/5), args...))
-	if err != nil {
-		return false, t.Err(ctx, "record keys", err)
-	}
-	return n == int64(len(args)/5), nil
-}
-
-func (t *Tables) errIf(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return t.Err(ctx, op, err)
 }

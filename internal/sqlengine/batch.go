@@ -9,7 +9,6 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
-	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // Step is one Reduce or Return of a batch of one SKU's calls, which
@@ -47,15 +46,15 @@ type ledgerKey struct {
 
 // Apply computes the steps of sku in order from stock (the units of the
 // expired holds the write releases included) and entries, the ledger rows
-// of the steps' keys ([sqldialect.Tables.Entries]; nil if none was read): a step
+// of the steps' keys ([Tables.Entries]; nil if none was read): a step
 // whose key has an unexpired row, or was used by an earlier step of the
 // batch, is a duplicate, with that call's remaining; a step the stock does
 // not let through is refused, with the stock then; any other moves the
 // stock. It returns each step's outcome, the stock after the batch, the
-// ledger rows to write ([sqldialect.Tables.RecordAll]), whether any step moved the
+// ledger rows to write ([Tables.RecordAll]), whether any step moved the
 // stock, and whether any was refused for want of stock.
-func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.Entry, steps []Step) (out []Outcome, after int64, records []sqldialect.Entry, moved, short bool) {
-	seen := make(map[ledgerKey]sqldialect.Entry, len(entries))
+func Apply(t *Tables, sku string, stock int64, entries []Entry, steps []Step) (out []Outcome, after int64, records []Entry, moved, short bool) {
+	seen := make(map[ledgerKey]Entry, len(entries))
 	for _, e := range entries {
 		seen[ledgerKey{e.Dir, e.Key}] = e
 	}
@@ -81,8 +80,8 @@ func Apply(t *sqldialect.Tables, sku string, stock int64, entries []sqldialect.E
 		if s.Key != "" {
 			// Later steps with this key in the batch are its duplicates.
 			expired := seen[k].Expired // an expired row to replace
-			seen[k] = sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
-			records = append(records, sqldialect.Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
+			seen[k] = Entry{Dir: s.Dir, Key: s.Key, Remaining: cur}
+			records = append(records, Entry{Dir: s.Dir, Key: s.Key, Remaining: cur, Expired: expired})
 		}
 	}
 	return out, cur, records, moved, short
@@ -102,7 +101,7 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // nothing changed.
 //
 // The steps' keys are taken to be absent from the ledger (the callers
-// read them first, see [sqldialect.Tables.Precheck]), so the batch reads them only
+// read them first, see [Tables.Precheck]), so the batch reads them only
 // when a keyed step is refused; when the ledger INSERT finds one there
 // after all, the transaction rolls back and the batch is tried again,
 // reading them under the lock. So a lone call makes the round trips of
@@ -110,7 +109,7 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Outcome, error) {
 	var (
 		out      []Outcome
-		records  []sqldialect.Entry
+		records  []Entry
 		readKeys bool
 	)
 	err := o.run(ctx, nil, string(steps[0].Dir), nil, func(ctx context.Context, s *shot, tx *sqlx.Tx) error {
@@ -160,7 +159,7 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 // expired holds released, the movement ledger's entries and the ledger
 // rows of the keys. ok=false: a key was in the ledger already.
 func (o *Orders) writeBatch(ctx context.Context, tx *sqlx.Tx, sku string, r *row, after int64, steps []Step, out []Outcome,
-	records []sqldialect.Entry) (ok bool, err error) {
+	records []Entry) (ok bool, err error) {
 	if err := o.write(ctx, tx, sku, r, after); err != nil {
 		return false, err
 	}

@@ -7,13 +7,12 @@ import (
 
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
-	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/ledger"
 )
 
 // The movement ledger (package ledger), when the Tables keep one: every
 // transaction that moves stock writes its entries with one INSERT
-// ([sqldialect.Tables.WriteMoves]) before it commits, after it wrote the
+// ([Tables.WriteMoves]) before it commits, after it wrote the
 // stock rows it holds, so that the positions of a SKU's entries follow the
 // order of its moves. Without a ledger nothing here runs: no statement,
 // no allocation.
@@ -29,21 +28,21 @@ func KindOf(dir driver.Direction) ledger.Kind {
 // Expires appends to ms the entries of refs, the expired lines of sku a
 // write releases, the SKU's stock before them being base, and returns
 // the stock after them.
-func Expires(ms []sqldialect.Move, sku string, refs []sqldialect.Ref, base int64) ([]sqldialect.Move, int64) {
+func Expires(ms []Move, sku string, refs []Ref, base int64) ([]Move, int64) {
 	for _, r := range refs {
 		base += r.Qty
-		ms = append(ms, sqldialect.Move{SKU: sku, Kind: ledger.Expire, Units: r.Qty, Available: base, Hold: r.ID})
+		ms = append(ms, Move{SKU: sku, Kind: ledger.Expire, Units: r.Qty, Available: base, Hold: r.ID})
 	}
 	return ms, base
 }
 
 // batchMoves returns the entries of a batch of sku whose row r was
 // written: its expired lines, then every step that took effect.
-func batchMoves(sku string, r *row, steps []Step, out []Outcome) []sqldialect.Move {
-	ms, _ := Expires(make([]sqldialect.Move, 0, len(r.refs)+len(steps)), sku, r.refs, r.Stock)
+func batchMoves(sku string, r *row, steps []Step, out []Outcome) []Move {
+	ms, _ := Expires(make([]Move, 0, len(r.refs)+len(steps)), sku, r.refs, r.Stock)
 	for i, s := range steps {
 		if out[i].Err == nil {
-			ms = append(ms, sqldialect.Move{SKU: sku, Kind: KindOf(s.Dir), Units: s.Qty, Available: out[i].Remaining, Key: s.Key, Ref: s.Ref})
+			ms = append(ms, Move{SKU: sku, Kind: KindOf(s.Dir), Units: s.Qty, Available: out[i].Remaining, Key: s.Key, Ref: s.Ref})
 		}
 	}
 	return ms
@@ -63,7 +62,7 @@ func (o *Orders) Init(ctx context.Context, caller *sqlx.Tx, sku string, qty int6
 		if err := o.T.InitOn(ctx, tx, sku, qty); err != nil {
 			return err
 		}
-		return o.T.WriteMoves(ctx, tx, []sqldialect.Move{{SKU: sku, Kind: ledger.Init, Units: qty, Available: qty}})
+		return o.T.WriteMoves(ctx, tx, []Move{{SKU: sku, Kind: ledger.Init, Units: qty, Available: qty}})
 	})
 }
 

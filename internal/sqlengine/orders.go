@@ -32,7 +32,7 @@ import (
 //
 // The zero Orders is not usable: set T.
 type Orders struct {
-	T *sqldialect.Tables
+	T *Tables
 	// CAS makes ReduceLines, ReturnLines, Reserve and Move read the rows
 	// (and their expired holds) first, without locks, check the lines, and
 	// then write each row with one conditional UPDATE, in SKU order: the
@@ -159,8 +159,8 @@ func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, 
 // row is one SKU of a call as the call found it, with the expired lines it
 // releases.
 type row struct {
-	sqldialect.Row
-	refs  []sqldialect.Ref
+	Row
+	refs  []Ref
 	units int64 // of refs
 }
 
@@ -381,7 +381,7 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 			return err
 		}
 	}
-	var ms []sqldialect.Move
+	var ms []Move
 	for _, sku := range m.skus {
 		i := slices.IndexFunc(m.lines, func(l inventory.Line) bool { return l.SKU == sku })
 		if err := m.write(ctx, tx, i, rs[sku]); err != nil {
@@ -411,7 +411,7 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 
 // moves appends to ms the entries of line i, whose row r was written:
 // the expired lines it released, then the line.
-func (m *linesMove) moves(ms []sqldialect.Move, i int, r *row) []sqldialect.Move {
+func (m *linesMove) moves(ms []Move, i int, r *row) []Move {
 	l := m.lines[i]
 	base := m.stock[i] - r.units + l.Qty // the row's stock before the write
 	kind := KindOf(m.dir)
@@ -422,7 +422,7 @@ func (m *linesMove) moves(ms []sqldialect.Move, i int, r *row) []sqldialect.Move
 		kind = ledger.Reserve
 	}
 	ms, _ = Expires(ms, l.SKU, r.refs, base)
-	return append(ms, sqldialect.Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: m.stock[i], Key: m.key, Ref: m.ref, Hold: m.hold})
+	return append(ms, Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: m.stock[i], Key: m.key, Ref: m.ref, Hold: m.hold})
 }
 
 // write writes line i, whose row is r, through tx: without CAS, the row
@@ -476,7 +476,7 @@ func (o *Orders) claim(ctx context.Context, tx *sqlx.Tx, id string) error {
 }
 
 // gone reports whether every line of a hold ended more than ttl before now.
-func gone(ls []sqldialect.Line, now int64, ttl time.Duration) bool {
+func gone(ls []Line, now int64, ttl time.Duration) bool {
 	for _, l := range ls {
 		if !l.Ended.Valid || l.Ended.Int64 > now-ttl.Microseconds() {
 			return false
@@ -489,7 +489,7 @@ func gone(ls []sqldialect.Line, now int64, ttl time.Duration) bool {
 // the hold's SKUs, in a transaction that fn's nil error commits. The
 // outcome fn reports is returned after the commit.
 func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
-	fn func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (outcome error, err error)) error {
+	fn func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (outcome error, err error)) error {
 	pre, _, err := o.T.Lines(ctx, o.q(caller), id, false)
 	if err != nil {
 		return err
@@ -509,7 +509,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 			return err
 		}
 		for _, r := range rs { // this hold's own lines are fn's to end
-			r.refs = slices.DeleteFunc(r.refs, func(ref sqldialect.Ref) bool {
+			r.refs = slices.DeleteFunc(r.refs, func(ref Ref) bool {
 				if ref.ID == id {
 					r.units -= ref.Qty
 				}
@@ -520,7 +520,7 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 		if err != nil {
 			return err
 		}
-		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l sqldialect.Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
+		if len(ls) != len(skus) || slices.IndexFunc(ls, func(l Line) bool { return !slices.Contains(skus, l.SKU) }) >= 0 {
 			return errConflict // the hold changed between the reads
 		}
 		if gone(ls, now, o.T.KeyTTL()) {
@@ -537,10 +537,10 @@ func (o *Orders) onHold(ctx context.Context, caller *sqlx.Tx, op, id string,
 }
 
 // giveBack ends the held lines of ls as state and gives their units back.
-func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqldialect.Line, rs map[string]*row, state string) (int, error) {
+func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []Line, rs map[string]*row, state string) (int, error) {
 	held := 0
 	for _, l := range ls {
-		if l.State == sqldialect.Held {
+		if l.State == Held {
 			held++
 		}
 	}
@@ -554,13 +554,13 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqld
 	if n != int64(held) {
 		return 0, errConflict
 	}
-	var ms []sqldialect.Move
+	var ms []Move
 	kind := ledger.Cancel
-	if state == sqldialect.Expired {
+	if state == Expired {
 		kind = ledger.Expire
 	}
 	for _, l := range ls {
-		if l.State != sqldialect.Held {
+		if l.State != Held {
 			continue
 		}
 		r := rs[l.SKU]
@@ -570,18 +570,18 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqld
 		}
 		if o.T.Ledgered() {
 			ms, _ = Expires(ms, l.SKU, r.refs, r.Stock)
-			ms = append(ms, sqldialect.Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: after, Hold: id})
+			ms = append(ms, Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: after, Hold: id})
 		}
 	}
 	return held, o.T.WriteMoves(ctx, tx, ms)
 }
 
-func states(ls []sqldialect.Line) (held, confirmed, released int) {
+func states(ls []Line) (held, confirmed, released int) {
 	for _, l := range ls {
 		switch l.State {
-		case sqldialect.Held:
+		case Held:
 			held++
-		case sqldialect.Confirmed:
+		case Confirmed:
 			confirmed++
 		default:
 			released++
@@ -594,7 +594,7 @@ func states(ls []sqldialect.Line) (held, confirmed, released int) {
 // is released in the same transaction (its units are back, as the error
 // says), even though Confirm returns ErrHoldReleased.
 func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "confirm", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
 		held, confirmed, _ := states(ls)
 		switch {
 		case confirmed == len(ls):
@@ -605,28 +605,28 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 				err = errConflict
 			}
 			if err == nil && o.T.Ledgered() {
-				ms := make([]sqldialect.Move, len(ls))
+				ms := make([]Move, len(ls))
 				for i, l := range ls {
-					ms[i] = sqldialect.Move{SKU: l.SKU, Kind: ledger.Confirm, Units: l.Qty, Available: rs[l.SKU].Stock, Hold: id}
+					ms[i] = Move{SKU: l.SKU, Kind: ledger.Confirm, Units: l.Qty, Available: rs[l.SKU].Stock, Hold: id}
 				}
 				err = o.T.WriteMoves(ctx, tx, ms)
 			}
 			return nil, err
 		}
-		_, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
+		_, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
 		return o.T.Fail("confirm", fmt.Errorf("%w: hold %q", inventory.ErrHoldReleased, id)), err
 	})
 }
 
 // Cancel implements [inventory.OrderManager.Cancel].
 func (o *Orders) Cancel(ctx context.Context, caller *sqlx.Tx, id string) error {
-	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
+	return o.onHold(ctx, caller, "cancel", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
 		if _, confirmed, _ := states(ls); confirmed > 0 {
 			return o.T.Fail("cancel", fmt.Errorf("%w: hold %q", inventory.ErrHoldConfirmed, id)), nil
 		}
-		state := sqldialect.Cancelled
+		state := Cancelled
 		if ls[0].Expires <= now {
-			state = sqldialect.Expired
+			state = Expired
 		}
 		_, err := o.giveBack(ctx, tx, id, ls, rs, state)
 		return nil, err
@@ -652,12 +652,12 @@ func (o *Orders) Sweep(ctx context.Context, caller *sqlx.Tx) (int, error) {
 	released := 0
 	for _, id := range ids {
 		var n int
-		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []sqldialect.Line, now int64, rs map[string]*row) (error, error) {
+		err := o.onHold(ctx, caller, "sweep", id, func(ctx context.Context, tx *sqlx.Tx, ls []Line, now int64, rs map[string]*row) (error, error) {
 			n = 0
 			if ls[0].Expires > now {
 				return nil, nil
 			}
-			held, err := o.giveBack(ctx, tx, id, ls, rs, sqldialect.Expired)
+			held, err := o.giveBack(ctx, tx, id, ls, rs, Expired)
 			if held > 0 {
 				n = 1
 			}

@@ -1,4 +1,4 @@
-package sqldialect_test
+package sqlengine_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestPreparedMove(t *testing.T) {
 		p := testenv.Prefix()
 		schema := sqldialect.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p, Orders: "orders_" + p}
 		sqltest.Drop(t, db, schema.Table, schema.Ledger, schema.Holds, schema.Orders)
-		tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour})
+		tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour})
 		require.NoError(t, err)
 		require.False(t, tb.Prepared("move"), "New prepares nothing")
 		require.NoError(t, tb.CreateTables(ctx))
@@ -69,7 +70,7 @@ func TestPreparedMove(t *testing.T) {
 		require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
 			r, err := tb.LockHolds(ctx, tx, sku)
 			require.NoError(t, err)
-			require.Equal(t, sqldialect.Row{Stock: 5, Version: 5, Expired: true}, r)
+			require.Equal(t, sqlengine.Row{Stock: 5, Version: 5, Expired: true}, r)
 			require.Equal(t, prepared, tb.Prepared("lockHolds"))
 			_, ok, err := tb.Move(ctx, tx, sku, -1, 1, math.MaxInt64)
 			require.False(t, ok, "in a transaction too")
@@ -83,7 +84,7 @@ func TestPreparedMove(t *testing.T) {
 		require.NoError(t, err)
 		r, err := tb.LockHolds(ctx, tx, sku)
 		require.NoError(t, err)
-		require.Equal(t, sqldialect.Row{Stock: 9, Version: 6, Expired: true}, r, "the committed Set")
+		require.Equal(t, sqlengine.Row{Stock: 9, Version: 6, Expired: true}, r, "the committed Set")
 		ok, err = tb.Set(ctx, tx, sku, 5, 1)
 		require.NoError(t, err)
 		require.False(t, ok, "stale version")

@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // On MySQL the driver prepares a statement with arguments, executes it and
@@ -38,10 +40,6 @@ import (
 // prepareRetry is how long a statement whose prepare failed runs
 // unprepared before the next try.
 const prepareRetry = 10 * time.Second
-
-// mysqlTooManyStmts is ER_MAX_PREPARED_STMT_COUNT_REACHED: the server's
-// max_prepared_stmt_count is used up (by this process or others).
-const mysqlTooManyStmts = 1461
 
 // prepared is one statement of a Tables, prepared once on its pool.
 type prepared struct {
@@ -108,14 +106,14 @@ type preparedSet struct {
 // prepare sets up t's prepared statements (MySQL and SQLite) and their
 // closing when t becomes unreachable.
 func (t *Tables) prepare() {
-	if t.Engine == Postgres {
+	if t.Engine == sqldialect.Postgres {
 		return
 	}
 	set := &preparedSet{
-		move:      &prepared{db: t.DB, text: t.q.move},
-		shift:     &prepared{db: t.DB, text: t.q.shift},
-		lockHolds: &prepared{db: t.DB, text: t.q.lockHolds},
-		set:       &prepared{db: t.DB, text: t.q.set},
+		move:      &prepared{db: t.DB, text: t.q.Move},
+		shift:     &prepared{db: t.DB, text: t.q.Shift},
+		lockHolds: &prepared{db: t.DB, text: t.q.LockHolds},
+		set:       &prepared{db: t.DB, text: t.q.Set},
 	}
 	t.prep = set
 	runtime.AddCleanup(t, func(s *preparedSet) {
@@ -184,18 +182,11 @@ func (t *Tables) stmtFor(ctx context.Context, e any, stmt string) *sql.Stmt {
 	return nil
 }
 
-// tooMany reports whether err says the server has no room for another
-// prepared statement: the call runs again as text.
-func tooMany(err error) bool {
-	n, ok := mysqlNumber(err)
-	return ok && n == mysqlTooManyStmts
-}
-
 // execPrepared runs stmt with args through e: as its prepared statement
 // when [Tables.stmtFor] gives one, otherwise as text.
 func (t *Tables) execPrepared(ctx context.Context, e sqlx.ExecerContext, stmt string, args ...any) (sql.Result, error) {
 	if s := t.stmtFor(ctx, e, stmt); s != nil {
-		if res, err := s.ExecContext(ctx, args...); !tooMany(err) {
+		if res, err := s.ExecContext(ctx, args...); !sqldialect.TooManyStatements(err) {
 			return res, err
 		}
 	}
@@ -206,7 +197,7 @@ func (t *Tables) execPrepared(ctx context.Context, e sqlx.ExecerContext, stmt st
 // as execPrepared runs a statement.
 func (t *Tables) scanPrepared(ctx context.Context, q sqlx.QueryerContext, stmt string, args []any, dest ...any) error {
 	if s := t.stmtFor(ctx, q, stmt); s != nil {
-		if err := s.QueryRowContext(ctx, args...).Scan(dest...); !tooMany(err) {
+		if err := s.QueryRowContext(ctx, args...).Scan(dest...); !sqldialect.TooManyStatements(err) {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"
@@ -23,10 +23,6 @@ const (
 	Expired   = "expired"   // given back after its TTL passed
 )
 
-// MaxRelease is how many expired lines of one SKU a call releases at most;
-// the rest wait for the next call or Sweep.
-const MaxRelease = 1000
-
 // Row is a stock row as the holds-aware reads see it.
 type Row struct {
 	Stock, Version int64
@@ -37,9 +33,9 @@ type Row struct {
 // ReadHolds reads the rows of skus in one statement through q. A SKU
 // without a row is absent from the map.
 func (t *Tables) ReadHolds(ctx context.Context, q sqlx.QueryerContext, skus []string) (map[string]Row, error) {
-	stmt := t.q.readHolds1
+	stmt := t.q.ReadHolds1
 	if len(skus) != 1 {
-		stmt = expand(t.Engine, t.q.readHolds, len(skus))
+		stmt = t.q.Expand(t.q.ReadHolds, len(skus))
 	}
 	args := make([]any, len(skus))
 	for i, s := range skus {
@@ -69,13 +65,13 @@ func (t *Tables) ReadHolds(ctx context.Context, q sqlx.QueryerContext, skus []st
 // holds to release. The same rule applies: on MySQL, lock every row a
 // transaction needs before its first plain read.
 func (t *Tables) LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (Row, error) {
-	if t.q.lockTimeout != "" {
-		if _, err := tx.ExecContext(ctx, t.q.lockTimeout); err != nil {
+	if t.q.LockTimeout != "" {
+		if _, err := tx.ExecContext(ctx, t.q.LockTimeout); err != nil {
 			return Row{}, t.Err(ctx, "set lock timeout", err)
 		}
 	}
 	var r Row
-	err := t.scanPrepared(ctx, tx, t.q.lockHolds, []any{sku}, &r.Stock, &r.Version, &r.Expired)
+	err := t.scanPrepared(ctx, tx, t.q.LockHolds, []any{sku}, &r.Stock, &r.Version, &r.Expired)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, t.NotFound(sku)
 	}
@@ -91,10 +87,10 @@ type Ref struct {
 	Qty int64
 }
 
-// Expired returns up to MaxRelease lines of sku held past their TTL, oldest
-// first, and their units.
+// Expired returns up to [sqldialect.MaxRelease] lines of sku held past
+// their TTL, oldest first, and their units.
 func (t *Tables) Expired(ctx context.Context, q sqlx.QueryerContext, sku string) (refs []Ref, units int64, err error) {
-	rows, err := q.QueryxContext(ctx, t.q.expired, sku)
+	rows, err := q.QueryxContext(ctx, t.q.Expired, sku)
 	if err != nil {
 		return nil, 0, t.Err(ctx, "read expired holds", err)
 	}
@@ -125,7 +121,7 @@ func (t *Tables) Release(ctx context.Context, e sqlx.ExecerContext, sku string, 
 	for _, r := range refs {
 		args = append(args, r.ID)
 	}
-	n, err := rows(e.ExecContext(ctx, expand(t.Engine, t.q.release, len(refs)), args...))
+	n, err := rows(e.ExecContext(ctx, t.q.Expand(t.q.Release, len(refs)), args...))
 	if err != nil {
 		return false, t.Err(ctx, "release holds", err)
 	}
@@ -140,7 +136,7 @@ func (t *Tables) Reserve(ctx context.Context, e sqlx.ExecerContext, id string, l
 	for _, l := range lines {
 		args = append(args, id, l.SKU, l.Qty, ttl.Microseconds())
 	}
-	n, err := rows(e.ExecContext(ctx, expand(t.Engine, t.q.reserve, len(lines)), args...))
+	n, err := rows(e.ExecContext(ctx, t.q.Expand(t.q.Reserve, len(lines)), args...))
 	if err != nil {
 		return false, t.Err(ctx, "insert hold", err)
 	}
@@ -159,9 +155,9 @@ type Line struct {
 // (Unix µs), through q; with lock, they are read with FOR UPDATE (on
 // SQLite the transaction's write lock does it).
 func (t *Tables) Lines(ctx context.Context, q sqlx.QueryerContext, id string, lock bool) (ls []Line, now int64, err error) {
-	stmt := t.q.lines
+	stmt := t.q.Lines
 	if lock {
-		stmt = t.q.lockLines
+		stmt = t.q.LockLines
 	}
 	rows, err := q.QueryxContext(ctx, stmt, id)
 	if err != nil {
@@ -184,19 +180,19 @@ func (t *Tables) Lines(ctx context.Context, q sqlx.QueryerContext, id string, lo
 // ConfirmHold marks every held, unexpired line of hold id confirmed and
 // returns how many it marked.
 func (t *Tables) ConfirmHold(ctx context.Context, e sqlx.ExecerContext, id string) (int64, error) {
-	return t.count(ctx, e, "confirm hold", t.q.confirm, id)
+	return t.count(ctx, e, "confirm hold", t.q.Confirm, id)
 }
 
 // EndHold moves every held line of hold id to state (Cancelled or Expired)
 // and returns how many it moved; the caller gives their units back.
 func (t *Tables) EndHold(ctx context.Context, e sqlx.ExecerContext, id, state string) (int64, error) {
-	return t.count(ctx, e, "end hold", t.q.end, state, id)
+	return t.count(ctx, e, "end hold", t.q.End, state, id)
 }
 
 // ForgetHold deletes the lines of hold id that ended more than the key TTL
 // ago and returns how many it deleted.
 func (t *Tables) ForgetHold(ctx context.Context, e sqlx.ExecerContext, id string) (int64, error) {
-	return t.count(ctx, e, "forget hold", t.q.forget, id, t.cfg.KeyTTL.Microseconds())
+	return t.count(ctx, e, "forget hold", t.q.Forget, id, t.cfg.KeyTTL.Microseconds())
 }
 
 // KeyTTL is how long an ended hold's id stays taken.
@@ -205,7 +201,7 @@ func (t *Tables) KeyTTL() time.Duration { return t.cfg.KeyTTL }
 // Held returns the units of sku in held lines, expired ones included.
 func (t *Tables) Held(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
 	var n int64
-	err := q.QueryRowxContext(ctx, t.q.held, sku).Scan(&n)
+	err := q.QueryRowxContext(ctx, t.q.Held, sku).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, t.NotFound(sku)
 	}
@@ -218,7 +214,7 @@ func (t *Tables) Held(ctx context.Context, q sqlx.QueryerContext, sku string) (i
 // Due returns the ids of up to limit holds with a line held past its TTL.
 func (t *Tables) Due(ctx context.Context, q sqlx.QueryerContext, limit int) ([]string, error) {
 	var ids []string
-	if err := sqlx.SelectContext(ctx, q, &ids, t.q.due, limit); err != nil {
+	if err := sqlx.SelectContext(ctx, q, &ids, t.q.Due, limit); err != nil {
 		return nil, t.Err(ctx, "read due holds", err)
 	}
 	return ids, nil
@@ -227,7 +223,7 @@ func (t *Tables) Due(ctx context.Context, q sqlx.QueryerContext, limit int) ([]s
 // PruneHolds deletes up to 1000 lines that ended more than the key TTL ago
 // and reports how many.
 func (t *Tables) PruneHolds(ctx context.Context) (int64, error) {
-	return t.count(ctx, t.DB, "prune holds", t.q.pruneHolds, t.cfg.KeyTTL.Microseconds())
+	return t.count(ctx, t.DB, "prune holds", t.q.PruneHolds, t.cfg.KeyTTL.Microseconds())
 }
 
 // Pkg is the error prefix of t: the public package's name.

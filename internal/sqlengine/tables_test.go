@@ -1,4 +1,4 @@
-package sqldialect_test
+package sqlengine_test
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
-func tables(t *testing.T, db *sqlx.DB, ttl time.Duration) *sqldialect.Tables {
+func tables(t *testing.T, db *sqlx.DB, ttl time.Duration) *sqlengine.Tables {
 	t.Helper()
-	tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, db)), KeyTTL: ttl})
+	tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, db)), KeyTTL: ttl})
 	require.NoError(t, err)
 	return tb
 }
@@ -92,9 +93,9 @@ func TestPrune(t *testing.T) {
 		ctx := context.Background()
 		tb := tables(t, db, time.Millisecond)
 		sku := testenv.Prefix()
-		var entries []sqldialect.Entry
+		var entries []sqlengine.Entry
 		for _, k := range []string{"a", "b", "c"} {
-			entries = append(entries, sqldialect.Entry{Dir: driver.DirReduce, Key: k, Remaining: 1})
+			entries = append(entries, sqlengine.Entry{Dir: driver.DirReduce, Key: k, Remaining: 1})
 		}
 		ok, err := tb.RecordAll(ctx, db, sku, entries)
 		require.NoError(t, err)

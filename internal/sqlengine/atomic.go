@@ -1,4 +1,4 @@
-package sqldialect
+package sqlengine
 
 import (
 	"context"

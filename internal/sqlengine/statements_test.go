@@ -1,4 +1,4 @@
-package sqldialect_test
+package sqlengine_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
+	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
 // TestStatements runs every statement of each engine against the real
 // engine, one subtest per statement in the order they build on each other,
-// and fails if a statement of [sqldialect.Tables.Statements] has none.
+// and fails if a statement of [sqlengine.Tables.Statements] has none.
 func TestStatements(t *testing.T) {
 	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -27,8 +28,8 @@ func TestStatements(t *testing.T) {
 		p := testenv.Prefix()
 		schema := sqldialect.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
 		sqltest.Drop(t, db, schema.Table, schema.Ledger)
-		open := func(ttl time.Duration) *sqldialect.Tables {
-			tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: schema, KeyTTL: ttl, LockWait: 2 * time.Second})
+		open := func(ttl time.Duration) *sqlengine.Tables {
+			tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: ttl, LockWait: 2 * time.Second})
 			require.NoError(t, err)
 			return tb
 		}
@@ -138,7 +139,7 @@ func TestStatements(t *testing.T) {
 				require.ErrorIs(t, err, inventory.ErrNotFound)
 			}},
 			{"insert", func(t *testing.T) {
-				es := []sqldialect.Entry{{Dir: reduce, Key: "k3", Remaining: 3}, {Dir: driver.DirReturn, Key: "k3", Remaining: 5}}
+				es := []sqlengine.Entry{{Dir: reduce, Key: "k3", Remaining: 3}, {Dir: driver.DirReturn, Key: "k3", Remaining: 5}}
 				ok, err := tb.RecordAll(ctx, db, sku, es)
 				require.NoError(t, err)
 				require.True(t, ok)
@@ -149,14 +150,14 @@ func TestStatements(t *testing.T) {
 			{"keys", func(t *testing.T) {
 				es, err := tb.Entries(ctx, db, sku, []string{"k1", "k3", "k9"})
 				require.NoError(t, err)
-				require.ElementsMatch(t, []sqldialect.Entry{
+				require.ElementsMatch(t, []sqlengine.Entry{
 					{Dir: reduce, Key: "k1", Remaining: 4},
 					{Dir: reduce, Key: "k3", Remaining: 3},
 					{Dir: driver.DirReturn, Key: "k3", Remaining: 5},
 				}, es)
 			}},
 			{"prune", func(t *testing.T) {
-				ok, err := short.RecordAll(ctx, db, sku, []sqldialect.Entry{{Dir: reduce, Key: "k4", Remaining: 1}})
+				ok, err := short.RecordAll(ctx, db, sku, []sqlengine.Entry{{Dir: reduce, Key: "k4", Remaining: 1}})
 				require.NoError(t, err)
 				require.True(t, ok)
 				time.Sleep(5 * time.Millisecond)
@@ -170,7 +171,7 @@ func TestStatements(t *testing.T) {
 			{"readHolds", func(t *testing.T) {
 				rs, err := tb.ReadHolds(ctx, db, []string{sku, unknown})
 				require.NoError(t, err)
-				require.Equal(t, map[string]sqldialect.Row{sku: {Stock: 4, Version: 4}}, rs)
+				require.Equal(t, map[string]sqlengine.Row{sku: {Stock: 4, Version: 4}}, rs)
 			}},
 			{"reserve", func(t *testing.T) {
 				ok, err := tb.Reserve(ctx, db, "h1", []inventory.Line{{SKU: sku, Qty: 1}}, time.Hour)
@@ -189,7 +190,7 @@ func TestStatements(t *testing.T) {
 				require.Len(t, ls, 1)
 				l := ls[0]
 				require.Equal(t, inventory.Line{SKU: sku, Qty: 1}, l.Line)
-				require.Equal(t, sqldialect.Held, l.State)
+				require.Equal(t, sqlengine.Held, l.State)
 				require.False(t, l.Ended.Valid)
 				require.InDelta(t, time.Hour.Microseconds(), l.Expires-now, float64(time.Minute.Microseconds()),
 					"expires an hour from the database's now")
@@ -217,7 +218,7 @@ func TestStatements(t *testing.T) {
 				time.Sleep(5 * time.Millisecond) // h2 expires
 				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
 					r, err := tb.LockHolds(ctx, tx, sku)
-					require.Equal(t, sqldialect.Row{Stock: 4, Version: 4, Expired: true}, r)
+					require.Equal(t, sqlengine.Row{Stock: 4, Version: 4, Expired: true}, r)
 					return err
 				}))
 				err := tb.Tx(ctx, func(tx *sqlx.Tx) error { _, err := tb.LockHolds(ctx, tx, unknown); return err })
@@ -232,7 +233,7 @@ func TestStatements(t *testing.T) {
 			{"expired", func(t *testing.T) {
 				refs, units, err := tb.Expired(ctx, db, sku)
 				require.NoError(t, err)
-				require.Equal(t, []sqldialect.Ref{{ID: "h2", Qty: 2}}, refs)
+				require.Equal(t, []sqlengine.Ref{{ID: "h2", Qty: 2}}, refs)
 				require.EqualValues(t, 2, units)
 			}},
 			{"due", func(t *testing.T) {
@@ -241,10 +242,10 @@ func TestStatements(t *testing.T) {
 				require.Equal(t, []string{"h2"}, ids)
 			}},
 			{"release", func(t *testing.T) {
-				ok, err := tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				ok, err := tb.Release(ctx, db, sku, []sqlengine.Ref{{ID: "h2", Qty: 2}})
 				require.NoError(t, err)
 				require.True(t, ok)
-				ok, err = tb.Release(ctx, db, sku, []sqldialect.Ref{{ID: "h2", Qty: 2}})
+				ok, err = tb.Release(ctx, db, sku, []sqlengine.Ref{{ID: "h2", Qty: 2}})
 				require.NoError(t, err)
 				require.False(t, ok, "h2 is no longer held")
 				ls, _, err := tb.Lines(ctx, db, "h2", false)
@@ -253,7 +254,7 @@ func TestStatements(t *testing.T) {
 				for _, l := range ls {
 					states[l.SKU] = l.State
 				}
-				require.Equal(t, map[string]string{sku: sqldialect.Expired, unknown: sqldialect.Held}, states,
+				require.Equal(t, map[string]string{sku: sqlengine.Expired, unknown: sqlengine.Held}, states,
 					"the line of the other SKU stays held")
 			}},
 			{"confirm", func(t *testing.T) {
@@ -268,10 +269,10 @@ func TestStatements(t *testing.T) {
 				require.Zero(t, n, "expired")
 			}},
 			{"end", func(t *testing.T) {
-				n, err := tb.EndHold(ctx, db, "h2", sqldialect.Expired)
+				n, err := tb.EndHold(ctx, db, "h2", sqlengine.Expired)
 				require.NoError(t, err)
 				require.EqualValues(t, 1, n, "the line still held")
-				n, err = tb.EndHold(ctx, db, "h2", sqldialect.Cancelled)
+				n, err = tb.EndHold(ctx, db, "h2", sqlengine.Cancelled)
 				require.NoError(t, err)
 				require.Zero(t, n)
 			}},
