@@ -144,6 +144,9 @@ import (
 
 // Manager implements [inventory.StockManager] and [inventory.OrderManager]
 // with optimistic concurrency over SQL. It is safe for concurrent use. Create it with [New].
+// Beside those calls it has InTx (the calls bound to a caller's
+// transaction, a [Tx]), CreateTables and Entries ([ledger.Reader]), which
+// it shares with the other SQL strategy.
 //
 // Its Confirm of a hold past its TTL releases it in the same transaction
 // and returns [inventory.ErrHoldReleased]. Its Sweep releases up to the

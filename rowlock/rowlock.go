@@ -134,6 +134,9 @@ const DefaultLockTimeout = 5 * time.Second
 // Manager implements [inventory.StockManager] and [inventory.OrderManager]
 // with a row lock per transaction, which applies the calls of a SKU that
 // arrived together. It is safe for concurrent use. Create it with [New].
+// Beside those calls it has InTx (the calls bound to a caller's
+// transaction, a [Tx]), CreateTables and Entries ([ledger.Reader]), which
+// it shares with the other SQL strategy.
 //
 // Its Confirm of a hold past its TTL releases it in the same transaction
 // and returns [inventory.ErrHoldReleased]. Its Sweep releases up to the
