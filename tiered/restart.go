@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,12 +28,30 @@ var errRestarted = errors.New("tiered: Redis restarted: its state is fenced unti
 // the recovery takes it in: nothing reaches a restarted Redis, which may
 // have come back older than it acknowledged, before the recovery has
 // re-warmed its SKUs from SQL.
+//
+// A Manager that first contacts a Redis after it restarted has no run_id
+// to compare with, so the server keeps one for it: each Manager's stamp
+// (PREFIX:run, beside its keys) is the run_id of the server its state was
+// last known good on. The first contact with an address sets the stamp
+// if there is none (SET NX: a new or empty Redis) and reads it; a stamp of
+// another run_id came back with data written before a restart, and is
+// fenced as a restart seen live. After the recovery that took in a
+// restart, each Manager stamps the new run_id. Not on a Cluster client
+// (its nodes are watched live only), nor on a server that refuses the
+// commands before AUTH.
 type restartWatch struct {
-	mu      sync.Mutex
-	trusted map[string]string // addr -> run_id served
-	pending map[string]string // addr -> run_id seen since, not yet taken in
-	subs    map[*Manager]bool // the Managers over the client: tripped on a restart
+	mu        sync.Mutex
+	trusted   map[string]string // addr -> run_id served
+	pending   map[string]string // addr -> run_id seen since, not yet taken in
+	subs      map[*Manager]bool // the Managers over the client: tripped on a restart
+	checked   map[string]bool   // addr + " " + stamp key: the stamp was read at addr
+	restamp   map[*Manager]bool // a Manager waiting to stamp (restamp)
+	addr, db  string            // a plain client's address and database; stamps on
+	stampable bool
 }
+
+// stampKey is the key of m's stamp.
+func (m *Manager) stampKey() string { return m.cfg.prefix + ":run" }
 
 // watches holds the restart watch of each client, shared by the Managers
 // over it: one hook per client.
@@ -40,7 +59,8 @@ var watches sync.Map // redis.UniversalClient -> *restartWatch
 
 // watch returns rdb's restart watch, with m subscribed to it.
 func watch(rdb redis.UniversalClient, m *Manager) *restartWatch {
-	w := &restartWatch{trusted: map[string]string{}, pending: map[string]string{}, subs: map[*Manager]bool{}}
+	w := &restartWatch{trusted: map[string]string{}, pending: map[string]string{}, subs: map[*Manager]bool{},
+		checked: map[string]bool{}, restamp: map[*Manager]bool{}}
 	v, loaded := watches.LoadOrStore(rdb, w)
 	w = v.(*restartWatch)
 	if !loaded {
@@ -94,34 +114,73 @@ func (w *restartWatch) install(rdb redis.UniversalClient) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		c.AddHook(h)
+		w.addr, w.db, w.stampable = c.Options().Addr, strconv.Itoa(c.Options().DB), true
 	case *redis.ClusterClient:
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
 	}
 }
 
-// check reads the run_id of the server on c and compares it.
+// check reads the run_id of the server on c, and the stamps not yet read
+// at addr, and compares them.
 func (w *restartWatch) check(ctx context.Context, c net.Conn, addr string) error {
-	id, ok := runID(ctx, c)
+	dl := time.Now().Add(time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	if c.SetDeadline(dl) != nil {
+		return nil
+	}
+	defer c.SetDeadline(time.Time{})
+	r := bufio.NewReaderSize(c, 4096)
+	id, ok := runID(c, r)
 	if !ok {
 		return nil // the server would not say (AUTH first): nothing to compare
 	}
+	keys := w.unchecked(addr)
+	stale, read := stamps(c, r, w.db, keys, id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	trusted, seen := w.trusted[addr]
-	switch {
-	case !seen || len(w.subs) == 0:
-		w.trusted[addr] = id
-		return nil
-	case id == trusted:
-		return nil
-	}
-	if w.pending[addr] != id {
-		w.pending[addr] = id
-		for m := range w.subs {
-			m.trip()
+	if read {
+		for _, k := range keys {
+			w.checked[addr+" "+k] = true
 		}
 	}
+	trusted, seen := w.trusted[addr]
+	switch {
+	case len(w.subs) == 0 || !seen && stale == "":
+		w.trusted[addr] = id
+		return nil
+	case w.pending[addr] == id:
+	case !seen:
+		// The server restarted before this client's first contact.
+		w.trusted[addr] = stale
+		fallthrough
+	case id != trusted || stale != "":
+		w.pending[addr] = id
+		for m := range w.subs {
+			w.trip(m)
+		}
+	default:
+		return nil
+	}
 	return fmt.Errorf("%w (%s)", errRestarted, addr)
+}
+
+// unchecked returns the stamp keys of the subscribed Managers not yet
+// read at addr.
+func (w *restartWatch) unchecked(addr string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var keys []string
+	if !w.stampable || addr != w.addr {
+		return nil
+	}
+	for m := range w.subs {
+		if k := m.stampKey(); !w.checked[addr+" "+k] && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // accept takes in the servers that restarted: a recovery runs next (the
@@ -139,51 +198,141 @@ func (w *restartWatch) accept() bool {
 	return some
 }
 
-// runID asks the server on c for its run_id with INFO server, in RESP2,
-// within a second.
-func runID(ctx context.Context, c net.Conn) (string, bool) {
-	dl := time.Now().Add(time.Second)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
+// resp encodes a command in RESP.
+func resp(args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if c.SetDeadline(dl) != nil {
-		return "", false
-	}
-	defer c.SetDeadline(time.Time{})
-	if _, err := io.WriteString(c, "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
-		return "", false
-	}
-	r := bufio.NewReaderSize(c, 4096)
+	return b.String()
+}
+
+// readReply reads one reply of a simple type (status, error, bulk string,
+// integer): its first byte, and its text. A nil bulk string is "$" with
+// nil true.
+func readReply(r *bufio.Reader) (kind byte, text string, null bool, err error) {
 	head, err := r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(head, "$") {
-		return "", false
+	if err != nil || len(head) < 3 {
+		return 0, "", false, fmt.Errorf("short reply %q: %v", head, err)
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
-	if err != nil || n < 0 || n > 1<<20 {
-		return "", false
+	kind, text = head[0], strings.TrimSuffix(head[1:], "\r\n")
+	if kind != '$' {
+		return kind, text, false, nil
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil || n > 1<<20 {
+		return 0, "", false, fmt.Errorf("bulk length %q", text)
+	}
+	if n < 0 {
+		return kind, "", true, nil
 	}
 	body := make([]byte, n+2)
 	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, "", false, err
+	}
+	return kind, string(body[:n]), false, nil
+}
+
+// runID asks the server on c for its run_id with INFO server, in RESP2.
+func runID(c net.Conn, r *bufio.Reader) (string, bool) {
+	if _, err := io.WriteString(c, resp("INFO", "server")); err != nil {
 		return "", false
 	}
-	id, ok := infoField(string(body), "run_id")
-	return strings.TrimSpace(id), ok && id != ""
+	kind, info, null, err := readReply(r)
+	if err != nil || kind != '$' || null {
+		return "", false
+	}
+	id, ok := infoField(info, "run_id")
+	id = strings.TrimSpace(id)
+	return id, ok && id != ""
+}
+
+// stamps sets each of keys on c to id where it is not set (SET NX GET, in
+// database db) and returns a different run_id one of them held (stale),
+// and whether the server answered them all (read).
+func stamps(c net.Conn, r *bufio.Reader, db string, keys []string, id string) (stale string, read bool) {
+	if len(keys) == 0 {
+		return "", false
+	}
+	cmds := resp("SELECT", db)
+	for _, k := range keys {
+		cmds += resp("SET", k, id, "NX", "GET")
+	}
+	if _, err := io.WriteString(c, cmds); err != nil {
+		return "", false
+	}
+	read = true
+	for i := 0; i <= len(keys); i++ {
+		kind, old, null, err := readReply(r)
+		switch {
+		case err != nil:
+			return "", false // the connection is not usable: go-redis fails its handshake
+		case i == 0 && kind != '+', i > 0 && kind != '$':
+			read = false // refused (a replica, a server wanting AUTH): cannot tell
+		case i > 0 && !null && old != id:
+			stale = old
+		}
+	}
+	return stale, read
 }
 
 // trip opens the circuit at once for a restart the watch saw: the
-// recovery that follows re-warms every SKU (see recoverRedis).
-func (m *Manager) trip() {
+// recovery that follows re-warms every SKU (see recoverRedis). w.mu is
+// held.
+func (w *restartWatch) trip(m *Manager) {
 	b := &m.br
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.restart = true
-	if b.state != brClosed {
-		return
+	if b.state == brClosed {
+		now := time.Now()
+		b.state, b.until, b.outage = brOpen, now, now
+		b.start = m.startRecovery
+		if b.done == nil {
+			b.done = make(chan struct{})
+		}
 	}
-	now := time.Now()
-	b.state, b.until, b.outage = brOpen, now, now
-	b.start = m.startRecovery
-	if b.done == nil {
-		b.done = make(chan struct{})
+	b.mu.Unlock()
+	if w.stampable && !w.restamp[m] && m.bg.Err() == nil {
+		w.restamp[m] = true
+		m.wg.Add(1)
+		go w.stampAfter(m)
+	}
+}
+
+// stampAfter waits until m's circuit has closed after the recovery that
+// took the restart in, with no restart pending, and then stamps the
+// run_id that recovery trusted. A stamp that fails leaves the old one: a
+// Manager that starts next fences again (an undersell, never an
+// oversell).
+func (w *restartWatch) stampAfter(m *Manager) {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.brOpen)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.bg.Done():
+			w.mu.Lock()
+			delete(w.restamp, m)
+			w.mu.Unlock()
+			return
+		case <-tick.C:
+		}
+		m.br.mu.Lock()
+		settled := m.br.state == brClosed && !m.br.restart
+		m.br.mu.Unlock()
+		w.mu.Lock()
+		id, ok := w.trusted[w.addr]
+		settled = settled && ok && len(w.pending) == 0
+		if settled {
+			delete(w.restamp, m)
+		}
+		w.mu.Unlock()
+		if settled {
+			ctx, cancel := context.WithTimeout(m.bg, m.cfg.refillTO)
+			_ = m.rdb.Set(ctx, m.stampKey(), id, 0).Err()
+			cancel()
+			return
+		}
 	}
 }
