@@ -126,15 +126,6 @@ type fenceResult struct {
 	restarted      bool // a recovery saw Redis restart
 }
 
-// checkKept asserts that Redis forgot no acknowledged move: SQL, drained,
-// has them all, and at most as many more as s's calls failed (a call cut
-// by the fault may have taken effect).
-func (r fenceResult) checkKept(t *testing.T, s *seller, msg string) {
-	t.Helper()
-	assert.LessOrEqual(t, r.forgotten, int64(0), msg)
-	assert.GreaterOrEqual(t, r.forgotten, -s.failed.Load(), "SQL has more moves than the calls that failed could make")
-}
-
 // fenceFigures drains m, logs the figures of a sale of sku and checks
 // what holds after any fault: SQL has every unit sold, lost or left, the
 // SKU sold out, and the recoveries reported every unit recorded lost.
@@ -163,6 +154,53 @@ func fenceFigures(ctx context.Context, t *testing.T, m *Manager, what, sku strin
 	return r
 }
 
+// onFenceModes runs f as two subtests, "fenced" (the default) and
+// "trusted" (WithTrustRestarts), with the options of each (fenceOpts and
+// extra).
+func onFenceModes(t *testing.T, f func(t *testing.T, name string, trust bool, opts []Option), extra ...Option) {
+	for _, trust := range []bool{false, true} {
+		name, opts := "fenced", fenceOpts(extra...)
+		if trust {
+			name, opts = "trusted", append(opts, WithTrustRestarts())
+		}
+		t.Run(name, func(t *testing.T) { f(t, name, trust, opts) })
+	}
+}
+
+// The SKU and stock of a sale of one SKU.
+const fenceSKU, fenceInitial = "a", 300
+
+// startSale inits fenceSKU and sells 120 units of it, and returns the
+// seller.
+func startSale(ctx context.Context, t *testing.T, m *Manager) *seller {
+	require.NoError(t, m.Init(ctx, fenceSKU, fenceInitial))
+	s := &seller{m: m}
+	s.sell(ctx, t, fenceSKU, 120, 0, nil)
+	return s
+}
+
+// endKept sells fenceSKU out after a fault that lost no acknowledged move
+// (what says which) and checks the outcome: 0 oversold, SQL has every
+// acknowledged move, and at most as many more as calls failed (a call cut
+// by the fault may have taken effect); trusted, nothing undersold;
+// fenced, the restart seen and the undersell the allotment the fence
+// dropped, at most fenceDropBound.
+func endKept(ctx context.Context, t *testing.T, m *Manager, s *seller, what string, trust bool) {
+	t.Helper()
+	require.True(t, s.sell(ctx, t, fenceSKU, -1, 0, nil), "sold out")
+	r := fenceFigures(ctx, t, m, what, fenceSKU, fenceInitial, s.acked.Load(), s.failed.Load())
+	assert.Zero(t, r.over, "oversold")
+	assert.LessOrEqual(t, r.forgotten, int64(0), "Redis forgot acknowledged moves")
+	assert.GreaterOrEqual(t, r.forgotten, -s.failed.Load(), "SQL has more moves than the calls that failed could make")
+	if trust {
+		assert.Zero(t, r.under, "a trusted restart that forgot nothing loses nothing")
+		return
+	}
+	assert.True(t, r.restarted, "the watch saw the restart")
+	assert.Equal(t, r.lost, r.under, "the undersell is the allotment the fence dropped")
+	assert.LessOrEqual(t, r.under, int64(fenceDropBound), "at most the allotment and a grant in flight")
+}
+
 // TestFenceCompleteAOF SIGKILLs a private Redis with appendfsync always
 // mid-sale and restarts it from its own, complete, append-only file: it
 // forgot nothing. Fenced (the default), the recovery still drops Redis's
@@ -170,36 +208,15 @@ func fenceFigures(ctx context.Context, t *testing.T, m *Manager, what, sku strin
 // most the allotment and a grant in flight; trusting restarts, 0
 // oversold and 0 lost.
 func TestFenceCompleteAOF(t *testing.T) {
-	for _, trust := range []bool{false, true} {
-		name, opts := "fenced", fenceOpts()
-		if trust {
-			name, opts = "trusted", fenceOpts(WithTrustRestarts())
-		}
-		t.Run(name, func(t *testing.T) {
-			srv, m := privateManager(t, testenv.MySQL(t), opts...)
-			syncing(t, m)
-			ctx := ctxT(t, 40*time.Second)
-			const sku, initial = "a", 300
-			require.NoError(t, m.Init(ctx, sku, initial))
-			s := &seller{m: m}
-			s.sell(ctx, t, sku, 120, 0, nil)
-			srv.Kill()
-			srv.Start()
-			require.True(t, s.sell(ctx, t, sku, -1, 0, nil), "sold out")
-			r := fenceFigures(ctx, t, m, "complete AOF, "+name, sku, initial, s.acked.Load(), s.failed.Load())
-			assert.Zero(t, r.over, "oversold")
-			r.checkKept(t, s, "appendfsync always: Redis forgot nothing")
-			if trust {
-				assert.Zero(t, r.under, "a trusted restart of a complete AOF loses nothing")
-				return
-			}
-			assert.Equal(t, r.lost, r.under, "the undersell is the allotment the fence dropped")
-			assert.LessOrEqual(t, r.under, int64(fenceDropBound), "at most the allotment and a grant in flight")
-			recs, _, _ := m.Recoveries()
-			require.NotEmpty(t, recs)
-			assert.True(t, recs[len(recs)-1].Restarted, "the watch saw the restart")
-		})
-	}
+	onFenceModes(t, func(t *testing.T, name string, trust bool, opts []Option) {
+		srv, m := privateManager(t, testenv.MySQL(t), opts...)
+		syncing(t, m)
+		ctx := ctxT(t, 40*time.Second)
+		s := startSale(ctx, t, m)
+		srv.Kill()
+		srv.Start()
+		endKept(ctx, t, m, s, "complete AOF, "+name, trust)
+	})
 }
 
 // TestFencePromotedReplica runs tiered with WithReplicas(1, ...) on a
@@ -207,56 +224,36 @@ func TestFenceCompleteAOF(t *testing.T) {
 // the replica (REPLICAOF NO ONE), points the client's dialer at it and
 // makes the old primary its replica. The replica had every acknowledged
 // move: 0 oversold, fenced or not; fenced, the recovery drops the promoted
-// Redis's state (it is another server: a new run_id at the same address)
+// Redis's state (another server: a new run_id at the client's address)
 // and records its allotment lost.
 func TestFencePromotedReplica(t *testing.T) {
-	for _, trust := range []bool{false, true} {
-		name, opts := "fenced", fenceOpts(WithReplicas(1, 2*time.Second))
-		if trust {
-			name, opts = "trusted", append(opts, WithTrustRestarts())
-		}
-		t.Run(name, func(t *testing.T) {
-			primary := faulttest.StartRedis(t)
-			replica := faulttest.StartReplica(t, primary)
-			var target atomic.Value
-			target.Store(primary.Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: "tiered-primary:6379", DialTimeout: 200 * time.Millisecond, MaxRetries: -1,
-				Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, network, target.Load().(string))
-				}})
-			t.Cleanup(func() { rdb.Close() })
-			m := newEnv(t, rdb, testenv.MySQL(t)).manager(t, opts...)
-			syncing(t, m)
-			ctx := ctxT(t, 40*time.Second)
-			const sku, initial = "a", 300
-			require.NoError(t, m.Init(ctx, sku, initial))
-			s := &seller{m: m}
-			s.sell(ctx, t, sku, 120, 0, nil)
+	onFenceModes(t, func(t *testing.T, name string, trust bool, opts []Option) {
+		primary := faulttest.StartRedis(t)
+		replica := faulttest.StartReplica(t, primary)
+		var target atomic.Value
+		target.Store(primary.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: "tiered-primary:6379", DialTimeout: 200 * time.Millisecond, MaxRetries: -1,
+			Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, target.Load().(string))
+			}})
+		t.Cleanup(func() { rdb.Close() })
+		m := newEnv(t, rdb, testenv.MySQL(t)).manager(t, opts...)
+		syncing(t, m)
+		ctx := ctxT(t, 40*time.Second)
+		s := startSale(ctx, t, m)
 
-			primary.Kill()
-			promote := redis.NewClient(&redis.Options{Addr: replica.Addr()})
-			t.Cleanup(func() { promote.Close() })
-			require.NoError(t, promote.ReplicaOf(ctx, "NO", "ONE").Err())
-			target.Store(replica.Addr())
-			primary.Start() // its own AOF, then a replica of the promoted one
-			old := redis.NewClient(&redis.Options{Addr: primary.Addr()})
-			t.Cleanup(func() { old.Close() })
-			host, port, _ := net.SplitHostPort(replica.Addr())
-			require.NoError(t, old.ReplicaOf(ctx, host, port).Err())
-
-			require.True(t, s.sell(ctx, t, sku, -1, 0, nil), "sold out")
-			r := fenceFigures(ctx, t, m, "promoted replica, WithReplicas(1), "+name, sku, initial, s.acked.Load(), s.failed.Load())
-			assert.Zero(t, r.over, "oversold")
-			r.checkKept(t, s, "the replica had every acknowledged move")
-			if !trust {
-				assert.Equal(t, r.lost, r.under, "the undersell is the allotment the fence dropped")
-				assert.LessOrEqual(t, r.under, int64(fenceDropBound), "at most the allotment and a grant in flight")
-				recs, _, _ := m.Recoveries()
-				require.NotEmpty(t, recs)
-				assert.True(t, recs[len(recs)-1].Restarted, "the watch saw another server")
-			}
-		})
-	}
+		primary.Kill()
+		promote := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+		t.Cleanup(func() { promote.Close() })
+		require.NoError(t, promote.ReplicaOf(ctx, "NO", "ONE").Err())
+		target.Store(replica.Addr())
+		primary.Start() // its own AOF, then a replica of the promoted one
+		old := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+		t.Cleanup(func() { old.Close() })
+		host, port, _ := net.SplitHostPort(replica.Addr())
+		require.NoError(t, old.ReplicaOf(ctx, host, port).Err())
+		endKept(ctx, t, m, s, "promoted replica, WithReplicas(1), "+name, trust)
+	}, WithReplicas(1, 2*time.Second))
 }
 
 // fenceChildEnv carries the spec of TestFenceTwoProcesses's child process.
@@ -446,11 +443,9 @@ func TestFenceManagerStartedAfterRestart(t *testing.T) {
 	}
 	e := newEnv(t, client(), testenv.MySQL(t))
 	ctx := ctxT(t, 40*time.Second)
-	const sku, initial = "a", 300
+	const sku, initial = fenceSKU, fenceInitial
 	first := e.manager(t, fenceOpts()...)
-	require.NoError(t, first.Init(ctx, sku, initial))
-	s := &seller{m: first}
-	s.sell(ctx, t, sku, 60, 0, nil)
+	s := startSale(ctx, t, first)
 	older := filepath.Join(t.TempDir(), "older")
 	copyDir(t, srv.DataDir(), older)
 	s.sell(ctx, t, sku, 90, 0, nil)
