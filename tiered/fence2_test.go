@@ -182,7 +182,8 @@ func startSale(ctx context.Context, t *testing.T, m *Manager) *seller {
 // endKept sells fenceSKU out after a fault that lost no acknowledged move
 // (what says which) and checks the outcome: 0 oversold, SQL has every
 // acknowledged move, and at most as many more as calls failed (a call cut
-// by the fault may have taken effect); trusted, nothing undersold;
+// by the fault may have taken effect); trusted, nothing lost (undersold
+// only the failed calls that took effect);
 // fenced, the restart seen and the undersell the allotment the fence
 // dropped, at most fenceDropBound.
 func endKept(ctx context.Context, t *testing.T, m *Manager, s *seller, what string, trust bool) {
@@ -193,7 +194,8 @@ func endKept(ctx context.Context, t *testing.T, m *Manager, s *seller, what stri
 	assert.LessOrEqual(t, r.forgotten, int64(0), "Redis forgot acknowledged moves")
 	assert.GreaterOrEqual(t, r.forgotten, -s.failed.Load(), "SQL has more moves than the calls that failed could make")
 	if trust {
-		assert.Zero(t, r.under, "a trusted restart that forgot nothing loses nothing")
+		assert.Zero(t, r.lost, "a trusted restart that forgot nothing loses nothing")
+		assert.Equal(t, -r.forgotten, r.under, "undersold only the calls that failed and took effect")
 		return
 	}
 	assert.True(t, r.restarted, "the watch saw the restart")
@@ -428,10 +430,11 @@ func fenceChild(t *testing.T, raw string) {
 
 // TestFenceManagerStartedAfterRestart restores a private Redis from an
 // older append-only file while no Manager runs (the one that sold has
-// closed), then starts a new Manager over a new client: it has no run_id
-// of its own to compare, but the stamp that came back with the old data
-// names the old server, so its first contact fences the restored Redis,
-// and selling out never passes the stock. The recovery stamps the new
+// closed), then starts a new Manager, over a client that already trusts
+// the restored server: it has no run_id of its own to compare, but the
+// stamp that came back with the old data names the old server, so its
+// first command fences the restored Redis, and selling out never passes
+// the stock. The recovery stamps the new
 // run_id: a third Manager started then trusts the server, with no
 // recovery.
 func TestFenceManagerStartedAfterRestart(t *testing.T) {
@@ -454,10 +457,18 @@ func TestFenceManagerStartedAfterRestart(t *testing.T) {
 	copyDir(t, older, srv.DataDir())
 	srv.Start()
 
-	open := func() *Manager {
-		return (&env{rdb: client(), db: e.db, prefix: e.prefix, tables: e.tables}).manager(t, fenceOpts()...)
+	open := func(rdb *redis.Client) *Manager {
+		return (&env{rdb: rdb, db: e.db, prefix: e.prefix, tables: e.tables}).manager(t, fenceOpts()...)
 	}
-	second := open()
+	// The client first serves a Manager whose keys have no stamp, so it
+	// trusts the server, and the new Manager's first command reads its
+	// own stamp.
+	rdb := client()
+	other, err := New(rdb, e.db, WithPrefix(e.prefix+"-other"), WithTablePrefix(e.tables))
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	require.NoError(t, rdb.Ping(ctx).Err())
+	second := open(rdb)
 	syncing(t, second)
 	s.m = second
 	require.True(t, s.sell(ctx, t, sku, -1, 0, nil), "sold out")
@@ -474,7 +485,7 @@ func TestFenceManagerStartedAfterRestart(t *testing.T) {
 		run, _ := infoField(info, "run_id")
 		return err == nil && id == strings.TrimSpace(run)
 	}, 20*time.Second, 20*time.Millisecond, "the new run_id stamped")
-	third := open()
+	third := open(client())
 	left, err := third.Get(ctx, sku)
 	require.NoError(t, err)
 	assert.Zero(t, left)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,9 +46,13 @@ type restartWatch struct {
 	pending   map[string]string // addr -> run_id seen since, not yet taken in
 	subs      map[*Manager]bool // the Managers over the client: tripped on a restart
 	checked   map[string]bool   // addr + " " + stamp key: the stamp was read at addr
-	restamp   map[*Manager]bool // a Manager waiting to stamp (restamp)
+	restamp   map[*Manager]bool // a Manager waiting to stamp (stampAfter)
 	addr, db  string            // a plain client's address and database; stamps on
 	stampable bool
+	opt       *redis.Options // a plain client's (ensure)
+
+	unsure   atomic.Bool // a Manager subscribed whose stamp may be unread (ensure)
+	ensureMu sync.Mutex
 }
 
 // stampKey is the key of m's stamp.
@@ -61,6 +66,10 @@ var watches sync.Map // redis.UniversalClient -> *restartWatch
 func watch(rdb redis.UniversalClient, m *Manager) *restartWatch {
 	w := &restartWatch{trusted: map[string]string{}, pending: map[string]string{}, subs: map[*Manager]bool{},
 		checked: map[string]bool{}, restamp: map[*Manager]bool{}}
+	if c, ok := rdb.(*redis.Client); ok {
+		w.opt = c.Options()
+		w.addr, w.db, w.stampable = w.opt.Addr, strconv.Itoa(w.opt.DB), true
+	}
 	v, loaded := watches.LoadOrStore(rdb, w)
 	w = v.(*restartWatch)
 	if !loaded {
@@ -70,6 +79,7 @@ func watch(rdb redis.UniversalClient, m *Manager) *restartWatch {
 		w.mu.Lock()
 		w.subs[m] = true
 		w.mu.Unlock()
+		w.unsure.Store(w.stampable)
 	}
 	return w
 }
@@ -100,11 +110,49 @@ func (h restartHook) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 // ProcessHook implements redis.Hook.
-func (restartHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h restartHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.w.ensure(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
 
 // ProcessPipelineHook implements redis.Hook.
-func (restartHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h restartHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.w.ensure(ctx); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// ensure reads, on a connection of its own, the stamps of the Managers
+// that subscribed since the client last dialed, before any command: a
+// Manager made over a client that is connected already is checked before
+// its first command, not at the next new connection.
+func (w *restartWatch) ensure(ctx context.Context) error {
+	if !w.unsure.Load() {
+		return nil
+	}
+	w.ensureMu.Lock()
+	defer w.ensureMu.Unlock()
+	if !w.unsure.Swap(false) || len(w.unchecked(w.addr)) == 0 {
+		return nil
+	}
+	c, err := w.opt.Dialer(ctx, w.opt.Network, w.addr)
+	if err != nil {
+		w.unsure.Store(true)
+		return nil // the command's own dial reports it
+	}
+	defer c.Close()
+	return w.check(ctx, c, w.addr)
 }
 
 // install adds the watch's hook to rdb: a plain or failover client, or
@@ -114,7 +162,6 @@ func (w *restartWatch) install(rdb redis.UniversalClient) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		c.AddHook(h)
-		w.addr, w.db, w.stampable = c.Options().Addr, strconv.Itoa(c.Options().DB), true
 	case *redis.ClusterClient:
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
 	}
