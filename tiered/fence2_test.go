@@ -464,10 +464,10 @@ func TestFenceManagerStartedAfterRestart(t *testing.T) {
 	// trusts the server, and the new Manager's first command reads its
 	// own stamp.
 	rdb := client()
-	other, err := New(rdb, e.db, WithPrefix(e.prefix+"-other"), WithTablePrefix(e.tables))
+	other := newEnv(t, rdb, e.db).manager(t, fenceOpts()...)
+	require.NoError(t, other.Init(ctx, "other", 10))
+	_, err := other.Reduce(ctx, "other", 1)
 	require.NoError(t, err)
-	t.Cleanup(func() { other.Close() })
-	require.NoError(t, rdb.Ping(ctx).Err())
 	second := open(rdb)
 	syncing(t, second)
 	s.m = second
@@ -491,4 +491,6 @@ func TestFenceManagerStartedAfterRestart(t *testing.T) {
 	assert.Zero(t, left)
 	recs, _, _ := third.Recoveries()
 	assert.Empty(t, recs, "no fence on a server whose stamp is its own")
+	recs, _, _ = other.Recoveries()
+	assert.Empty(t, recs, "nor on the Manager over the same client whose keys were not restored")
 }

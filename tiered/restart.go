@@ -101,7 +101,7 @@ func (h restartHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return c, err
 		}
-		if err := h.w.check(ctx, c, addr); err != nil {
+		if _, err := h.w.check(ctx, c, addr); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -136,23 +136,51 @@ func (h restartHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // ensure reads, on a connection of its own, the stamps of the Managers
 // that subscribed since the client last dialed, before any command: a
 // Manager made over a client that is connected already is checked before
-// its first command, not at the next new connection.
+// its first command, not at the next new connection. A stale stamp trips
+// the Managers over the client, and the command waits for their
+// recoveries (bounded by its ctx), so that it runs on re-warmed state.
 func (w *restartWatch) ensure(ctx context.Context) error {
 	if !w.unsure.Load() {
 		return nil
 	}
 	w.ensureMu.Lock()
-	defer w.ensureMu.Unlock()
 	if !w.unsure.Swap(false) || len(w.unchecked(w.addr)) == 0 {
+		w.ensureMu.Unlock()
 		return nil
 	}
 	c, err := w.opt.Dialer(ctx, w.opt.Network, w.addr)
 	if err != nil {
 		w.unsure.Store(true)
+		w.ensureMu.Unlock()
 		return nil // the command's own dial reports it
 	}
-	defer c.Close()
-	return w.check(ctx, c, w.addr)
+	tripped, err := w.check(ctx, c, w.addr)
+	c.Close()
+	w.ensureMu.Unlock()
+	if err == nil {
+		return nil
+	}
+	return await(ctx, tripped, err)
+}
+
+// await starts the recoveries of the Managers the watch tripped and
+// waits until their circuits close, or returns err with ctx's error.
+func await(ctx context.Context, tripped []*Manager, err error) error {
+	for _, m := range tripped {
+		m.br.open() // starts the recovery: the trip ended the open period
+		m.br.mu.Lock()
+		done := m.br.done
+		m.br.mu.Unlock()
+		if done == nil {
+			continue // closed already
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+	}
+	return nil
 }
 
 // install adds the watch's hook to rdb: a plain or failover client, or
@@ -168,20 +196,22 @@ func (w *restartWatch) install(rdb redis.UniversalClient) {
 }
 
 // check reads the run_id of the server on c, and the stamps not yet read
-// at addr, and compares them.
-func (w *restartWatch) check(ctx context.Context, c net.Conn, addr string) error {
+// at addr, and compares them. A new run_id trips every Manager over the
+// client, a stale stamp those whose stamp it is; check returns those it
+// tripped, with errRestarted.
+func (w *restartWatch) check(ctx context.Context, c net.Conn, addr string) ([]*Manager, error) {
 	dl := time.Now().Add(time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
 	if c.SetDeadline(dl) != nil {
-		return nil
+		return nil, nil
 	}
 	defer c.SetDeadline(time.Time{})
 	r := bufio.NewReaderSize(c, 4096)
 	id, ok := runID(c, r)
 	if !ok {
-		return nil // the server would not say (AUTH first): nothing to compare
+		return nil, nil // the server would not say (AUTH first): nothing to compare
 	}
 	keys := w.unchecked(addr)
 	stale, read := stamps(c, r, w.db, keys, id)
@@ -193,24 +223,33 @@ func (w *restartWatch) check(ctx context.Context, c net.Conn, addr string) error
 		}
 	}
 	trusted, seen := w.trusted[addr]
+	restarted := false
 	switch {
-	case len(w.subs) == 0 || !seen && stale == "":
+	case len(w.subs) == 0 || !seen:
 		w.trusted[addr] = id
-		return nil
 	case w.pending[addr] == id:
-	case !seen:
-		// The server restarted before this client's first contact.
-		w.trusted[addr] = stale
-		fallthrough
-	case id != trusted || stale != "":
+		return nil, fmt.Errorf("%w (%s)", errRestarted, addr)
+	case id != trusted:
 		w.pending[addr] = id
-		for m := range w.subs {
-			w.trip(m)
-		}
-	default:
-		return nil
+		restarted = true
 	}
-	return fmt.Errorf("%w (%s)", errRestarted, addr)
+	if tripped := w.tripAll(restarted, stale); len(tripped) > 0 {
+		return tripped, fmt.Errorf("%w (%s)", errRestarted, addr)
+	}
+	return nil, nil
+}
+
+// tripAll trips every subscribed Manager if the server restarted, else
+// those whose stamp key is stale, and returns them. w.mu is held.
+func (w *restartWatch) tripAll(restarted bool, stale map[string]bool) []*Manager {
+	var tripped []*Manager
+	for m := range w.subs {
+		if restarted || stale[m.stampKey()] {
+			w.trip(m)
+			tripped = append(tripped, m)
+		}
+	}
+	return tripped
 }
 
 // unchecked returns the stamp keys of the subscribed Managers not yet
@@ -296,37 +335,37 @@ func runID(c net.Conn, r *bufio.Reader) (string, bool) {
 }
 
 // stamps sets each of keys on c to id where it is not set (SET NX GET, in
-// database db) and returns a different run_id one of them held (stale),
-// and whether the server answered them all (read).
-func stamps(c net.Conn, r *bufio.Reader, db string, keys []string, id string) (stale string, read bool) {
+// database db) and returns those that held another run_id (stale), and
+// whether the server answered them all (read).
+func stamps(c net.Conn, r *bufio.Reader, db string, keys []string, id string) (stale map[string]bool, read bool) {
 	if len(keys) == 0 {
-		return "", false
+		return nil, false
 	}
 	cmds := resp("SELECT", db)
 	for _, k := range keys {
 		cmds += resp("SET", k, id, "NX", "GET")
 	}
 	if _, err := io.WriteString(c, cmds); err != nil {
-		return "", false
+		return nil, false
 	}
-	read = true
+	stale, read = map[string]bool{}, true
 	for i := 0; i <= len(keys); i++ {
 		kind, old, null, err := readReply(r)
 		switch {
 		case err != nil:
-			return "", false // the connection is not usable: go-redis fails its handshake
+			return nil, false // the connection is not usable: go-redis fails its handshake
 		case i == 0 && kind != '+', i > 0 && kind != '$':
 			read = false // refused (a replica, a server wanting AUTH): cannot tell
 		case i > 0 && !null && old != id:
-			stale = old
+			stale[keys[i-1]] = true
 		}
 	}
 	return stale, read
 }
 
 // trip opens the circuit at once for a restart the watch saw: the
-// recovery that follows re-warms every SKU (see recoverRedis). w.mu is
-// held.
+// recovery that follows re-warms every SKU (see recoverRedis), and
+// stampAfter stamps the new run_id once it has. w.mu is held.
 func (w *restartWatch) trip(m *Manager) {
 	b := &m.br
 	b.mu.Lock()
@@ -339,47 +378,69 @@ func (w *restartWatch) trip(m *Manager) {
 			b.done = make(chan struct{})
 		}
 	}
+	done := b.done
 	b.mu.Unlock()
 	if w.stampable && !w.restamp[m] && m.bg.Err() == nil {
 		w.restamp[m] = true
 		m.wg.Add(1)
-		go w.stampAfter(m)
+		go w.stampAfter(m, done)
 	}
 }
 
-// stampAfter waits until m's circuit has closed after the recovery that
-// took the restart in, with no restart pending, and then stamps the
-// run_id that recovery trusted. A stamp that fails leaves the old one: a
-// Manager that starts next fences again (an undersell, never an
-// oversell).
-func (w *restartWatch) stampAfter(m *Manager) {
+// stampAfter waits until m's circuit has closed (done) after the recovery
+// that took the restart in, with no restart pending, and then stamps the
+// run_id that recovery trusted; if m closes first, it stamps then if the
+// recovery is over. A stamp that fails leaves the old one: a Manager that
+// starts next fences again (an undersell, never an oversell).
+func (w *restartWatch) stampAfter(m *Manager, done <-chan struct{}) {
 	defer m.wg.Done()
-	tick := time.NewTicker(m.cfg.brOpen)
-	defer tick.Stop()
-	for {
-		select {
-		case <-m.bg.Done():
-			w.mu.Lock()
-			delete(w.restamp, m)
-			w.mu.Unlock()
-			return
-		case <-tick.C:
-		}
-		m.br.mu.Lock()
-		settled := m.br.state == brClosed && !m.br.restart
-		m.br.mu.Unlock()
+	defer func() {
 		w.mu.Lock()
-		id, ok := w.trusted[w.addr]
-		settled = settled && ok && len(w.pending) == 0
-		if settled {
-			delete(w.restamp, m)
-		}
+		delete(w.restamp, m)
 		w.mu.Unlock()
+	}()
+	for {
+		closing := false
+		select {
+		case <-done:
+		case <-m.bg.Done():
+			closing = true
+		}
+		id, settled, next := w.settled(m)
 		if settled {
-			ctx, cancel := context.WithTimeout(m.bg, m.cfg.refillTO)
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.refillTO)
 			_ = m.rdb.Set(ctx, m.stampKey(), id, 0).Err()
 			cancel()
 			return
 		}
+		if closing {
+			return
+		}
+		if done = next; done == nil { // a restart seen after the recovery began: it reopens
+			t := time.NewTimer(m.cfg.brOpen)
+			select {
+			case <-t.C:
+			case <-m.bg.Done():
+				t.Stop()
+			}
+			done = closed
+		}
 	}
+}
+
+// closed is a closed channel.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// settled reports whether m's circuit is closed with no restart pending,
+// and the run_id then trusted; else the channel that m's circuit closing
+// next closes (nil if it is closed already).
+func (w *restartWatch) settled(m *Manager) (string, bool, <-chan struct{}) {
+	m.br.mu.Lock()
+	ok := m.br.state == brClosed && !m.br.restart
+	next := m.br.done
+	m.br.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id, seen := w.trusted[w.addr]
+	return id, ok && seen && len(w.pending) == 0, next
 }
