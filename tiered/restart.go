@@ -33,13 +33,15 @@ var errRestarted = errors.New("tiered: Redis restarted: its state is fenced unti
 // A Manager that first contacts a Redis after it restarted has no run_id
 // to compare with, so the server keeps one for it: each Manager's stamp
 // (PREFIX:run, beside its keys) is the run_id of the server its state was
-// last known good on. The first contact with an address sets the stamp
-// if there is none (SET NX: a new or empty Redis) and reads it; a stamp of
-// another run_id came back with data written before a restart, and is
-// fenced as a restart seen live. After the recovery that took in a
-// restart, each Manager stamps the new run_id. Not on a Cluster client
-// (its nodes are watched live only), nor on a server that refuses the
-// commands before AUTH.
+// last known good on. A Manager's first command (ensure), or the client's
+// first connection to an address, sets the stamp if there is none (SET NX:
+// a new or empty Redis) and reads it; a stamp of another run_id came back
+// with data written before a restart: its Manager is tripped as for a
+// restart seen live, and the command waits for its recovery. After the
+// recovery that took in a restart, each Manager stamps the new run_id.
+// Not on a Cluster client (its nodes are watched live only), nor on a
+// server that refuses the commands before AUTH. The watch keeps nothing
+// per move or per SKU: a run_id per address, a flag per stamp read.
 type restartWatch struct {
 	mu        sync.Mutex
 	trusted   map[string]string // addr -> run_id served
