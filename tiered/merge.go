@@ -286,13 +286,3 @@ func (b *batchBuf) decode(batch calls, v any, acked int64) error {
 	}
 	return nil
 }
-
-// checkReplicas returns an error when WithReplicas asked for more replicas
-// than acknowledged a write.
-func (m *Manager) checkReplicas(acked int64) error {
-	if acked >= int64(m.cfg.replicas) {
-		return nil
-	}
-	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
-		rediskeys.ErrReplicas, acked, m.cfg.replicas, m.cfg.replicaTO)
-}

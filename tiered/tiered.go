@@ -198,7 +198,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -480,6 +479,7 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
 	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
+	m.br.init(c.brFailures, c.brOpen, m.startRecovery)
 	m.watch = watch(rdb, m)
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
@@ -525,9 +525,6 @@ func (m *Manager) Stalls() int64 { return m.stalls.Load() }
 // RefillFailures returns how many background refills failed (a later call
 // asks again once the refill timeout has passed).
 func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
-
-func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
-func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
 
 // backend is the Manager's front.Backend: its stock calls and its
 // order calls (orders.go).
@@ -668,37 +665,6 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Di
 		}
 	}
 	return 0, fmt.Errorf("tiered: %s %q: %w: allotment short after %d attempts", dir, sku, inventory.ErrContention, m.cfg.attempts)
-}
-
-// ints reads a script's array reply of integers and decimal strings.
-func ints(v any) ([]int64, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) == 0 {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
-	}
-	r := make([]int64, len(a))
-	for i, x := range a {
-		switch x := x.(type) {
-		case int64:
-			r[i] = x
-		case string:
-			// An idempotency record: its digits before any ':'.
-			n := len(x)
-			for j := range x {
-				if x[j] == ':' {
-					n = j
-					break
-				}
-			}
-			var err error
-			if r[i], err = strconv.ParseInt(x[:n], 10, 64); err != nil {
-				return nil, fmt.Errorf("unexpected script reply %#v: %w", v, err)
-			}
-		default:
-			return nil, fmt.Errorf("unexpected script reply %#v", v)
-		}
-	}
-	return r, nil
 }
 
 // refill grants sku the next chunk in the background, unless this process
@@ -950,33 +916,6 @@ func (m *Manager) warmWait(ctx context.Context, sku string, gen, last, pool int6
 		err = m.checkReplicas(acked)
 	}
 	return n == 1, err
-}
-
-// withCtx wraps ctx's error into err, once ctx is done: a Redis call cut
-// by its deadline reports an i/o timeout.
-func withCtx(ctx context.Context, err error) error {
-	c := ctx.Err()
-	var ne net.Error
-	if d, ok := ctx.Deadline(); c == nil && ok && !time.Now().Before(d) && errors.As(err, &ne) && ne.Timeout() {
-		c = context.DeadlineExceeded // the socket's deadline, ctx's, fired first
-	}
-	if c != nil && !errors.Is(err, c) {
-		return fmt.Errorf("%w: %w", c, err)
-	}
-	return err
-}
-
-// tx runs fn in a READ COMMITTED transaction and commits it.
-func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := m.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 var (
