@@ -26,13 +26,18 @@ import (
 // allotment short) or warm up first (no state) does that in its own
 // goroutine, then queues again, so the drain never waits for SQL.
 
-//go:embed batch.lua
-var batchFile string
+var (
+	//go:embed holds.lua
+	holdsLua string
+	//go:embed move.lua
+	moveFile string
+	//go:embed batch.lua
+	batchFile string
 
-// batchLua is batch.lua after the hold helpers it calls (holds.lua).
-var batchLua = holdsLua + batchFile
-
-var batchScript = rediskeys.NewScript(batchLua)
+	// move.lua and batch.lua after the hold helpers they call.
+	moveLua, batchLua       = holdsLua + moveFile, holdsLua + batchFile
+	moveScript, batchScript = rediskeys.NewScript(moveLua), rediskeys.NewScript(batchLua)
+)
 
 // req is one Reduce or Return, as the merging queue holds it.
 type req struct {
@@ -179,6 +184,20 @@ var batchBufs = sync.Pool{New: func() any { return new(batchBuf) }}
 // same units as one run (see batch.lua).
 func (m *Manager) encode(batch calls) *batchBuf {
 	b := batchBufs.Get().(*batchBuf)
+	b.group(batch)
+	b.keys = b.keys[:0]
+	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
+	from := 0
+	for s, sku := range b.skus {
+		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
+		m.encodeSKU(b, batch, b.order[from:b.ends[s]])
+		from = b.ends[s]
+	}
+	return b
+}
+
+// group sets b's skus, sku, order and ends for batch.
+func (b *batchBuf) group(batch calls) {
 	b.skus, b.sku = b.skus[:0], b.sku[:0]
 	for _, q := range batch {
 		i := slices.Index(b.skus, q.Req.sku)
@@ -194,51 +213,48 @@ func (m *Manager) encode(batch calls) *batchBuf {
 			b.order = append(b.order, i)
 		}
 		b.ends = append(b.ends, len(batch))
-	} else {
-		for s := range b.skus {
-			for i, t := range b.sku {
-				if t == s {
-					b.order = append(b.order, i)
-				}
-			}
-			b.ends = append(b.ends, len(b.order))
-		}
+		return
 	}
-	b.keys = b.keys[:0]
-	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
-	from := 0
-	for s, sku := range b.skus {
-		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
-		items := len(b.args)
-		b.args = append(b.args, 0)
-		run, runQ := int64(0), int64(0) // the run of unkeyed calls being counted
-		for _, i := range b.order[from:b.ends[s]] {
-			c := &batch[i].Req
-			q := c.take()
-			switch {
-			case c.key != "":
-				if run > 0 {
-					b.args = append(b.args, run, runQ)
-					run = 0
-				}
-				b.keys = append(b.keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
-				b.args = append(b.args, 0, q)
-			case run > 0 && q == runQ:
-				run++
-			default:
-				if run > 0 {
-					b.args = append(b.args, run, runQ)
-				}
-				run, runQ = 1, q
+	for s := range b.skus {
+		for i, t := range b.sku {
+			if t == s {
+				b.order = append(b.order, i)
 			}
 		}
-		if run > 0 {
-			b.args = append(b.args, run, runQ)
-		}
-		b.args[items] = (len(b.args) - items - 1) / 2
-		from = b.ends[s]
+		b.ends = append(b.ends, len(b.order))
 	}
-	return b
+}
+
+// encodeSKU appends to b the items of one SKU's calls, order (their
+// indexes in batch), and the keys of their records.
+func (m *Manager) encodeSKU(b *batchBuf, batch calls, order []int) {
+	items := len(b.args)
+	b.args = append(b.args, 0)
+	run, runQ := int64(0), int64(0) // the run of unkeyed calls being counted
+	for _, i := range order {
+		c := &batch[i].Req
+		q := c.take()
+		switch {
+		case c.key != "":
+			if run > 0 {
+				b.args = append(b.args, run, runQ)
+				run = 0
+			}
+			b.keys = append(b.keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
+			b.args = append(b.args, 0, q)
+		case run > 0 && q == runQ:
+			run++
+		default:
+			if run > 0 {
+				b.args = append(b.args, run, runQ)
+			}
+			run, runQ = 1, q
+		}
+	}
+	if run > 0 {
+		b.args = append(b.args, run, runQ)
+	}
+	b.args[items] = (len(b.args) - items - 1) / 2
 }
 
 // decode gives each call of batch its reply from r, batch.lua's reply to
