@@ -46,6 +46,15 @@ type grantState struct {
 	stalls      atomic.Int64
 }
 
+// Stalls returns how many calls found Redis's allotment short while SQL
+// may have had units, and waited for a grant before they could go on: the
+// refills that did not come in time.
+func (m *Manager) Stalls() int64 { return m.stalls.Load() }
+
+// RefillFailures returns how many background refills failed (a later call
+// asks again once the refill timeout has passed).
+func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
+
 // refill grants sku the next chunk in the background, unless this process
 // already grants sku.
 func (m *Manager) refill(sku string, g int64) {

@@ -142,6 +142,21 @@
 // [WithReplicas] makes every move, alone or merged, wait for replicas
 // (WAIT).
 //
+// # The parts
+//
+// The code is built from parts that each own their state, and a call goes
+// one way through them. The shared front (internal/front) checks every
+// argument and the ctx; the Manager's backend (stock.go, orders.go) sends
+// each call to the hot path (merge.go: move.lua alone, batch.lua merged),
+// or to the fallback (fallback.go: SQL's pool) while the circuit is open;
+// a call that finds the allotment short asks the grants (grants.go: SQL's
+// grants and the warm-ups into Redis). The circuit breaker (breaker.go) is
+// a state machine told the outcome of every Redis call; the restart watch
+// (restart.go) trips it. The syncer (sync.go, prune.go) applies the
+// journal to SQL; Reconcile (reconcile.go) and the recovery (fallback.go)
+// repair Redis from SQL. options.go holds the options, sql.go the
+// statements, call.go the helpers every part uses.
+//
 // # Orders
 //
 // Manager is an [inventory.OrderManager]. A hold lives in Redis: each of
@@ -193,7 +208,6 @@ package tiered
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"sync"
@@ -215,24 +229,26 @@ const group = "tiered"
 // processes over the same Redis and database. Create it with [New]; Close
 // it to stop its background refills.
 type Manager struct {
-	front.Front // Init, Get, Reduce, Return and the order calls
+	front.Front // Init, Get, Reduce, Return and the order calls: the backend's (stock.go, orders.go)
 
-	rdb        redis.UniversalClient
-	db         *sqlx.DB
-	q          statements
-	cfg        config
-	consumer   string
-	bg         context.Context
-	stop       context.CancelFunc
-	wg         sync.WaitGroup
-	grantState // grants.go: the grants in flight
-	br         breaker
-	fallbacks  atomic.Int64
-	fb         *merge.Keyed[string, struct{}, fbReq, fbAns] // fallback.go: the SQL calls of each SKU
-	queue      *merge.Queue[req, reply]                     // merge.go; nil when calls are not merged (WithMaxBatch(1))
+	// What every part reads, set by New.
+	rdb      redis.UniversalClient
+	db       *sqlx.DB
+	q        statements         // sql.go
+	cfg      config             // options.go
+	consumer string             // this Manager's name in the syncers' consumer group
+	bg       context.Context    // the background work's, ended by Close
+	stop     context.CancelFunc // ends bg
+	wg       sync.WaitGroup     // the background work: refills, recoveries
 
-	ledger ledgerState   // the synced-entry ledger's pruning (prune.go)
-	watch  *restartWatch // restart.go
+	// Each part's own state.
+	queue      *merge.Queue[req, reply]                     // the hot path (merge.go); nil when calls are not merged (WithMaxBatch(1))
+	grantState                                              // the grants in flight (grants.go)
+	br         breaker                                      // the circuit breaker (breaker.go)
+	fb         *merge.Keyed[string, struct{}, fbReq, fbAns] // the fallback's SQL calls of each SKU (fallback.go)
+	fallbacks  atomic.Int64                                 // the calls the fallback served (fallback.go)
+	ledger     ledgerState                                  // the syncer's pruning of its ledger (prune.go)
+	watch      *restartWatch                                // the restart watch (restart.go)
 
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
@@ -310,15 +326,6 @@ func (m *Manager) Close() error {
 	m.wg.Wait()
 	return nil
 }
-
-// Stalls returns how many calls found Redis's allotment short while SQL
-// may have had units, and waited for a grant before they could go on: the
-// refills that did not come in time.
-func (m *Manager) Stalls() int64 { return m.stalls.Load() }
-
-// RefillFailures returns how many background refills failed (a later call
-// asks again once the refill timeout has passed).
-func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
 
 // backend is the Manager's front.Backend: its stock calls and its
 // order calls (orders.go).
