@@ -38,26 +38,10 @@ func (m *Manager) startRecovery() {
 	outage := m.br.outage
 	go func() {
 		defer m.wg.Done()
-		rec, err := m.recoverRedis(outage)
-		b := &m.br
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if err != nil {
-			b.state, b.until, b.lastErr = brOpen, time.Now().Add(m.cfg.brOpen), err
-			b.failed++
-			return
-		}
-		b.state, b.fails, b.lastErr = brClosed, 0, nil
-		for _, d := range rec.Drifts {
-			delete(b.touched, d.SKU)
-		}
-		if len(b.history) == maxRecoveries {
-			b.history = b.history[1:]
-		}
-		b.history = append(b.history, rec)
-		if b.done != nil {
-			close(b.done)
-			b.done = nil
+		if rec, err := m.recoverRedis(outage); err != nil {
+			m.br.reopen(err, time.Now())
+		} else {
+			m.br.recovered(rec)
 		}
 	}()
 }
