@@ -14,17 +14,21 @@ import (
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// Merging (internal/merge, as luascript does). The calls of one Cluster
-// slot form a group. A call that finds its group idle runs move.lua at
+// Merging (internal/merge, as luascript does). On a plain client (one
+// server, which runs a script over any keys) every call is in one group; on
+// any other client the calls of one Cluster slot form a group, as
+// luascript's (a group per slot would leave the calls of spread SKUs on one
+// server each its own round trip: the 64 spread SKUs of make bench merge
+// into batches instead). A call that finds its group idle runs move.lua at
 // once, alone, and marks the group busy; the calls that arrive while it is
 // in flight queue, and a drain goroutine sends them (up to maxBatch, those
 // whose ctx ended left out) as one batch.lua call when it returns, and
 // again until the queue is empty. A batch holds calls of several SKUs only
-// on a plain or Cluster client (one server, or one slot on one server); on
-// any other (a Ring shards by hash tag) it holds one SKU's. Each call gets
-// its own reply, as move.lua's; a call whose reply says grant first (the
-// allotment short) or warm up first (no state) does that in its own
-// goroutine, then queues again, so the drain never waits for SQL.
+// on a plain or Cluster client; on any other (a Ring shards by hash tag) it
+// holds one SKU's. Each call gets its own reply, as move.lua's; a call
+// whose reply says grant first (the allotment short) or warm up first (no
+// state) does that in its own goroutine, then queues again, so the drain
+// never waits for SQL.
 
 var (
 	//go:embed holds.lua
@@ -77,7 +81,8 @@ type reply struct {
 // calls is a batch of queued calls.
 type calls = []*merge.Call[req, reply]
 
-// newQueue returns the merging queue of m: a group per Cluster slot.
+// newQueue returns the merging queue of m: a group per Cluster slot, of
+// which a plain client uses one (groupOf).
 func (m *Manager) newQueue() *merge.Queue[req, reply] {
 	cross := false
 	switch m.rdb.(type) {
@@ -88,14 +93,23 @@ func (m *Manager) newQueue() *merge.Queue[req, reply] {
 	return merge.New(rediskeys.Slots, m.cfg.maxBatch, join, m.one, m.run)
 }
 
-// send sends c to Redis, merged with the calls of its slot or alone. Its
+// send sends c to Redis, merged with the calls of its group or alone. Its
 // error is the ctx's, for a call whose ctx ended while it was queued or
 // its batch in flight (see merge.Queue.Do).
 func (m *Manager) send(ctx context.Context, c req) (reply, error) {
 	if m.queue == nil {
 		return m.one(ctx, c), nil
 	}
-	return m.queue.Do(ctx, rediskeys.Slot(c.sku), c)
+	return m.queue.Do(ctx, m.groupOf(c.sku), c)
+}
+
+// groupOf returns the merging group of sku's calls: its Cluster slot, or
+// 0 on a plain client, whose one server runs a script over any keys.
+func (m *Manager) groupOf(sku string) int {
+	if _, one := m.rdb.(*redis.Client); one {
+		return 0
+	}
+	return rediskeys.Slot(sku)
 }
 
 // one runs c alone, as one move.lua call.

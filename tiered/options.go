@@ -111,9 +111,10 @@ func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncEr
 // script call, 1..[MaxBatch]; 1 turns merging off, so that every call is
 // its own script call. The default is [DefaultMaxBatch].
 //
-// Merging (as luascript's) only ever waits for a call already in flight: a
-// lone call goes to Redis at once, and the calls that queue behind a call
-// in flight on their Cluster slot go together when it returns, one round
+// Merging only ever waits for a call already in flight: a lone call goes to
+// Redis at once, and the calls that queue behind a call in flight go
+// together when it returns (on one server the calls of every SKU, on a
+// Cluster those of one slot, on a Ring those of one SKU), one round
 // trip, one script run and one journal entry per SKU for all of them.
 // Each call keeps its own outcome: its remaining stock, or
 // ErrInsufficientStock when the calls before it in the batch left too

@@ -134,9 +134,10 @@
 //
 // # Merging
 //
-// Concurrent calls on the SKUs of one Cluster slot are merged, as
-// luascript merges them ([WithMaxBatch]): a lone call goes to Redis at
-// once, and the calls that arrive while a call is in flight go together
+// Concurrent calls are merged ([WithMaxBatch]): on one server (a plain
+// client) the calls of every SKU, on a Cluster those of one slot (as
+// luascript merges them), on a Ring those of one SKU. A lone call goes to
+// Redis at once, and the calls that arrive while a call is in flight go together
 // when it returns, as one script call that applies each in order, journals
 // the moves of each SKU as one entry and answers each call on its own.
 // [WithReplicas] makes every move, alone or merged, wait for replicas
