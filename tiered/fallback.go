@@ -16,12 +16,14 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // ErrRedisUnreachable is wrapped by the error of a keyed Reduce or Return
-// made while the circuit to Redis is open: its idempotency key's record is
-// in Redis, so SQL cannot tell whether an earlier call with the key took
-// effect, and refuses it. Nothing changed; retry once Redis is back.
+// made while the circuit to Redis is open, unless [WithKeyedFallback]: its
+// idempotency key's record may be in Redis alone (not synced yet), so SQL
+// cannot tell whether an earlier call with the key took effect, and
+// refuses it. Nothing changed; retry once Redis is back.
 var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refused")
 
 // ErrFallback is wrapped by the errors of calls that SQL served alone
@@ -51,37 +53,17 @@ func (m *Manager) startRecovery() {
 // three passes (the fallback keeps moving SKUs meanwhile).
 func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	rec := Recovery{Outage: outage}
-	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(m.bg, m.cfg.refillTO) }
-	seen := m.watch.accept() // the restarted servers may be dialed again
-	ctx, cancel := step()
-	restarted, err := m.restarted(ctx, outage)
-	cancel()
+	restarted, err := m.recoveryRestarted(outage)
 	if err != nil {
-		return rec, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
+		return rec, err
 	}
-	restarted = seen || restarted
-	m.br.mu.Lock()
-	restarted, m.br.restart = restarted || m.br.restart, false
-	m.br.mu.Unlock()
 	rec.Restarted = restarted
 	done := map[string]bool{}
 	for pass := 0; pass < 3; pass++ {
-		var skus []string
-		if restarted && pass == 0 {
-			ctx, cancel := step()
-			err := m.db.SelectContext(ctx, &skus, m.q.skus)
-			cancel()
-			if err != nil {
-				return rec, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
-			}
+		skus, err := m.recoverySKUs(restarted && pass == 0, done)
+		if err != nil {
+			return rec, err
 		}
-		m.br.mu.Lock()
-		for sku := range m.br.touched {
-			if !done[sku] {
-				skus = append(skus, sku)
-			}
-		}
-		m.br.mu.Unlock()
 		if len(skus) == 0 {
 			break
 		}
@@ -89,35 +71,9 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 			if done[sku] {
 				continue
 			}
-			// Sync first, as Reconcile does, each round of it bounded on
-			// its own: a long journal is applied in several (what a round
-			// applied stays applied).
-			for round := 1; ; round++ {
-				ctx, cancel := step()
-				_, err := m.syncSKU(ctx, sku)
-				cancel()
-				if err == nil {
-					break
-				}
-				if round == 3 {
-					return rec, fmt.Errorf("tiered: recovery: %w", err)
-				}
-			}
-			ctx, cancel := step()
-			if restarted && !m.cfg.trustRestarts {
-				// A restarted Redis may have come back older than it
-				// acknowledged: drop its state of the SKU, so that
-				// Reconcile re-warms it from SQL and records what it held
-				// as lost, rather than sell units sold already.
-				if err := m.rdb.Del(ctx, m.stateKey(sku)).Err(); err != nil {
-					cancel()
-					return rec, fmt.Errorf("tiered: recovery: drop %q: %w", sku, withCtx(ctx, err))
-				}
-			}
-			d, err := m.reconcile(ctx, sku)
-			cancel()
+			d, err := m.recoverSKU(sku, restarted)
 			if err != nil {
-				return rec, fmt.Errorf("tiered: recovery: %w", err)
+				return rec, err
 			}
 			rec.Drifts = append(rec.Drifts, d)
 			done[sku] = true
@@ -125,6 +81,90 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	}
 	rec.Closed = time.Now()
 	return rec, nil
+}
+
+// recoveryStep returns the context of one step of a recovery, bounded by
+// the refill timeout.
+func (m *Manager) recoveryStep() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.bg, m.cfg.refillTO)
+}
+
+// recoveryRestarted reports whether Redis restarted since outage: its
+// uptime says so, or the restart watch saw it.
+func (m *Manager) recoveryRestarted(outage time.Time) (bool, error) {
+	seen := m.watch.accept() // the restarted servers may be dialed again
+	ctx, cancel := m.recoveryStep()
+	restarted, err := m.restarted(ctx, outage)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
+	}
+	m.br.mu.Lock()
+	restarted, m.br.restart = seen || restarted || m.br.restart, false
+	m.br.mu.Unlock()
+	return restarted, nil
+}
+
+// recoverySKUs returns the SKUs a recovery's pass reconciles: those the
+// fallback moved and that are not done, and, when all, every SKU of the
+// SKU table.
+func (m *Manager) recoverySKUs(all bool, done map[string]bool) ([]string, error) {
+	var skus []string
+	if all {
+		ctx, cancel := m.recoveryStep()
+		err := m.db.SelectContext(ctx, &skus, m.q.skus)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
+		}
+	}
+	m.br.mu.Lock()
+	for sku := range m.br.touched {
+		if !done[sku] {
+			skus = append(skus, sku)
+		}
+	}
+	m.br.mu.Unlock()
+	return skus, nil
+}
+
+// recoverSKU syncs sku, drops Redis's state of it after a restart (unless
+// WithTrustRestarts), reconciles it and copies the fallback's keys of it
+// into Redis.
+func (m *Manager) recoverSKU(sku string, restarted bool) (Drift, error) {
+	// Sync first, as Reconcile does, each round of it bounded on its own:
+	// a long journal is applied in several (what a round applied stays
+	// applied).
+	for round := 1; ; round++ {
+		ctx, cancel := m.recoveryStep()
+		_, err := m.syncSKU(ctx, sku)
+		cancel()
+		if err == nil {
+			break
+		}
+		if round == 3 {
+			return Drift{}, fmt.Errorf("tiered: recovery: %w", err)
+		}
+	}
+	ctx, cancel := m.recoveryStep()
+	defer cancel()
+	if restarted && !m.cfg.trustRestarts {
+		// A restarted Redis may have come back older than it acknowledged:
+		// drop its state of the SKU, so that Reconcile re-warms it from
+		// SQL and records what it held as lost, rather than sell units
+		// sold already.
+		if err := m.rdb.Del(ctx, m.stateKey(sku)).Err(); err != nil {
+			return Drift{}, fmt.Errorf("tiered: recovery: drop %q: %w", sku, withCtx(ctx, err))
+		}
+	}
+	d, err := m.reconcile(ctx, sku)
+	if err == nil {
+		err = m.copyKeys(ctx, sku)
+	}
+	if err != nil {
+		return d, fmt.Errorf("tiered: recovery: %w", err)
+	}
+	return d, nil
 }
 
 // restarted reports whether any Redis master restarted since t, or did not
@@ -182,6 +222,7 @@ type (
 	fbReq struct {
 		qty int64
 		dir driver.Direction
+		key string // "" when unkeyed
 	}
 	fbAns struct {
 		rem int64
@@ -197,17 +238,19 @@ const maxFallbackBatch = 256
 // pool, the units SQL never granted to Redis, so it cannot sell a unit
 // Redis holds or sold; a Return adds to the pool. Both count in the row's
 // direct sales. The remaining stock returned is the pool (Redis's
-// allotment is out of reach).
+// allotment is out of reach). A keyed call is refused unless
+// [WithKeyedFallback]; then its key is checked and recorded in SQL's keys
+// table in the transaction that moves the pool.
 //
 // Concurrent calls on one SKU are combined: while a batch of the SKU is
 // written, the calls that arrive queue, and the next batch serves them all
 // at once, so that a hot SKU costs SQL one write per batch rather than one
-// row-lock wait per call. A batch of Reduces that the pool holds is one
-// conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a transaction
-// reads the row locked, decides each call in order, and writes the net
-// change.
+// row-lock wait per call. A batch of unkeyed Reduces that the pool holds
+// is one conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a
+// transaction reads the row locked, decides each call in order, and
+// writes the net change and the keys.
 func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	if key != "" {
+	if key != "" && !m.cfg.keyed.on {
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
 	m.fallbacks.Add(1)
@@ -216,7 +259,7 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir drive
 	// that every caller may leave at its deadline. One whose batch was
 	// taken may yet take effect, as any call that ends with its context
 	// may have.
-	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir})
+	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir, key: key})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
 	}
@@ -230,56 +273,100 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 	if done {
 		return
 	}
-	var pool, gen, last int64
 	if err == nil {
-		err = m.tx(ctx, func(tx *sqlx.Tx) error {
-			if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
-				return err
-			}
-			cur := pool
-			for _, c := range batch {
-				c.Ans.err = nil
-				if c.Req.dir == driver.DirReduce {
-					if c.Req.qty > cur {
-						c.Ans.rem, c.Ans.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
-						continue
-					}
-					cur -= c.Req.qty
-				} else {
-					if err := driver.CheckReturn(cur, c.Req.qty); err != nil {
-						c.Ans.rem, c.Ans.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
-						continue
-					}
-					cur += c.Req.qty
-				}
-				c.Ans.rem = cur
-			}
-			if cur == pool {
-				return nil
-			}
-			_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
-			return err
-		})
+		err = m.tx(ctx, func(tx *sqlx.Tx) error { return m.fbTx(ctx, tx, sku, batch) })
+	}
+	if err == nil {
+		return
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("tiered: %q: %w (%w)", sku, inventory.ErrNotFound, ErrFallback)
-	} else if err != nil {
+	} else {
 		err = fmt.Errorf("tiered: %q in SQL: %w (%w)", sku, err, ErrFallback)
 	}
 	for _, c := range batch {
-		if err != nil {
-			c.Ans = fbAns{0, err}
-			if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
-			}
+		c.Ans = fbAns{0, err}
+		if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
 		}
 	}
+}
+
+// fbTx decides batch's calls in order in tx, with the SKU's row locked,
+// and writes the pool's net change and the keys of the keyed calls that
+// moved. A keyed call whose key SQL holds a live record of, or that an
+// earlier call of the batch used, returns ErrDuplicate with the remaining
+// stock recorded.
+func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fbCall) error {
+	var pool, gen, last int64
+	if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
+		return err
+	}
+	var ids []keyID
+	for _, c := range batch {
+		if c.Req.key != "" {
+			ids = append(ids, keyID{c.Req.dir, c.Req.key})
+		}
+	}
+	keys := map[keyID]keyRecord{}
+	if len(ids) > 0 {
+		var err error
+		if keys, err = m.findKeys(ctx, tx, sku, ids); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UnixMilli()
+	exp := now + m.cfg.keyTTL.Milliseconds()
+	cur := pool
+	var put []any
+	for _, c := range batch {
+		id := keyID{c.Req.dir, c.Req.key}
+		if r, ok := keys[id]; ok && r.expires > now {
+			c.Ans = fbAns{r.rem, fmt.Errorf("tiered: %s %q key %q: %w (%w)", c.Req.dir, sku, c.Req.key, inventory.ErrDuplicate, ErrFallback)}
+			continue
+		}
+		moved := false
+		if cur, moved = fbDecide(sku, c, cur); !moved || c.Req.key == "" {
+			continue
+		}
+		keys[id] = keyRecord{rem: cur, src: srcSQL, expires: exp}
+		take := c.Req.qty
+		if c.Req.dir == driver.DirReturn {
+			take = -take
+		}
+		put = append(put, sku, string(c.Req.dir), c.Req.key, take, cur, srcSQL, exp)
+	}
+	if err := m.putKeys(ctx, tx, put); err != nil || cur == pool {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
+	return err
+}
+
+// fbDecide decides c on a pool of cur units, setting its answer, and
+// returns the pool after it and whether it moved.
+func fbDecide(sku string, c *fbCall, cur int64) (int64, bool) {
+	if c.Req.dir == driver.DirReduce {
+		if c.Req.qty > cur {
+			c.Ans = fbAns{cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)}
+			return cur, false
+		}
+		cur -= c.Req.qty
+	} else {
+		if err := driver.CheckReturn(cur, c.Req.qty); err != nil {
+			c.Ans = fbAns{0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)}
+			return cur, false
+		}
+		cur += c.Req.qty
+	}
+	c.Ans = fbAns{cur, nil}
+	return cur, true
 }
 
 // fbFast serves a batch of Reduces in one conditional UPDATE, outside a
 // transaction, when the pool holds them all: one round trip. It reports
 // done once it has set every call's answer. It reports false, having
-// changed nothing, when the batch holds a Return, the engine has no such
+// changed nothing, when the batch holds a Return or a keyed call, the engine has no such
 // statement (SQLite), or the UPDATE changed no row (the pool is short, or
 // there is no such SKU): the transaction then decides each call in turn;
 // or false and the UPDATE's error, its outcome unknown, which every call of
@@ -288,15 +375,16 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
 	var total int64
 	for _, c := range batch {
-		if c.Req.dir != driver.DirReduce {
+		if c.Req.dir != driver.DirReduce || c.Req.key != "" {
 			return false, nil
 		}
 		total += c.Req.qty
 	}
 	p := m.cfg.tablePrefix
 	var pool int64
-	switch m.db.DriverName() {
-	case "mysql":
+	eng, _ := sqldialect.EngineOf(m.db.DriverName()) // New checked it
+	switch eng {
+	case sqldialect.MySQL:
 		// LAST_INSERT_ID(expr) hands the new pool back in the OK packet.
 		res, err := m.db.ExecContext(ctx, "UPDATE "+p+"stock SET pool = LAST_INSERT_ID(pool - ?), direct = direct + ? WHERE sku = ? AND pool >= ?", total, total, sku, total)
 		if err != nil {
@@ -308,7 +396,7 @@ func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done
 		if pool, err = res.LastInsertId(); err != nil {
 			return false, err
 		}
-	case "pgx", "postgres":
+	case sqldialect.Postgres:
 		err := m.db.QueryRowxContext(ctx, "UPDATE "+p+"stock SET pool = pool - $1, direct = direct + $1 WHERE sku = $2 AND pool >= $1 RETURNING pool", total, sku).Scan(&pool)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil

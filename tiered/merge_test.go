@@ -331,9 +331,9 @@ func TestMergedAnswers(t *testing.T) {
 	assert.EqualValues(t, 0, left)
 
 	assert.Equal(t, []map[string]any{
-		{"d": "1"},                                        // the lone call
-		{"d": "9", "s": "11"},                             // the batch's 4 moves: 3+5+3 sold, 2 returned
-		{"d": "-1"}, {"d": "1"}}, journal(ctx, t, m, sku), // the calls after it
+		{"d": "1"}, // the lone call
+		{"d": "9", "s": "11", "k": "3 6 a\n-2 3 r"},                                    // the batch's 4 moves: 3+5+3 sold, 2 returned; its keyed moves
+		{"d": "-1", "k": "-1 1 c"}, {"d": "1", "k": "1 0 c"}}, journal(ctx, t, m, sku), // the keyed calls after it
 		"one journal entry per lone call and one per SKU per batch, with its units")
 	s := m.drained(ctx, t, sku, 10)
 	assert.EqualValues(t, 1+3+5+3+1, s.sold)
@@ -387,8 +387,8 @@ func TestMergedRuns(t *testing.T) {
 	_, batches := g.counts()
 	assert.Equal(t, []int{15}, batches, "the 15 queued calls went as one batch")
 	for sku, want := range map[string][]map[string]any{
-		a: {{"d": "1"}, {"d": "4", "s": "5"}}, // the lone call; the batch: 4+1 sold, 1 returned
-		b: {{"d": "3", "s": "7"}},             // 1+2+4 sold, 2+2 returned
+		a: {{"d": "1"}, {"d": "4", "s": "5", "k": "1 0 k"}}, // the lone call; the batch: 4+1 sold, 1 returned
+		b: {{"d": "3", "s": "7", "k": "4 0 k"}},             // 1+2+4 sold, 2+2 returned
 	} {
 		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
 	}

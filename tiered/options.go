@@ -42,6 +42,7 @@ type config struct {
 	replicaTO           time.Duration
 	replicasSet         bool
 	trustRestarts       bool
+	keyed               keyedConfig // keys.go
 }
 
 // Option configures [New]. A nil Option is ignored; an out-of-range value

@@ -85,8 +85,8 @@ func (b stock) Get(ctx context.Context, sku string) (int64, error) {
 // While the circuit to Redis is open ([WithBreaker]), a Reduce takes from
 // SQL's pool alone, the units never granted to Redis, and returns the pool
 // as the remaining stock (a Return gives back to the pool); a keyed call
-// is then refused with [ErrRedisUnreachable]. The call whose failure opened
-// the circuit returns its Redis error (its outcome unknown): a call is
+// is then refused with [ErrRedisUnreachable], unless [WithKeyedFallback].
+// The call whose failure opened the circuit returns its Redis error (its outcome unknown): a call is
 // never sent to both.
 func (b stock) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	return b.m.move(ctx, sku, qty, dir, key)

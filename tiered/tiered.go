@@ -46,7 +46,8 @@
 //
 // Redis keys: PREFIX{tag}:s:SKU (the hash), PREFIX:j{tag}:s:SKU (the
 // journal) and rediskeys' idempotency records under PREFIX. SQL tables:
-// TABLEPREFIXstock, TABLEPREFIXgrants and TABLEPREFIXsynced, on MariaDB/MySQL
+// TABLEPREFIXstock, TABLEPREFIXgrants, TABLEPREFIXsynced and TABLEPREFIXkeys (the
+// idempotency keys SQL knows, see [WithKeyedFallback]), on MariaDB/MySQL
 // (driver "mysql"), PostgreSQL ("pgx" or "postgres") or SQLite ("sqlite",
 // modernc.org/sqlite, or "sqlite3"; in WAL mode with a busy timeout, as
 // SQLite has one writer at a time); [Manager.CreateTables]
@@ -66,7 +67,10 @@
 // (allotment recorded lost, excess taken out, grants applied, view of the
 // pool set to SQL's) before it takes traffic again; then the circuit
 // closes. Keyed calls are refused while the circuit is open or recovering,
-// and so are the order calls (see Orders).
+// unless [WithKeyedFallback] (served from SQL's pool; a key Redis applied
+// and had not synced may then be applied twice, each such pair found by
+// the syncer, reported and optionally given back), and so are the order
+// calls (see Orders).
 //
 // # Durability
 //

@@ -264,7 +264,7 @@ func (t *tieredRow) close() {
 		// Every SKU of the row (one in a sale, -skus in a cart sale), hold
 		// id and idempotency key names the row's tag.
 		like := "%" + t.tag + "%"
-		for _, table := range []string{"stock", "grants", "synced"} {
+		for _, table := range []string{"stock", "grants", "synced", "keys"} {
 			_, _ = t.db.ExecContext(ctx, t.db.Rebind("DELETE FROM "+t.cfg.prefix+"_tiered_"+table+" WHERE sku LIKE ?"), like)
 		}
 		if t.proc == nil {
