@@ -422,8 +422,8 @@ func TestMergedAcrossSlots(t *testing.T) {
 	assert.Equal(t, []int{3}, batches, "the 3 queued calls went as one batch")
 	assert.Equal(t, 1, single)
 	for sku, want := range map[string][]map[string]any{
-		a: {{"d": "1"}, {"d": "3", "s": "3"}}, // the lone call; the batch's
-		b: {{"d": "3", "s": "3"}},
+		a: {{"d": "1"}, {"d": "3", "s": "3"}},   // the lone call; the batch's
+		b: {{"d": "3", "s": "3", "k": "1 7 k"}}, // 2+1 sold; its keyed move
 	} {
 		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
 	}
