@@ -59,7 +59,10 @@ const (
 // A restart is seen by the calls that fail meanwhile, by Redis's uptime,
 // and by the restart watch: every new connection asks Redis its run_id,
 // and a new one opens the circuit at once, with no call sent to the
-// restarted Redis before the recovery. After a restart the recovery drops
+// restarted Redis before the recovery; a Manager's first command also
+// reads the run_id stamp (PREFIX:run), so one started after the restart
+// fences it too. A restart stays owed until a recovery that took it in
+// succeeds. After a restart the recovery drops
 // Redis's state of every SKU and re-warms it from SQL, the allotment and
 // holds it had recorded lost (a bounded undersell): a Redis restored from
 // an older state (an AOF copied mid-sale, a lagging replica) has forgotten
@@ -87,18 +90,19 @@ type breaker struct {
 	openFor  time.Duration // how long it stays open before a recovery
 	start    func()        // starts a recovery; runs with mu held
 
-	mu      sync.Mutex
-	state   int
-	fails   int
-	first   time.Time // the first failure of the current run of failures
-	outage  time.Time // the first failure of the run that opened the circuit
-	until   time.Time // open until then
-	touched map[string]bool
-	done    chan struct{} // closed when the circuit closes (tests)
-	history []Recovery
-	lastErr error
-	failed  int64
-	restart bool // the restart watch saw Redis restart (restart.go)
+	mu       sync.Mutex
+	state    int
+	fails    int
+	first    time.Time // the first failure of the current run of failures
+	outage   time.Time // the first failure of the run that opened the circuit
+	until    time.Time // open until then
+	touched  map[string]bool
+	done     chan struct{} // closed when the circuit closes (tests)
+	history  []Recovery
+	lastErr  error
+	failed   int64
+	restart  bool   // the restart watch saw Redis restart (restart.go)
+	restarts uint64 // restarts seen so far: a recovery clears restart only if none came during it
 }
 
 // init sets the breaker's thresholds and its recovery.
@@ -159,13 +163,53 @@ func (b *breaker) record(reached bool, now time.Time) {
 // trip opens the circuit at once, its open period already over, for a
 // restart of Redis (the restart watch): the recovery that follows knows
 // Redis restarted.
-func (b *breaker) trip(now time.Time) {
+func (b *breaker) trip(now time.Time) (done <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.restart = true
+	b.restarts++
 	if b.state == brClosed {
 		b.openLocked(now, now)
 	}
+	return b.done
+}
+
+// restartSeen reports whether a restart was seen and not yet taken in by
+// a recovery that succeeded, and the count of restarts seen, which the
+// recovery hands back to recovered.
+func (b *breaker) restartSeen() (bool, uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.restart, b.restarts
+}
+
+// pending returns the channel that the circuit closing next closes, nil
+// if it is closed.
+func (b *breaker) pending() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done
+}
+
+// settled reports whether the circuit is closed with no restart pending,
+// else the channel that its closing next closes.
+func (b *breaker) settled() (bool, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == brClosed && !b.restart, b.done
+}
+
+// touchedSKUs returns the SKUs the fallback moved that are not in done.
+func (b *breaker) touchedSKUs(done map[string]bool) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var skus []string
+	for sku := range b.touched {
+		if !done[sku] {
+			skus = append(skus, sku)
+		}
+	}
+	return skus
 }
 
 // openLocked opens the circuit for an outage that began at outage, until
@@ -188,11 +232,15 @@ func (b *breaker) touch(sku string) {
 }
 
 // recovered closes the circuit after the recovery rec: the SKUs it
-// reconciled are no longer owed a recovery.
-func (b *breaker) recovered(rec Recovery) {
+// reconciled are no longer owed a recovery, nor is a restart, unless one
+// was seen after the recovery read restarts (the count of restartSeen).
+func (b *breaker) recovered(rec Recovery, restarts uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.state, b.fails, b.lastErr = brClosed, 0, nil
+	if b.restarts == restarts {
+		b.restart = false
+	}
 	for _, d := range rec.Drifts {
 		delete(b.touched, d.SKU)
 	}

@@ -53,7 +53,7 @@ func TestBreakerStates(t *testing.T) {
 	// keeps its findings.
 	b.touch("a")
 	b.touch("b")
-	b.recovered(Recovery{Outage: b.outage, Drifts: []Drift{{SKU: "a"}}})
+	b.recovered(Recovery{Outage: b.outage, Drifts: []Drift{{SKU: "a"}}}, 0)
 	assert.False(t, b.openAt(later))
 	assert.Equal(t, map[string]bool{"b": true}, b.touched, "b was moved by the fallback and not reconciled")
 	select {
@@ -86,6 +86,22 @@ func TestBreakerTrip(t *testing.T) {
 	assert.True(t, b.restart)
 	assert.Equal(t, brRecovering, b.state)
 	assert.Equal(t, now, b.outage)
+
+	// A recovery keeps the restart owed when it failed, or when another
+	// restart came after it read the count; else it takes it in.
+	seen, n := b.restartSeen()
+	require.True(t, seen)
+	b.reopen(errors.New("boom"), now)
+	seen, _ = b.restartSeen()
+	assert.True(t, seen, "a failed recovery took no restart in")
+	b.trip(now.Add(2 * time.Minute))
+	b.recovered(Recovery{Restarted: true}, n)
+	seen, _ = b.restartSeen()
+	assert.True(t, seen, "a restart seen during the recovery stays owed")
+	_, n = b.restartSeen()
+	b.recovered(Recovery{Restarted: true}, n)
+	seen, _ = b.restartSeen()
+	assert.False(t, seen)
 }
 
 // TestBreakerHistory checks that the recoveries kept are bounded.
@@ -93,7 +109,7 @@ func TestBreakerHistory(t *testing.T) {
 	var b breaker
 	b.init(1, time.Second, func() {})
 	for i := range maxRecoveries + 3 {
-		b.recovered(Recovery{Outage: time.Unix(int64(i), 0)})
+		b.recovered(Recovery{Outage: time.Unix(int64(i), 0)}, 0)
 	}
 	require.Len(t, b.history, maxRecoveries)
 	assert.Equal(t, time.Unix(3, 0), b.history[0].Outage, "the oldest were dropped")

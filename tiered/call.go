@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -102,4 +103,25 @@ func (m *Manager) checkReplicas(acked int64) error {
 	}
 	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
 		rediskeys.ErrReplicas, acked, m.cfg.replicas, m.cfg.replicaTO)
+}
+
+// infoField returns the value of name in an INFO reply.
+func infoField(info, name string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// groups returns n placeholder groups of k placeholders (written ?), the
+// first in parentheses after IN, the second after VALUES: "(?, ?), (?, ?)"
+// for n = 2 and k = 2, "(?, ?)" for n = 2 and k = 1.
+func groups(n, k int) string {
+	if k == 1 {
+		return "(" + strings.Repeat("?, ", n-1) + "?)"
+	}
+	g := "(" + strings.Repeat("?, ", k-1) + "?)"
+	return strings.Repeat(g+", ", n-1) + g
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -40,10 +39,11 @@ func (m *Manager) startRecovery() {
 	outage := m.br.outage
 	go func() {
 		defer m.wg.Done()
+		_, restarts := m.br.restartSeen()
 		if rec, err := m.recoverRedis(outage); err != nil {
-			m.br.reopen(err, time.Now())
+			m.br.reopen(err, time.Now()) // a restart seen stays owed
 		} else {
-			m.br.recovered(rec)
+			m.br.recovered(rec, restarts)
 		}
 	}()
 }
@@ -99,10 +99,8 @@ func (m *Manager) recoveryRestarted(outage time.Time) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
 	}
-	m.br.mu.Lock()
-	restarted, m.br.restart = seen || restarted || m.br.restart, false
-	m.br.mu.Unlock()
-	return restarted, nil
+	pending, _ := m.br.restartSeen()
+	return seen || restarted || pending, nil
 }
 
 // recoverySKUs returns the SKUs a recovery's pass reconciles: those the
@@ -118,14 +116,7 @@ func (m *Manager) recoverySKUs(all bool, done map[string]bool) ([]string, error)
 			return nil, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
 		}
 	}
-	m.br.mu.Lock()
-	for sku := range m.br.touched {
-		if !done[sku] {
-			skus = append(skus, sku)
-		}
-	}
-	m.br.mu.Unlock()
-	return skus, nil
+	return append(skus, m.br.touchedSKUs(done)...), nil
 }
 
 // recoverSKU syncs sku, drops Redis's state of it after a restart (unless
@@ -200,16 +191,6 @@ func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
 		err = check(ctx, m.rdb)
 	}
 	return found, err
-}
-
-// infoField returns the value of name in an INFO reply.
-func infoField(info, name string) (string, bool) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v, true
-		}
-	}
-	return "", false
 }
 
 // Fallbacks returns how many calls went to SQL alone while the circuit was

@@ -170,9 +170,7 @@ func (w *restartWatch) ensure(ctx context.Context) error {
 func await(ctx context.Context, tripped []*Manager, err error) error {
 	for _, m := range tripped {
 		m.br.open() // starts the recovery: the trip ended the open period
-		m.br.mu.Lock()
-		done := m.br.done
-		m.br.mu.Unlock()
+		done := m.br.pending()
 		if done == nil {
 			continue // closed already
 		}
@@ -369,19 +367,7 @@ func stamps(c net.Conn, r *bufio.Reader, db string, keys []string, id string) (s
 // recovery that follows re-warms every SKU (see recoverRedis), and
 // stampAfter stamps the new run_id once it has. w.mu is held.
 func (w *restartWatch) trip(m *Manager) {
-	b := &m.br
-	b.mu.Lock()
-	b.restart = true
-	if b.state == brClosed {
-		now := time.Now()
-		b.state, b.until, b.outage = brOpen, now, now
-		b.start = m.startRecovery
-		if b.done == nil {
-			b.done = make(chan struct{})
-		}
-	}
-	done := b.done
-	b.mu.Unlock()
+	done := m.br.trip(time.Now())
 	if w.stampable && !w.restamp[m] && m.bg.Err() == nil {
 		w.restamp[m] = true
 		m.wg.Add(1)
@@ -437,10 +423,7 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // and the run_id then trusted; else the channel that m's circuit closing
 // next closes (nil if it is closed already).
 func (w *restartWatch) settled(m *Manager) (string, bool, <-chan struct{}) {
-	m.br.mu.Lock()
-	ok := m.br.state == brClosed && !m.br.restart
-	next := m.br.done
-	m.br.mu.Unlock()
+	ok, next := m.br.settled()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	id, seen := w.trusted[w.addr]
