@@ -77,7 +77,12 @@ func requireRenewed(ctx context.Context, t *testing.T, c redis.UniversalClient, 
 				require.NoError(t, le.Release(ctx))
 			} else {
 				require.ErrorIs(t, err, inventory.ErrContention)
-				_ = held.Release(ctx) // its renewal gave up in time (Lost): the lock may have lapsed since
+			}
+			// Its renewal gave up (Lost): the lock may have lapsed. Release
+			// stops the lease all the same (a waiter's lets go of its
+			// Locker's subscription).
+			if err := held.Release(ctx); err != nil {
+				require.ErrorContains(t, err, "the lock had lapsed")
 			}
 			t.Logf("the renewal of a %v TTL came late (a loaded machine): again with %v", ttl, 4*ttl)
 			continue
