@@ -157,10 +157,14 @@ type StockManager interface {
 	Get(ctx context.Context, sku string) (int64, error)
 }
 
-// Option configures one call: Reduce, Return, ReduceLines or ReturnLines.
-// A nil Option is ignored. Strategies read the options with
-// [github.com/stockkit/inventory/driver.Apply].
-type Option func(*callopt.Options)
+// Option configures one call of Reduce, Return, ReduceLines or
+// ReturnLines; [WithKey] and [WithRef] make one. Pass options after the
+// call's arguments, as in m.Reduce(ctx, sku, 1, inventory.WithKey(buyerID)).
+// A nil Option is ignored; of two options that set the same thing, the last
+// wins.
+type Option interface {
+	option() // only this package makes Options
+}
 
 // WithKey makes the call take effect at most once per (SKU, key,
 // direction): a repeat of a call that already took effect changes nothing
@@ -173,8 +177,18 @@ type Option func(*callopt.Options)
 // Using the buyer id as key gives "one per buyer" in a flash sale, and makes
 // a retry after a timeout safe.
 func WithKey(key string) Option {
-	return func(o *callopt.Options) { callopt.SetKey(o, key) }
+	return optionFunc(func(o *callopt.Options) { callopt.SetKey(o, key) })
 }
+
+// optionFunc is an Option that sets what it configures by calling itself.
+// Strategies read it through
+// [github.com/stockkit/inventory/driver.Apply].
+type optionFunc func(*callopt.Options)
+
+func (optionFunc) option() {}
+
+// Set implements callopt.Setter.
+func (f optionFunc) Set(o *callopt.Options) { f(o) }
 
 // MaxLines is the most lines one multi-SKU call takes.
 const MaxLines = 100

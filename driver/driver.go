@@ -9,6 +9,7 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"time"
 	"unicode"
@@ -29,16 +30,17 @@ const (
 )
 
 // CallOptions holds what [inventory.Option]s set on one call: its field
-// Key is the idempotency key, empty for none. Strategies obtain it with
-// [Apply].
+// Key is the idempotency key, empty for none, and Ref the caller's
+// reference ([inventory.WithRef]), empty for none. Strategies obtain it
+// with [Apply].
 type CallOptions = callopt.Options
 
 // Apply collects opts. A nil Option is ignored.
 func Apply(opts []inventory.Option) CallOptions {
 	var o CallOptions
 	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+		if s, ok := opt.(callopt.Setter); ok { // every non-nil Option is one
+			s.Set(&o)
 		}
 	}
 	return o
@@ -68,10 +70,16 @@ func validateID(what, s string) error {
 	return nil
 }
 
-// validateKey checks the idempotency key of o, if one was given.
+// validateKey checks the idempotency key and the reference of o, those
+// that were given.
 func validateKey(o CallOptions) error {
 	if callopt.Keyed(o) {
-		return validateID("idempotency key", o.Key)
+		if err := validateID("idempotency key", o.Key); err != nil {
+			return err
+		}
+	}
+	if callopt.Reffed(o) {
+		return validateID("reference", o.Ref)
 	}
 	return nil
 }
@@ -89,7 +97,7 @@ func ValidateInit(sku string, qty int64) error {
 }
 
 // ValidateMove checks the arguments of Reduce and Return: a valid SKU, qty
-// in 1..MaxStock and, if one was given, a valid idempotency key. It returns
+// in 1..MaxStock and, if given, a valid idempotency key and reference. It returns
 // the collected options. The error wraps [inventory.ErrInvalidArgument].
 func ValidateMove(sku string, qty int64, opts []inventory.Option) (CallOptions, error) {
 	o := Apply(opts)
@@ -162,4 +170,16 @@ func ValidateReserve(id string, lines []inventory.Line, ttl time.Duration) error
 		return fmt.Errorf("%w: hold ttl %v outside %v..%v", inventory.ErrInvalidArgument, ttl, inventory.MinHoldTTL, inventory.MaxHoldTTL)
 	}
 	return ValidateLines(lines)
+}
+
+// Ref returns the caller's reference ([inventory.WithRef]) of the call
+// whose context ctx is, as the strategy's face passes it to a backend
+// whose Move takes no options: "" for none. Strategies that keep a
+// movement ledger record it.
+func Ref(ctx context.Context) string { return callopt.RefOf(ctx) }
+
+// WithRef returns ctx carrying ref for [Ref]; an empty ref returns ctx.
+// A strategy's face calls it with the reference of a valid call.
+func WithRef(ctx context.Context, ref string) context.Context {
+	return callopt.WithRefContext(ctx, ref)
 }

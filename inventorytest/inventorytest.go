@@ -36,6 +36,15 @@
 // Confirm against expiry in which exactly one may win. Set
 // Config.RequireOrders for a strategy that must implement it.
 //
+// When the manager keeps a movement ledger (it implements [ledger.Reader]
+// and its Entries does not fail with [ledger.ErrNotKept]), Run adds the
+// ledger subtests under "Ledger/": each kind of entry with its key and
+// reference, pages from every cursor, bad arguments, and 300 concurrent
+// calls (keyed retries, Returns, holds) each with a reference of its own:
+// no move without its entry, no entry without its move, and each SKU's
+// history replays to the stock read back. [RunLedger] runs that part
+// alone; Config.RequireLedger makes Run fail for a manager without one.
+//
 // Holds that the suite lets expire live for Config.HoldTTL (300ms); a
 // backend that measures TTLs on a coarse clock says so with
 // Config.ClockResolution, and the suite waits that much longer. The waits
@@ -113,6 +122,12 @@ type Config struct {
 	// Set it for every strategy that claims to take orders, so that a
 	// wrapper that hides the methods cannot pass by accident.
 	RequireOrders bool
+
+	// RequireLedger makes Run fail unless the manager keeps a movement
+	// ledger (it implements [ledger.Reader] and its Entries does not fail
+	// with [ledger.ErrNotKept]). Without it, Run runs the ledger subtests,
+	// under "Ledger/", only for a manager that keeps one.
+	RequireLedger bool
 
 	// HoldTTL is the TTL of the holds the order subtests let expire; the
 	// other holds live for Timeout, at least a minute. The default is
@@ -236,6 +251,7 @@ func Run(t *testing.T, cfg Config) {
 		})
 	}
 	s.runOrders(t)
+	s.runLedger(t)
 }
 
 type suite struct {

@@ -325,16 +325,32 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir driver
 	if err != nil {
 		return 0, true, err
 	}
-	next := cur + qty
-	if dir == driver.DirReduce {
-		if cur < qty {
-			return cur, true, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, cur, qty)
-		}
-		next = cur - qty
-	} else if err := driver.CheckReturn(cur, qty); err != nil {
+	next, err := moved(cur, qty, dir)
+	if err != nil {
 		return cur, true, err
 	}
+	return m.write(ctx, lease, sku, version, next, dir, key)
+}
 
+// moved is the stock cur after moving qty in direction dir, or why the
+// move is refused.
+func moved(cur, qty int64, dir driver.Direction) (int64, error) {
+	if dir == driver.DirReduce {
+		if cur < qty {
+			return 0, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, cur, qty)
+		}
+		return cur - qty, nil
+	}
+	if err := driver.CheckReturn(cur, qty); err != nil {
+		return 0, err
+	}
+	return cur + qty, nil
+}
+
+// write is the end of attempt: unless lease is lost, it sets sku to next
+// if its version is still version, recording key. done is false when the
+// stock moved since the read.
+func (m *Manager) write(ctx context.Context, lease Lease, sku string, version, next int64, dir driver.Direction, key string) (rem int64, done bool, err error) {
 	select {
 	case <-lease.Lost():
 		return 0, true, fmt.Errorf("%w: lock lost before the write", inventory.ErrContention)

@@ -156,24 +156,39 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
 		return err
 	}
-	id, lk := kindReturnKey+key, lineKey(key)
+	id := kindReturnKey + key
 	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
 	case errors.Is(err, inventory.ErrDuplicate):
-		rec, err := hs.Order(ctx, id)
-		if err != nil || !rec.Complete || rec.State == OrderConfirmed {
-			return m.repeat(ctx, hs, id, key)
-		}
-		// Checked, and perhaps written in part: write the rest. The
-		// lines' ledger entries say which are written.
-		if _, err := m.returnAll(ctx, hs, rec.Lines, lk, nil); err != nil {
-			return err
-		}
-		_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
-		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
-		return fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, key)
+		return m.returnRepeat(ctx, hs, id, key)
 	case err != nil:
 		return err
 	}
+	return m.returnRecorded(ctx, hs, id, lines, key)
+}
+
+// returnRepeat is a keyed ReturnLines whose record id exists already: a
+// record complete but not confirmed has its missing lines written (and
+// reports ErrDuplicate); any other is answered as a repeat.
+func (m *Manager) returnRepeat(ctx context.Context, hs HoldStore, id, key string) error {
+	rec, err := hs.Order(ctx, id)
+	if err != nil || !rec.Complete || rec.State == OrderConfirmed {
+		return m.repeat(ctx, hs, id, key)
+	}
+	// Checked, and perhaps written in part: write the rest. The
+	// lines' ledger entries say which are written.
+	if _, err := m.returnAll(ctx, hs, rec.Lines, lineKey(key), nil); err != nil {
+		return err
+	}
+	_, _, _ = hs.UpdateOrder(ctx, id, StepConfirm)
+	_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
+	return fmt.Errorf("%w: key %q (this call finished what an earlier one began)", inventory.ErrDuplicate, key)
+}
+
+// returnRecorded returns lines of a keyed ReturnLines whose record id it
+// has just created: it completes the record once the lines are checked,
+// writes them, then confirms and finishes the record; when nothing was
+// written it gives the record up.
+func (m *Manager) returnRecorded(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, key string) error {
 	complete := func(ctx context.Context) error {
 		_, changed, err := m.step(ctx, hs, id, StepComplete, m.maxAttempts)
 		if err == nil && !changed {
@@ -181,7 +196,7 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 		}
 		return err
 	}
-	if wrote, err := m.returnAll(ctx, hs, lines, lk, complete); err != nil {
+	if wrote, err := m.returnAll(ctx, hs, lines, lineKey(key), complete); err != nil {
 		if !wrote {
 			if aerr := m.giveBack(ctx, func(ctx context.Context) error { return m.abort(ctx, hs, id) }); aerr != nil {
 				return unsettled(fmt.Sprintf("nothing was returned, but key %q stays taken until its record is given up", key), errors.Join(err, aerr))
@@ -217,14 +232,8 @@ func lineKey(k string) string {
 // return twice): retry with the same idempotency key, which finishes the
 // call.
 func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory.Line, key string, checked func(context.Context) error) (wrote bool, err error) {
-	for _, l := range lines {
-		cur, _, _, _, err := hs.ReadHolds(ctx, l.SKU, 1)
-		if err != nil {
-			return false, fmt.Errorf("%q: %w", l.SKU, err)
-		}
-		if err := driver.CheckReturn(cur, l.Qty); err != nil {
-			return false, fmt.Errorf("%q: %w", l.SKU, err)
-		}
+	if err := checkReturns(ctx, hs, lines); err != nil {
+		return false, err
 	}
 	if checked != nil {
 		if err := checked(ctx); err != nil {
@@ -245,26 +254,46 @@ func (m *Manager) returnAll(ctx context.Context, hs HoldStore, lines []inventory
 		if i == 0 && checked == nil && !errors.Is(err, errUnknown) {
 			return false, fmt.Errorf("%q: %w", l.SKU, err)
 		}
-		// Some line may be written: finish the others, without waiting
-		// in the SKUs' queues (the compare-and-set and the ledger keep
-		// the writes right). A return is never refused once checked, so
-		// only time bounds the attempts.
-		var rerr error
-		outliving(ctx, func(ctx context.Context) {
-			for _, l := range lines[i:] {
-				if rerr = m.returnLine(ctx, hs, l, key, math.MaxInt, false); rerr != nil {
-					rerr = fmt.Errorf("%q: %w", l.SKU, rerr)
-					return
-				}
-			}
-		})
-		if rerr == nil && ctx.Err() == nil {
-			return true, nil
-		}
-		// Not ErrContention: a blind retry would return twice.
-		return true, unsettled("some lines may be returned and not others; a retry with the same key finishes the call", errors.Join(rerr, ctx.Err()))
+		return true, m.returnRest(ctx, hs, lines[i:], key)
 	}
 	return true, nil
+}
+
+// checkReturns reads the SKU of every line and checks that returning it
+// keeps the stock within MaxStock.
+func checkReturns(ctx context.Context, hs HoldStore, lines []inventory.Line) error {
+	for _, l := range lines {
+		cur, _, _, _, err := hs.ReadHolds(ctx, l.SKU, 1)
+		if err != nil {
+			return fmt.Errorf("%q: %w", l.SKU, err)
+		}
+		if err := driver.CheckReturn(cur, l.Qty); err != nil {
+			return fmt.Errorf("%q: %w", l.SKU, err)
+		}
+	}
+	return nil
+}
+
+// returnRest writes lines, the rest of a returnAll of which some line may
+// be written already, without waiting in the SKUs' queues (the
+// compare-and-set and the ledger keep the writes right). A return is never
+// refused once checked, so only time bounds the attempts: it goes on past a
+// done ctx for a bounded time. Its error wraps no ErrContention: a blind
+// retry would return twice.
+func (m *Manager) returnRest(ctx context.Context, hs HoldStore, lines []inventory.Line, key string) error {
+	var err error
+	outliving(ctx, func(ctx context.Context) {
+		for _, l := range lines {
+			if err = m.returnLine(ctx, hs, l, key, math.MaxInt, false); err != nil {
+				err = fmt.Errorf("%q: %w", l.SKU, err)
+				return
+			}
+		}
+	})
+	if err == nil && ctx.Err() == nil {
+		return nil
+	}
+	return unsettled("some lines may be returned and not others; a retry with the same key finishes the call", errors.Join(err, ctx.Err()))
 }
 
 // errUnknown marks an outcome the caller cannot know.

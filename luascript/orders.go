@@ -310,6 +310,9 @@ func (b *backend) MoveLines(ctx context.Context, lines []inventory.Line, dir dri
 	return (*Manager)(b).lines(ctx, dir, lines, key)
 }
 
+// lines moves lines in direction dir, keyed by key when not "": in one
+// script when every key they touch is in one slot, otherwise part by part
+// under an order record.
 func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inventory.Line, key string) error {
 	gs := m.bySlot(lines)
 	kind, id := kindUnkeyed, newNonce()
@@ -321,27 +324,39 @@ func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inven
 		recKind = kind
 	}
 	if m.oneStep(gs, recKind, id) {
-		keys := m.lineKeys(lines)
-		keyed := "0"
-		if key != "" {
-			keys = append(keys, rediskeys.Order(m.prefix, kind, id))
-			keyed = "1"
-		}
-		res, st, err := m.eval(ctx, keys, lineArgs("lines", lines, string(dir), m.keyTTL.Milliseconds(), keyed)...)
-		switch {
-		case err != nil:
-			return err
-		case st == "ok":
-			return nil
-		case st == "dup":
-			return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
-		case st == "busy":
-			return fmt.Errorf("%w: a call with key %q is under way", inventory.ErrContention, key)
-		}
-		return refusalErr(res, st, lines, dir)
+		return m.linesInOneScript(ctx, dir, lines, key, kind, id)
 	}
-	o := m.newOrder(kind, id, newNonce(), gs)
-	recKind = "unkeyed"
+	return m.linesByParts(ctx, m.newOrder(kind, id, newNonce(), gs), dir, lines, key)
+}
+
+// linesInOneScript moves lines in one script, which also records key (of
+// order kind and id) when keyed.
+func (m *Manager) linesInOneScript(ctx context.Context, dir driver.Direction, lines []inventory.Line, key, kind, id string) error {
+	keys := m.lineKeys(lines)
+	keyed := "0"
+	if key != "" {
+		keys = append(keys, rediskeys.Order(m.prefix, kind, id))
+		keyed = "1"
+	}
+	res, st, err := m.eval(ctx, keys, lineArgs("lines", lines, string(dir), m.keyTTL.Milliseconds(), keyed)...)
+	switch {
+	case err != nil:
+		return err
+	case st == "ok":
+		return nil
+	case st == "dup":
+		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
+	case st == "busy":
+		return fmt.Errorf("%w: a call with key %q is under way", inventory.ErrContention, key)
+	}
+	return refusalErr(res, st, lines, dir)
+}
+
+// linesByParts moves lines as order o: it begins o's record, makes a part
+// per slot (unwinding the made ones when one is refused), commits the
+// record, then sells the parts.
+func (m *Manager) linesByParts(ctx context.Context, o *order, dir driver.Direction, lines []inventory.Line, key string) error {
+	recKind := "unkeyed"
 	if key != "" {
 		recKind = "keyed"
 	}
@@ -823,6 +838,14 @@ func (m *Manager) settle(ctx context.Context, pk string) (int, error) {
 		return 0, err
 	}
 	st, _ := v[0].(string)
+	return m.settleOrder(ctx, o, st)
+}
+
+// settleOrder ends the pinned parts of o, whose record is in state st:
+// sold when confirmed, released when released or (aborted here) expired.
+// It returns 1 if that released a hold.
+func (m *Manager) settleOrder(ctx context.Context, o *order, st string) (int, error) {
+	var err error
 	flipped := false // this Sweep released the record
 	if st != "confirmed" && st != "released" {
 		if st, err = m.recordOp(ctx, o, "abort", "1", ""); err != nil || st == "live" {

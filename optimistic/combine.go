@@ -12,6 +12,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // req is one Reduce or Return; ans is its answer, which the batch that
@@ -24,6 +25,7 @@ type (
 		qty int64
 		dir driver.Direction
 		key string
+		ref string // the caller's reference, for the movement ledger
 	}
 	ans struct {
 		rem int64
@@ -248,6 +250,21 @@ func (p *plan) records(batch []*call, s int64) []sqldialect.Entry {
 	return rs
 }
 
+// moves returns the movement ledger's entries of the batch as planned:
+// the expired lines released (rd.expired, the row's stock before them
+// being base), then the calls that took, s being the stock before the
+// batch.
+func (p *plan) moves(sku string, batch []*call, expired []sqldialect.Ref, base, s int64) []sqldialect.Move {
+	ms, _ := sqlengine.Expires(make([]sqldialect.Move, 0, len(expired)+len(batch)), sku, expired, base)
+	for i, c := range batch {
+		if st := p.steps[i]; st.kind == took {
+			ms = append(ms, sqldialect.Move{SKU: sku, Kind: sqlengine.KindOf(c.Req.dir), Units: c.Req.qty,
+				Available: s + st.off, Key: c.Req.key, Ref: c.Req.ref})
+		}
+	}
+	return ms
+}
+
 // attempt applies batch with one conditional UPDATE of its net change if
 // every call fits ([Manager.direct]); if not, it reads the row (and the
 // keys of the batch), plans each call's outcome on it, and writes the
@@ -316,7 +333,9 @@ func (m *Manager) readWrite(ctx context.Context, q sqlx.QueryerContext, tx *sqlx
 		return false, err
 	}
 	if tx == nil && p.keyed > 0 {
-		m.t.Tidy(ctx, p.keyed)
+		if p.keyed > 0 {
+			m.t.Tidy(ctx, p.keyed)
+		}
 	}
 	p.answer(m, sku, batch, after-p.net)
 	return true, nil
@@ -379,21 +398,14 @@ func (m *Manager) read(ctx context.Context, q sqlx.QueryerContext, tx *sqlx.Tx, 
 func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*call, p *plan, rd readout) (after int64, ok bool, err error) {
 	// The bounds and change of the row's own stock, which the released
 	// units join.
-	lo, hi, delta := max(p.lo-rd.units, 0), p.hi-rd.units, p.net+rd.units
-	write := func(e sqlx.ExtContext) error {
-		after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
-		if err == nil && ok {
-			ok, err = m.t.Release(ctx, e, sku, rd.expired)
-		}
-		if err == nil && ok && p.keyed > 0 {
-			ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
-		}
+	write := func(e sqlx.ExtContext) (err error) {
+		after, ok, err = m.writeOn(ctx, e, sku, batch, p, rd)
 		return err
 	}
 	switch {
 	case tx != nil:
 		err = write(tx)
-	case p.keyed == 0 && len(rd.expired) == 0:
+	case p.keyed == 0 && len(rd.expired) == 0 && !m.cfg.ledger:
 		err = write(m.t.DB)
 	default:
 		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -406,6 +418,26 @@ func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, batch []*c
 		if errors.Is(err, errConflict) {
 			return 0, false, nil
 		}
+	}
+	return after, ok, err
+}
+
+// writeOn is the statements of [Manager.write] through e: the
+// conditional UPDATE, the release of the expired holds, the ledger rows
+// of the keys and the movement ledger's entries.
+func (m *Manager) writeOn(ctx context.Context, e sqlx.ExtContext, sku string, batch []*call, p *plan, rd readout) (after int64, ok bool, err error) {
+	// The bounds and change of the row's own stock, which the released
+	// units join.
+	lo, hi, delta := max(p.lo-rd.units, 0), p.hi-rd.units, p.net+rd.units
+	after, ok, err = m.t.Shift(ctx, e, sku, delta, lo, hi)
+	if err == nil && ok {
+		ok, err = m.t.Release(ctx, e, sku, rd.expired)
+	}
+	if err == nil && ok && p.keyed > 0 {
+		ok, err = m.t.RecordAll(ctx, e, sku, p.records(batch, after-p.net))
+	}
+	if err == nil && ok && m.cfg.ledger {
+		err = m.t.WriteMoves(ctx, e, p.moves(sku, batch, rd.expired, after-p.net-rd.units, after-p.net))
 	}
 	return after, ok, err
 }
@@ -443,31 +475,59 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		m.beforeCAS(sku)
 	}
 	var after int64
-	if p.keyed == 0 {
+	switch {
+	case p.keyed == 0 && !m.cfg.ledger:
 		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
-	} else {
-		err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-			if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
-				return err
-			}
+	case p.keyed == 0 && m.t.OneStatementMoves():
+		if after, ok, err = m.t.MoveLogged(ctx, m.t.DB, sku, p.net, p.lo, p.hi, p.moves(sku, batch, nil, 0, 0)); err != nil || !ok {
+			return false, err
+		}
+	default:
+		if after, ok, err = m.directTx(ctx, sku, batch, &p); err != nil || !ok {
+			return false, err
+		}
+	}
+	p.answer(m, sku, batch, after-p.net)
+	return true, nil
+}
+
+// directTx is the conditional UPDATE of [Manager.direct] in a transaction
+// with the ledger rows of the batch's keys and the movement ledger's
+// entries. ok=false: nothing was written (the UPDATE matched no row, or a
+// key was in the ledger already).
+func (m *Manager) directTx(ctx context.Context, sku string, batch []*call, p *plan) (after int64, ok bool, err error) {
+	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
+			return err
+		}
+		if p.keyed > 0 {
 			written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
 			if err == nil && !written {
 				err = errConflict // a key in the ledger: the read path tells which
 			}
-			return err
-		})
-		if errors.Is(err, errConflict) {
-			return false, nil
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil || !ok {
-			return false, err
-		}
+		return m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
+	})
+	if errors.Is(err, errConflict) || err != nil || !ok {
+		return 0, false, ignore(err, errConflict)
+	}
+	if p.keyed > 0 {
 		m.t.Tidy(ctx, p.keyed)
 	}
-	p.answer(m, sku, batch, after-p.net)
-	return true, nil
+	return after, true, nil
+}
+
+// ignore is err, or nil when err is target.
+func ignore(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }
 
 // move is the conditional UPDATE of a batch of unkeyed calls that all fit

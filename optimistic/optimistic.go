@@ -96,6 +96,16 @@
 // The idempotency key of ReduceLines and ReturnLines is kept in the ledger
 // under the empty SKU, apart from the keys of single-SKU calls.
 //
+// # Movement ledger
+//
+// With [WithLedger] the Manager keeps a movement ledger (package
+// [ledger], docs/ledger.md): each move that takes effect (Init, Reduce,
+// Return, the lines calls, each line of Reserve, Confirm, Cancel and the
+// release of an expired hold) writes its entries, with the call's
+// [inventory.WithRef] reference, in the transaction that moves the stock,
+// the caller's included (InTx), with one INSERT per transaction; the
+// Manager reads them back as a [ledger.Reader].
+//
 // # Inside a caller's transaction
 //
 // [Manager.InTx] binds every call to a transaction of the caller's, so
@@ -128,6 +138,7 @@ import (
 	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
@@ -165,6 +176,7 @@ type Manager struct {
 var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
+	_ ledger.Reader          = (*Manager)(nil)
 )
 
 // face is the Manager's [front.Front], embedded under a name of its own so
@@ -179,6 +191,7 @@ type config struct {
 	base, cap time.Duration
 	maxBatch  int
 	sweep     int
+	ledger    bool
 	// refusals is WithRefusals's TTL, when refusalsSet
 	refusals    time.Duration
 	refusalsSet bool
@@ -253,6 +266,16 @@ func WithRefusals(ttl time.Duration) Option {
 // a transaction of its own; at least 1. The default is 1000.
 func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
 
+// WithLedger makes the Manager keep a movement ledger (package
+// [ledger]): every move that takes effect is recorded in the transaction
+// that makes it, in the table named after the stock table with
+// "_moves" ("stock_moves" for the default table), which [Manager.CreateTables]
+// creates; the Manager is then a [ledger.Reader]. A batch of combined
+// calls writes its entries with one INSERT; a call that needed no
+// transaction (an unkeyed one) then runs in one. The default keeps none,
+// and costs no statement. See docs/ledger.md.
+func WithLedger() Option { return func(c *config) { c.ledger = true } }
+
 // New returns a Manager over db. The tables must exist: see
 // [sqlstore.Store.CreateTables]. New validates the options and names and
 // chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
@@ -278,7 +301,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 			return nil, err
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait})
+	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait, Moves: c.ledger})
 	if err != nil {
 		return nil, err
 	}
@@ -313,12 +336,23 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
 // Sweep releases every hold in tx.
 type Tx = sqlengine.Tx
 
+// CreateTables creates the tables of the Manager's schema if they are
+// absent: those of [sqlstore.Store.CreateTables] and, with [WithLedger],
+// the movement ledger's.
+func (m *Manager) CreateTables(ctx context.Context) error { return m.t.CreateTables(ctx) }
+
+// Entries implements [ledger.Reader]: the error wraps [ledger.ErrNotKept]
+// unless the Manager was made with [WithLedger].
+func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	return m.o.Entries(ctx, sku, after, limit)
+}
+
 // move is Reduce or Return behind the front.
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if m.cfg.single {
 		return m.single(ctx, sku, qty, dir, key)
 	}
-	return m.combine(ctx, sku, req{qty: qty, dir: dir, key: key})
+	return m.combine(ctx, sku, req{qty: qty, dir: dir, key: key, ref: driver.Ref(ctx)})
 }
 
 // bounds gives the conditional UPDATE's arguments for moving qty units in
@@ -401,21 +435,32 @@ func (m *Manager) missed(ctx context.Context, sku string, qty int64, dir driver.
 }
 
 // update runs the conditional UPDATE, with the ledger row in the same
-// transaction when keyed. ok=false: no row matched, nothing changed.
+// transaction when keyed, and the movement ledger's entry with a ledger.
+// ok=false: no row matched, nothing changed.
 func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, dir driver.Direction, key string) (rem int64, ok bool, err error) {
-	if key == "" {
+	switch {
+	case key == "" && !m.cfg.ledger:
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
+	case key == "" && m.t.OneStatementMoves():
+		return m.t.MoveLogged(ctx, m.t.DB, sku, delta, lo, hi, []sqldialect.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
+			Units: max(delta, -delta), Available: delta, Ref: driver.Ref(ctx)}})
 	}
 	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
 		if rem, ok, err = m.t.Move(ctx, tx, sku, delta, lo, hi); err != nil || !ok {
 			return err
 		}
-		return m.t.Record(ctx, tx, sku, dir, key, rem)
+		if key != "" {
+			if err := m.t.Record(ctx, tx, sku, dir, key, rem); err != nil {
+				return err
+			}
+		}
+		return m.t.WriteMoves(ctx, tx, []sqldialect.Move{{SKU: sku, Kind: sqlengine.KindOf(dir), Units: max(delta, -delta),
+			Available: rem, Key: key, Ref: driver.Ref(ctx)}})
 	})
 	if err != nil {
 		return 0, false, err
 	}
-	if ok {
+	if ok && key != "" {
 		m.t.Tidy(ctx, 1)
 	}
 	return rem, ok, nil

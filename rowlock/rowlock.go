@@ -89,6 +89,16 @@
 // The idempotency key of ReduceLines and ReturnLines is kept in the ledger
 // under the empty SKU, apart from the keys of single-SKU calls.
 //
+// # Movement ledger
+//
+// With [WithLedger] the Manager keeps a movement ledger (package
+// [ledger], docs/ledger.md): each move that takes effect (Init, Reduce,
+// Return, the lines calls, each line of Reserve, Confirm, Cancel and the
+// release of an expired hold) writes its entries, with the call's
+// [inventory.WithRef] reference, in the transaction that moves the stock,
+// the caller's included (InTx), with one INSERT per transaction; the
+// Manager reads them back as a [ledger.Reader].
+//
 // # Inside a caller's transaction
 //
 // [Manager.InTx] binds every call to a transaction of the caller's, so
@@ -117,6 +127,7 @@ import (
 	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
@@ -146,6 +157,7 @@ type Manager struct {
 var (
 	_ inventory.StockManager = (*Manager)(nil)
 	_ inventory.OrderManager = (*Manager)(nil)
+	_ ledger.Reader          = (*Manager)(nil)
 )
 
 // face is the Manager's [front.Front], embedded under a name of its own so
@@ -157,6 +169,7 @@ type config struct {
 	ttl    time.Duration
 	wait   time.Duration
 	sweep  int
+	ledger bool
 	// refusals is WithRefusals's TTL, when refusalsSet
 	refusals    time.Duration
 	refusalsSet bool
@@ -207,6 +220,15 @@ func WithRefusals(ttl time.Duration) Option {
 // a transaction of its own; at least 1. The default is 1000.
 func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
 
+// WithLedger makes the Manager keep a movement ledger (package
+// [ledger]): every move that takes effect is recorded in the transaction
+// that makes it, in the table named after the stock table with
+// "_moves" ("stock_moves" for the default table), which [Manager.CreateTables]
+// creates; the Manager is then a [ledger.Reader]. A batch of combined
+// calls writes its entries with one INSERT. The default keeps none, and
+// costs no statement. See docs/ledger.md.
+func WithLedger() Option { return func(c *config) { c.ledger = true } }
+
 // New returns a Manager over db. The tables must exist: see
 // [sqlstore.Store.CreateTables]. New validates the options and names and
 // chooses the dialect from db.DriverName(); it does no I/O. Errors wrap
@@ -229,7 +251,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 			return nil, err
 		}
 	}
-	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait})
+	t, err := sqldialect.New(db, sqldialect.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait, Moves: c.ledger})
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +281,17 @@ func (m *Manager) InTx(tx *sqlx.Tx) *Tx { return sqlengine.BindTx(m.o, tx) }
 // Sweep releases every hold in tx.
 type Tx = sqlengine.Tx
 
+// CreateTables creates the tables of the Manager's schema if they are
+// absent: those of [sqlstore.Store.CreateTables] and, with [WithLedger],
+// the movement ledger's.
+func (m *Manager) CreateTables(ctx context.Context) error { return m.t.CreateTables(ctx) }
+
+// Entries implements [ledger.Reader]: the error wraps [ledger.ErrNotKept]
+// unless the Manager was made with [WithLedger].
+func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	return m.o.Entries(ctx, sku, after, limit)
+}
+
 // maxBatch bounds the calls of one SKU that one transaction applies.
 const maxBatch = 128
 
@@ -275,7 +308,7 @@ func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Di
 			return rem, err
 		}
 	}
-	a, err := m.comb.Do(ctx, sku, sqlengine.Step{Qty: qty, Dir: dir, Key: key})
+	a, err := m.comb.Do(ctx, sku, sqlengine.Step{Qty: qty, Dir: dir, Key: key, Ref: driver.Ref(ctx)})
 	if err != nil {
 		return 0, m.t.Err(ctx, string(dir), err)
 	}

@@ -32,7 +32,9 @@
 -- The moves of each SKU are journaled as one entry with its allotment,
 -- written once: n the generation, d the net units taken (sold less
 -- returned) and s the units sold (Reduces), so the units returned are
--- s - d (move.lua's entries have no s: d > 0 sold, d < 0 returned).
+-- s - d (move.lua's entries have no s: d > 0 sold, d < 0 returned), and,
+-- when some of its calls were keyed and moved, k: their keys (keyitem in
+-- holds.lua).
 -- Numbers written are formatted with %.0f, so they stay exact; numbers
 -- replied are integer replies (exact: at most MaxStock).
 local lw, rto, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -41,6 +43,7 @@ local out, nout, ex, nex = {}, 0, {}, 0
 local i, j, k = 0, 4, 0 -- the call's position, ARGV's next, KEYS' last
 local now
 local a, p, g, sold, last, lastv -- the SKU's, as its calls move
+local keyed -- the SKU's keyed moves, as its calls move (keyitem)
 
 local function except(code, v, w)
   ex[nex + 1], ex[nex + 2], ex[nex + 3], ex[nex + 4] = i, code, v, w
@@ -87,6 +90,9 @@ local function step(q, rec)
   if q > 0 then
     sold, last, lastv = sold + q, i, a + p
   end
+  if rec then
+    keyed[#keyed + 1] = keyitem(rec, q, a + p)
+  end
 end
 
 while j <= #ARGV do
@@ -115,7 +121,7 @@ while j <= #ARGV do
       end
     end
   else
-    a, p, g, sold, last = tonumber(h[1]), tonumber(h[2]), h[4], 0, 0
+    a, p, g, sold, last, keyed = tonumber(h[1]), tonumber(h[2]), h[4], 0, 0, {}
     local a0 = a
     out[nout] = a + p
     for t = j + 1, j + 2 * m, 2 do
@@ -154,7 +160,11 @@ while j <= #ARGV do
       else
         redis.call('HSET', state, 'a', string.format('%.0f', a))
       end
-      redis.call('XADD', journal, '*', 'n', h[3], 'd', string.format('%.0f', a0 - a), 's', string.format('%.0f', sold))
+      local entry = {'n', h[3], 'd', string.format('%.0f', a0 - a), 's', string.format('%.0f', sold)}
+      if #keyed > 0 then
+        entry[7], entry[8] = 'k', table.concat(keyed, '\n')
+      end
+      redis.call('XADD', journal, '*', unpack(entry))
     end
   end
   j = j + 1 + 2 * m

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,159 +15,20 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
-)
-
-// Defaults of the circuit breaker ([WithBreaker]).
-const (
-	DefaultBreakerFailures = 3
-	DefaultBreakerOpen     = time.Second
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // ErrRedisUnreachable is wrapped by the error of a keyed Reduce or Return
-// made while the circuit to Redis is open: its idempotency key's record is
-// in Redis, so SQL cannot tell whether an earlier call with the key took
-// effect, and refuses it. Nothing changed; retry once Redis is back.
+// made while the circuit to Redis is open, unless [WithKeyedFallback]: its
+// idempotency key's record may be in Redis alone (not synced yet), so SQL
+// cannot tell whether an earlier call with the key took effect, and
+// refuses it. Nothing changed; retry once Redis is back.
 var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refused")
 
 // ErrFallback is wrapped by the errors of calls that SQL served alone
 // while the circuit to Redis was open: an ErrInsufficientStock with it
 // says SQL's pool is short, while Redis's allotment may hold more.
 var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
-
-// WithBreaker sets the circuit breaker in front of Redis.
-//
-// Thresholds: after failures consecutive calls failed to reach Redis (a
-// network error, a timeout or the call's deadline passing, a closed client;
-// not a Redis error reply nor a cancelled ctx), the circuit opens for open:
-// calls then go to SQL alone (see [Manager.Reduce]). failures >= 1,
-// open > 0; the defaults are [DefaultBreakerFailures] (3) and
-// [DefaultBreakerOpen] (1 s).
-//
-// Recovery: once open has passed, the next call starts one recovery in the
-// background and, like every call until the recovery ends, is still served
-// by SQL. The recovery asks Redis (INFO server of each master) whether it
-// restarted since the first of the failures (its uptime is shorter: it may
-// have come back empty, or from an older AOF or RDB, or be a promoted
-// replica that restarted), then runs [Manager.Reconcile] on the SKUs the
-// fallback moved, or, after a restart, on every SKU of the SKU table: it
-// records as lost the allotment a Redis that came back empty or at an older
-// generation no longer holds, takes out of the allotment of a Redis that
-// came back with an older state the units SQL's synced sales say it
-// already sold (its excess), applies the grants it missed, and sets its
-// view of the pool to SQL's. Each step is bounded by the refill timeout
-// ([WithRefillTimeout]; the sync that precedes each SKU's comparison gets
-// three such rounds). Only then does the circuit close and Redis take
-// traffic again; if a step fails, the circuit opens for another open
-// period, and the next recovery starts over. SKUs the fallback moves while a
-// recovery runs are reconciled by it too (in up to three passes); SQL's
-// moves after a SKU's pass only leave Redis's view of the pool high, which
-// its next grant corrects. Units are never created: a bounded undersell
-// (the allotment recorded lost) is the price. [Manager.Recoveries] lists
-// what the recoveries found.
-//
-// A restart is seen by the calls that fail meanwhile, by Redis's uptime,
-// and by the restart watch: every new connection asks Redis its run_id,
-// and a new one opens the circuit at once, with no call sent to the
-// restarted Redis before the recovery. After a restart the recovery drops
-// Redis's state of every SKU and re-warms it from SQL, the allotment and
-// holds it had recorded lost (a bounded undersell): a Redis restored from
-// an older state (an AOF copied mid-sale, a lagging replica) has forgotten
-// moves it acknowledged, which no count in SQL or Redis can show.
-// [WithTrustRestarts] reconciles instead.
-func WithBreaker(failures int, open time.Duration) Option {
-	return func(c *config) { c.brFailures, c.brOpen = failures, open }
-}
-
-// Breaker states.
-const (
-	brClosed     = iota // calls go to Redis
-	brOpen              // calls go to SQL until the open period passes
-	brRecovering        // calls go to SQL while a recovery runs
-)
-
-// maxRecoveries bounds the recoveries [Manager.Recoveries] keeps.
-const maxRecoveries = 16
-
-// breaker counts consecutive failures to reach Redis and runs the
-// recovery.
-type breaker struct {
-	mu      sync.Mutex
-	state   int
-	fails   int
-	first   time.Time // the first failure of the current run of failures
-	outage  time.Time // the first failure of the run that opened the circuit
-	until   time.Time // open until then
-	start   func()    // starts a recovery (set when the circuit opens)
-	touched map[string]bool
-	done    chan struct{} // closed when the circuit closes (tests)
-	history []Recovery
-	lastErr error
-	failed  int64
-	restart bool // the restart watch saw Redis restart (restart.go)
-}
-
-// Recovery is what one recovery of the circuit ([WithBreaker]) found.
-type Recovery struct {
-	// Outage is the first failure of the run that opened the circuit;
-	// Closed is when the recovery closed it.
-	Outage, Closed time.Time
-	// Restarted says Redis restarted since Outage (or could not tell):
-	// every SKU was reconciled, not only those the fallback moved.
-	Restarted bool
-	// Drifts are Reconcile's findings, one per SKU reconciled.
-	Drifts []Drift
-}
-
-// open reports whether calls must skip Redis now. The first call after the
-// open period starts the recovery.
-func (b *breaker) open() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
-	case brClosed:
-		return false
-	case brOpen:
-		if time.Now().Before(b.until) {
-			return true
-		}
-		b.state = brRecovering
-		b.start()
-	}
-	return true
-}
-
-// touch records that the fallback moved sku.
-func (b *breaker) touch(sku string) {
-	b.mu.Lock()
-	if b.touched == nil {
-		b.touched = map[string]bool{}
-	}
-	b.touched[sku] = true
-	b.mu.Unlock()
-}
-
-// result records the outcome of a Redis call.
-func (m *Manager) result(ctx context.Context, err error) {
-	b := &m.br
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil || errors.Is(ctx.Err(), context.Canceled) || isReply(err) {
-		b.fails = 0
-		return
-	}
-	now := time.Now()
-	if b.fails == 0 {
-		b.first = now
-	}
-	b.fails++
-	if b.fails >= m.cfg.brFailures && b.state == brClosed {
-		b.state, b.until, b.outage = brOpen, now.Add(m.cfg.brOpen), b.first
-		b.start = m.startRecovery
-		if b.done == nil {
-			b.done = make(chan struct{})
-		}
-	}
-}
 
 // startRecovery runs recover in the background; b.mu is held.
 func (m *Manager) startRecovery() {
@@ -180,26 +39,11 @@ func (m *Manager) startRecovery() {
 	outage := m.br.outage
 	go func() {
 		defer m.wg.Done()
-		rec, err := m.recoverRedis(outage)
-		b := &m.br
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if err != nil {
-			b.state, b.until, b.lastErr = brOpen, time.Now().Add(m.cfg.brOpen), err
-			b.failed++
-			return
-		}
-		b.state, b.fails, b.lastErr = brClosed, 0, nil
-		for _, d := range rec.Drifts {
-			delete(b.touched, d.SKU)
-		}
-		if len(b.history) == maxRecoveries {
-			b.history = b.history[1:]
-		}
-		b.history = append(b.history, rec)
-		if b.done != nil {
-			close(b.done)
-			b.done = nil
+		_, restarts := m.br.restartSeen()
+		if rec, err := m.recoverRedis(outage); err != nil {
+			m.br.reopen(err, time.Now()) // a restart seen stays owed
+		} else {
+			m.br.recovered(rec, restarts)
 		}
 	}()
 }
@@ -209,37 +53,17 @@ func (m *Manager) startRecovery() {
 // three passes (the fallback keeps moving SKUs meanwhile).
 func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	rec := Recovery{Outage: outage}
-	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(m.bg, m.cfg.refillTO) }
-	seen := m.watch.accept() // the restarted servers may be dialed again
-	ctx, cancel := step()
-	restarted, err := m.restarted(ctx, outage)
-	cancel()
+	restarted, err := m.recoveryRestarted(outage)
 	if err != nil {
-		return rec, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
+		return rec, err
 	}
-	restarted = seen || restarted
-	m.br.mu.Lock()
-	restarted, m.br.restart = restarted || m.br.restart, false
-	m.br.mu.Unlock()
 	rec.Restarted = restarted
 	done := map[string]bool{}
 	for pass := 0; pass < 3; pass++ {
-		var skus []string
-		if restarted && pass == 0 {
-			ctx, cancel := step()
-			err := m.db.SelectContext(ctx, &skus, m.q.skus)
-			cancel()
-			if err != nil {
-				return rec, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
-			}
+		skus, err := m.recoverySKUs(restarted && pass == 0, done)
+		if err != nil {
+			return rec, err
 		}
-		m.br.mu.Lock()
-		for sku := range m.br.touched {
-			if !done[sku] {
-				skus = append(skus, sku)
-			}
-		}
-		m.br.mu.Unlock()
 		if len(skus) == 0 {
 			break
 		}
@@ -247,35 +71,9 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 			if done[sku] {
 				continue
 			}
-			// Sync first, as Reconcile does, each round of it bounded on
-			// its own: a long journal is applied in several (what a round
-			// applied stays applied).
-			for round := 1; ; round++ {
-				ctx, cancel := step()
-				_, err := m.syncSKU(ctx, sku)
-				cancel()
-				if err == nil {
-					break
-				}
-				if round == 3 {
-					return rec, fmt.Errorf("tiered: recovery: %w", err)
-				}
-			}
-			ctx, cancel := step()
-			if restarted && !m.cfg.trustRestarts {
-				// A restarted Redis may have come back older than it
-				// acknowledged: drop its state of the SKU, so that
-				// Reconcile re-warms it from SQL and records what it held
-				// as lost, rather than sell units sold already.
-				if err := m.rdb.Del(ctx, m.stateKey(sku)).Err(); err != nil {
-					cancel()
-					return rec, fmt.Errorf("tiered: recovery: drop %q: %w", sku, withCtx(ctx, err))
-				}
-			}
-			d, err := m.reconcile(ctx, sku)
-			cancel()
+			d, err := m.recoverSKU(sku, restarted)
 			if err != nil {
-				return rec, fmt.Errorf("tiered: recovery: %w", err)
+				return rec, err
 			}
 			rec.Drifts = append(rec.Drifts, d)
 			done[sku] = true
@@ -283,6 +81,81 @@ func (m *Manager) recoverRedis(outage time.Time) (Recovery, error) {
 	}
 	rec.Closed = time.Now()
 	return rec, nil
+}
+
+// recoveryStep returns the context of one step of a recovery, bounded by
+// the refill timeout.
+func (m *Manager) recoveryStep() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.bg, m.cfg.refillTO)
+}
+
+// recoveryRestarted reports whether Redis restarted since outage: its
+// uptime says so, or the restart watch saw it.
+func (m *Manager) recoveryRestarted(outage time.Time) (bool, error) {
+	seen := m.watch.accept() // the restarted servers may be dialed again
+	ctx, cancel := m.recoveryStep()
+	restarted, err := m.restarted(ctx, outage)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
+	}
+	pending, _ := m.br.restartSeen()
+	return seen || restarted || pending, nil
+}
+
+// recoverySKUs returns the SKUs a recovery's pass reconciles: those the
+// fallback moved and that are not done, and, when all, every SKU of the
+// SKU table.
+func (m *Manager) recoverySKUs(all bool, done map[string]bool) ([]string, error) {
+	var skus []string
+	if all {
+		ctx, cancel := m.recoveryStep()
+		err := m.db.SelectContext(ctx, &skus, m.q.skus)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
+		}
+	}
+	return append(skus, m.br.touchedSKUs(done)...), nil
+}
+
+// recoverSKU syncs sku, drops Redis's state of it after a restart (unless
+// WithTrustRestarts), reconciles it and copies the fallback's keys of it
+// into Redis.
+func (m *Manager) recoverSKU(sku string, restarted bool) (Drift, error) {
+	// Sync first, as Reconcile does, each round of it bounded on its own:
+	// a long journal is applied in several (what a round applied stays
+	// applied).
+	for round := 1; ; round++ {
+		ctx, cancel := m.recoveryStep()
+		_, err := m.syncSKU(ctx, sku)
+		cancel()
+		if err == nil {
+			break
+		}
+		if round == 3 {
+			return Drift{}, fmt.Errorf("tiered: recovery: %w", err)
+		}
+	}
+	ctx, cancel := m.recoveryStep()
+	defer cancel()
+	if restarted && !m.cfg.trustRestarts {
+		// A restarted Redis may have come back older than it acknowledged:
+		// drop its state of the SKU, so that Reconcile re-warms it from
+		// SQL and records what it held as lost, rather than sell units
+		// sold already.
+		if err := m.rdb.Del(ctx, m.stateKey(sku)).Err(); err != nil {
+			return Drift{}, fmt.Errorf("tiered: recovery: drop %q: %w", sku, withCtx(ctx, err))
+		}
+	}
+	d, err := m.reconcile(ctx, sku)
+	if err == nil {
+		err = m.copyKeys(ctx, sku)
+	}
+	if err != nil {
+		return d, fmt.Errorf("tiered: recovery: %w", err)
+	}
+	return d, nil
 }
 
 // restarted reports whether any Redis master restarted since t, or did not
@@ -320,34 +193,6 @@ func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
 	return found, err
 }
 
-// infoField returns the value of name in an INFO reply.
-func infoField(info, name string) (string, bool) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// Recoveries returns what the last recoveries of the circuit found, oldest
-// first (at most 16 are kept), how many recoveries failed (each reopened
-// the circuit), and the last failure's error, if the circuit is open
-// since.
-func (m *Manager) Recoveries() (recs []Recovery, failed int64, lastErr error) {
-	b := &m.br
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.history), b.failed, b.lastErr
-}
-
-// isReply reports whether err is Redis's own error reply: Redis was
-// reached.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
-}
-
 // Fallbacks returns how many calls went to SQL alone while the circuit was
 // open.
 func (m *Manager) Fallbacks() int64 { return m.fallbacks.Load() }
@@ -358,6 +203,7 @@ type (
 	fbReq struct {
 		qty int64
 		dir driver.Direction
+		key string // "" when unkeyed
 	}
 	fbAns struct {
 		rem int64
@@ -373,17 +219,19 @@ const maxFallbackBatch = 256
 // pool, the units SQL never granted to Redis, so it cannot sell a unit
 // Redis holds or sold; a Return adds to the pool. Both count in the row's
 // direct sales. The remaining stock returned is the pool (Redis's
-// allotment is out of reach).
+// allotment is out of reach). A keyed call is refused unless
+// [WithKeyedFallback]; then its key is checked and recorded in SQL's keys
+// table in the transaction that moves the pool.
 //
 // Concurrent calls on one SKU are combined: while a batch of the SKU is
 // written, the calls that arrive queue, and the next batch serves them all
 // at once, so that a hot SKU costs SQL one write per batch rather than one
-// row-lock wait per call. A batch of Reduces that the pool holds is one
-// conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a transaction
-// reads the row locked, decides each call in order, and writes the net
-// change.
+// row-lock wait per call. A batch of unkeyed Reduces that the pool holds
+// is one conditional UPDATE (MariaDB/MySQL, PostgreSQL); otherwise a
+// transaction reads the row locked, decides each call in order, and
+// writes the net change and the keys.
 func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	if key != "" {
+	if key != "" && !m.cfg.keyed.on {
 		return 0, fmt.Errorf("tiered: %s %q: %w (%w)", dir, sku, ErrRedisUnreachable, ErrFallback)
 	}
 	m.fallbacks.Add(1)
@@ -392,7 +240,7 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir drive
 	// that every caller may leave at its deadline. One whose batch was
 	// taken may yet take effect, as any call that ends with its context
 	// may have.
-	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir})
+	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir, key: key})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
 	}
@@ -406,56 +254,100 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 	if done {
 		return
 	}
-	var pool, gen, last int64
 	if err == nil {
-		err = m.tx(ctx, func(tx *sqlx.Tx) error {
-			if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
-				return err
-			}
-			cur := pool
-			for _, c := range batch {
-				c.Ans.err = nil
-				if c.Req.dir == driver.DirReduce {
-					if c.Req.qty > cur {
-						c.Ans.rem, c.Ans.err = cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)
-						continue
-					}
-					cur -= c.Req.qty
-				} else {
-					if err := driver.CheckReturn(cur, c.Req.qty); err != nil {
-						c.Ans.rem, c.Ans.err = 0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)
-						continue
-					}
-					cur += c.Req.qty
-				}
-				c.Ans.rem = cur
-			}
-			if cur == pool {
-				return nil
-			}
-			_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
-			return err
-		})
+		err = m.tx(ctx, func(tx *sqlx.Tx) error { return m.fbTx(ctx, tx, sku, batch) })
+	}
+	if err == nil {
+		return
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("tiered: %q: %w (%w)", sku, inventory.ErrNotFound, ErrFallback)
-	} else if err != nil {
+	} else {
 		err = fmt.Errorf("tiered: %q in SQL: %w (%w)", sku, err, ErrFallback)
 	}
 	for _, c := range batch {
-		if err != nil {
-			c.Ans = fbAns{0, err}
-			if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
-			}
+		c.Ans = fbAns{0, err}
+		if cerr := c.Ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			c.Ans.err = fmt.Errorf("%w: %w", err, cerr)
 		}
 	}
+}
+
+// fbTx decides batch's calls in order in tx, with the SKU's row locked,
+// and writes the pool's net change and the keys of the keyed calls that
+// moved. A keyed call whose key SQL holds a live record of, or that an
+// earlier call of the batch used, returns ErrDuplicate with the remaining
+// stock recorded.
+func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fbCall) error {
+	var pool, gen, last int64
+	if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
+		return err
+	}
+	var ids []keyID
+	for _, c := range batch {
+		if c.Req.key != "" {
+			ids = append(ids, keyID{c.Req.dir, c.Req.key})
+		}
+	}
+	keys := map[keyID]keyRecord{}
+	if len(ids) > 0 {
+		var err error
+		if keys, err = m.findKeys(ctx, tx, sku, ids); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UnixMilli()
+	exp := now + m.cfg.keyTTL.Milliseconds()
+	cur := pool
+	var put []any
+	for _, c := range batch {
+		id := keyID{c.Req.dir, c.Req.key}
+		if r, ok := keys[id]; ok && r.expires > now {
+			c.Ans = fbAns{r.rem, fmt.Errorf("tiered: %s %q key %q: %w (%w)", c.Req.dir, sku, c.Req.key, inventory.ErrDuplicate, ErrFallback)}
+			continue
+		}
+		moved := false
+		if cur, moved = fbDecide(sku, c, cur); !moved || c.Req.key == "" {
+			continue
+		}
+		keys[id] = keyRecord{rem: cur, src: srcSQL, expires: exp}
+		take := c.Req.qty
+		if c.Req.dir == driver.DirReturn {
+			take = -take
+		}
+		put = append(put, sku, string(c.Req.dir), c.Req.key, take, cur, srcSQL, exp)
+	}
+	if err := m.putKeys(ctx, tx, put); err != nil || cur == pool {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
+	return err
+}
+
+// fbDecide decides c on a pool of cur units, setting its answer, and
+// returns the pool after it and whether it moved.
+func fbDecide(sku string, c *fbCall, cur int64) (int64, bool) {
+	if c.Req.dir == driver.DirReduce {
+		if c.Req.qty > cur {
+			c.Ans = fbAns{cur, fmt.Errorf("tiered: reduce %d of %q from SQL's unallotted units: %w (%w)", c.Req.qty, sku, inventory.ErrInsufficientStock, ErrFallback)}
+			return cur, false
+		}
+		cur -= c.Req.qty
+	} else {
+		if err := driver.CheckReturn(cur, c.Req.qty); err != nil {
+			c.Ans = fbAns{0, fmt.Errorf("tiered: return %q to SQL's unallotted units: %w (%w)", sku, err, ErrFallback)}
+			return cur, false
+		}
+		cur += c.Req.qty
+	}
+	c.Ans = fbAns{cur, nil}
+	return cur, true
 }
 
 // fbFast serves a batch of Reduces in one conditional UPDATE, outside a
 // transaction, when the pool holds them all: one round trip. It reports
 // done once it has set every call's answer. It reports false, having
-// changed nothing, when the batch holds a Return, the engine has no such
+// changed nothing, when the batch holds a Return or a keyed call, the engine has no such
 // statement (SQLite), or the UPDATE changed no row (the pool is short, or
 // there is no such SKU): the transaction then decides each call in turn;
 // or false and the UPDATE's error, its outcome unknown, which every call of
@@ -464,15 +356,16 @@ func (m *Manager) fbApply(ctx context.Context, sku string, _ *struct{}, batch []
 func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
 	var total int64
 	for _, c := range batch {
-		if c.Req.dir != driver.DirReduce {
+		if c.Req.dir != driver.DirReduce || c.Req.key != "" {
 			return false, nil
 		}
 		total += c.Req.qty
 	}
 	p := m.cfg.tablePrefix
 	var pool int64
-	switch m.db.DriverName() {
-	case "mysql":
+	eng, _ := sqldialect.EngineOf(m.db.DriverName()) // New checked it
+	switch eng {
+	case sqldialect.MySQL:
 		// LAST_INSERT_ID(expr) hands the new pool back in the OK packet.
 		res, err := m.db.ExecContext(ctx, "UPDATE "+p+"stock SET pool = LAST_INSERT_ID(pool - ?), direct = direct + ? WHERE sku = ? AND pool >= ?", total, total, sku, total)
 		if err != nil {
@@ -484,7 +377,7 @@ func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done
 		if pool, err = res.LastInsertId(); err != nil {
 			return false, err
 		}
-	case "pgx", "postgres":
+	case sqldialect.Postgres:
 		err := m.db.QueryRowxContext(ctx, "UPDATE "+p+"stock SET pool = pool - $1, direct = direct + $1 WHERE sku = $2 AND pool >= $1 RETURNING pool", total, sku).Scan(&pool)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil

@@ -19,6 +19,17 @@ local function fmt(v)
   return string.format('%.0f', v)
 end
 
+-- keyitem returns a keyed move's item in its journal entry's k field
+-- (items joined by newlines, which a key never holds): "q rem key", q the
+-- units taken (negative for a Return), rem the remaining stock the call
+-- returned, key the idempotency key, read from the name of its record,
+-- PREFIX{tag}:k:DIR:LEN:SKU:KEY (a prefix holds no brace).
+local function keyitem(rec, q, rem)
+  local t = string.find(rec, '}', 1, true)
+  local d, l = string.match(rec, '^(%a+):(%d+):', t + 4)
+  return fmt(q) .. ' ' .. fmt(rem) .. ' ' .. string.sub(rec, t + 7 + #d + #l + tonumber(l))
+end
+
 -- parse returns a part's units, deadline and pinned flag.
 local function parse(v)
   local q, dl, pin = string.match(v, '^(%d+) (%d+) (%d)$')

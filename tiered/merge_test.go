@@ -209,7 +209,7 @@ func batched(t *testing.T, m *Manager, g *gate, sku string, first func() (int64,
 		release()
 		t.Fatal("the first call never reached Redis")
 	}
-	slot := rediskeys.Slot(sku)
+	slot := m.groupOf(sku)
 	for i, f := range calls {
 		run(i+1, f)
 		require.Eventually(t, func() bool { return m.queue.Len(slot) == i+1 }, 10*time.Second, time.Millisecond, "call %d queued", i+1)
@@ -331,9 +331,9 @@ func TestMergedAnswers(t *testing.T) {
 	assert.EqualValues(t, 0, left)
 
 	assert.Equal(t, []map[string]any{
-		{"d": "1"},                                        // the lone call
-		{"d": "9", "s": "11"},                             // the batch's 4 moves: 3+5+3 sold, 2 returned
-		{"d": "-1"}, {"d": "1"}}, journal(ctx, t, m, sku), // the calls after it
+		{"d": "1"}, // the lone call
+		{"d": "9", "s": "11", "k": "3 6 a\n-2 3 r"},                                    // the batch's 4 moves: 3+5+3 sold, 2 returned; its keyed moves
+		{"d": "-1", "k": "-1 1 c"}, {"d": "1", "k": "1 0 c"}}, journal(ctx, t, m, sku), // the keyed calls after it
 		"one journal entry per lone call and one per SKU per batch, with its units")
 	s := m.drained(ctx, t, sku, 10)
 	assert.EqualValues(t, 1+3+5+3+1, s.sold)
@@ -387,13 +387,48 @@ func TestMergedRuns(t *testing.T) {
 	_, batches := g.counts()
 	assert.Equal(t, []int{15}, batches, "the 15 queued calls went as one batch")
 	for sku, want := range map[string][]map[string]any{
-		a: {{"d": "1"}, {"d": "4", "s": "5"}}, // the lone call; the batch: 4+1 sold, 1 returned
-		b: {{"d": "3", "s": "7"}},             // 1+2+4 sold, 2+2 returned
+		a: {{"d": "1"}, {"d": "4", "s": "5", "k": "1 0 k"}}, // the lone call; the batch: 4+1 sold, 1 returned
+		b: {{"d": "3", "s": "7", "k": "4 0 k"}},             // 1+2+4 sold, 2+2 returned
 	} {
 		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
 	}
 	m.drained(ctx, t, a, 5)
 	checkDrained(t, m.totals(ctx, t, b), 3)
+}
+
+// TestMergedAcrossSlots merges, on a plain client (one server), the calls
+// of SKUs of different slots: they queue behind the same call in flight and
+// go as one batch, each SKU with its own journal entry.
+func TestMergedAcrossSlots(t *testing.T) {
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const a = "slots"
+	b := ""
+	for i := 0; b == ""; i++ { // a SKU of another slot
+		if s := fmt.Sprint("slots", i); rediskeys.Slot(s) != rediskeys.Slot(a) {
+			b = s
+		}
+	}
+	require.Equal(t, m.groupOf(a), m.groupOf(b), "one group on one server")
+	warmed(ctx, t, m, a, 10)
+	warmed(ctx, t, m, b, 10)
+	out := batched(t, m, g, a, reduce(ctx, m, a, 1, ""), // 9
+		reduce(ctx, m, b, 2, ""),  // b 8
+		reduce(ctx, m, a, 3, ""),  // 6
+		reduce(ctx, m, b, 1, "k"), // b 7
+	)
+	checkOutcomes(t, []outcome{{9, nil}, {8, nil}, {6, nil}, {7, nil}}, out)
+	single, batches := g.counts()
+	assert.Equal(t, []int{3}, batches, "the 3 queued calls went as one batch")
+	assert.Equal(t, 1, single)
+	for sku, want := range map[string][]map[string]any{
+		a: {{"d": "1"}, {"d": "3", "s": "3"}},   // the lone call; the batch's
+		b: {{"d": "3", "s": "3", "k": "1 7 k"}}, // 2+1 sold; its keyed move
+	} {
+		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
+	}
+	m.drained(ctx, t, a, 10)
+	checkDrained(t, m.totals(ctx, t, b), 10)
 }
 
 // TestMergedShort merges calls on an allotment that cannot cover them all
@@ -487,7 +522,7 @@ func TestMergedBatchFails(t *testing.T) {
 	errs := make(chan error, queued)
 	for i := range queued {
 		go func() { _, err := m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprint(i))); errs <- err }()
-		require.Eventually(t, func() bool { return m.queue.Len(rediskeys.Slot(sku)) == i+1 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return m.queue.Len(m.groupOf(sku)) == i+1 }, 10*time.Second, time.Millisecond)
 	}
 	srv.Kill()
 	release()

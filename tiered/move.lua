@@ -16,7 +16,9 @@
 -- the allotment is short but SQL may have units (grant, then call again);
 -- {3} when Redis has no state for the SKU (warm it up, then call again);
 -- {4, recorded} when the key's record says an earlier call took effect.
--- Expired holds (holds.lua, prepended) are released first.
+-- Expired holds (holds.lua, prepended) are released first. A keyed move's
+-- journal entry carries its key (k, see keyitem in holds.lua), so that
+-- SQL records the keys it synced.
 local h = redis.call('HMGET', KEYS[1], 'a', 'p', 'n', 'g', 'r', 'x')
 if not h[1] then
   return {3}
@@ -43,10 +45,12 @@ elseif -q > 9007199254740991 - a - p then
   return {1, string.format('%.0f', a + p)}
 end
 local na = redis.call('HINCRBY', KEYS[1], 'a', ARGV[2])
-redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1])
 local rem = string.format('%.0f', na + p)
 if keyed then
+  redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1], 'k', keyitem(KEYS[3], q, na + p))
   redis.call('SET', KEYS[3], rem, 'PX', ARGV[5])
+else
+  redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1])
 end
 local refill = 0
 if q > 0 and na < tonumber(ARGV[3]) and p > 0 then

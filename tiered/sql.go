@@ -5,7 +5,9 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/stockkit/inventory"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory/internal/sqldialect"
 )
 
 // statements is the SQL of one engine. {{p}} stands for the table prefix.
@@ -44,6 +46,43 @@ type statements struct {
 	// held reads the units SQL knows held (synced) and the generation;
 	// unhold forgets them (Reconcile, once Redis lost them).
 	held, unhold string
+	// keysPut records idempotency keys (keys.go): followed by one
+	// placeholder group of seven per key (written with ?), then by
+	// keysPutEnd, which overwrites an expired record.
+	keysPut, keysPutEnd string
+	// The engine-neutral statements of keys.go, written with ? and bound
+	// to the engine by engineSQL.
+	keyStatements
+}
+
+// keyStatements are the statements of the keys table and of the double
+// applications (keys.go), the same on every engine.
+type keyStatements struct {
+	// keysFind lists the records of a SKU's keys, followed by one
+	// placeholder per key (written with ?, bound at the call); keysExpire deletes a SKU's expired records;
+	// keysLive lists those the fallback wrote that have not expired
+	// (recovery copies them into Redis).
+	keysFind, keysExpire, keysLive string
+	// pairs adds double applications found and the units given back for
+	// them (moving the pool and the direct sales as a fallback Return
+	// does); pairsRead reads them with the pool and generation;
+	// pairsReset zeroes them (Reconcile reported them).
+	pairs, pairsRead, pairsReset string
+}
+
+// keysUpsert ends keysPut on PostgreSQL and SQLite.
+const keysUpsert = ` ON CONFLICT (sku, dir, k) DO UPDATE SET qty = excluded.qty, rem = excluded.rem, src = excluded.src,
+	expires_ms = excluded.expires_ms`
+
+// keySQL is keyStatements, with {{p}} for the table prefix.
+var keySQL = keyStatements{
+	keysFind:   `SELECT dir, k, rem, src, expires_ms FROM {{p}}keys WHERE sku = ? AND k IN `,
+	keysExpire: `DELETE FROM {{p}}keys WHERE sku = ? AND expires_ms <= ?`,
+	keysLive:   `SELECT dir, k, rem, expires_ms FROM {{p}}keys WHERE sku = ? AND src = 'sql' AND expires_ms > ?`,
+	pairs: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ?, doubled = doubled + ?, given_back = given_back + ?
+		WHERE sku = ?`,
+	pairsRead:  `SELECT pool, gen, doubled, given_back FROM {{p}}stock WHERE sku = ?`,
+	pairsReset: `UPDATE {{p}}stock SET doubled = 0, given_back = 0 WHERE sku = ?`,
 }
 
 // mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
@@ -59,7 +98,9 @@ var mysqlSQL = statements{
 			held BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0,
-			pruned_ms BIGINT NOT NULL DEFAULT 0
+			pruned_ms BIGINT NOT NULL DEFAULT 0,
+			doubled BIGINT NOT NULL DEFAULT 0,
+			given_back BIGINT NOT NULL DEFAULT 0
 		) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku VARBINARY(255) NOT NULL,
@@ -75,8 +116,21 @@ var mysqlSQL = statements{
 			PRIMARY KEY (sku, entry_id),
 			KEY (sku, ms)
 		) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS {{p}}keys (
+			sku VARBINARY(255) NOT NULL,
+			dir VARBINARY(6) NOT NULL,
+			k VARBINARY(255) NOT NULL,
+			qty BIGINT NOT NULL,
+			rem BIGINT NOT NULL,
+			src VARBINARY(5) NOT NULL,
+			expires_ms BIGINT NOT NULL,
+			PRIMARY KEY (sku, dir, k),
+			KEY (sku, expires_ms)
+		) ENGINE=InnoDB`,
 	},
-	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
+	keysPutEnd: ` ON DUPLICATE KEY UPDATE qty = VALUES(qty), rem = VALUES(rem), src = VALUES(src), expires_ms = VALUES(expires_ms)`,
 
 	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
@@ -124,7 +178,9 @@ var postgresSQL = statements{
 			held BIGINT NOT NULL DEFAULT 0,
 			gen BIGINT NOT NULL,
 			last_grant BIGINT NOT NULL DEFAULT 0,
-			pruned_ms BIGINT NOT NULL DEFAULT 0
+			pruned_ms BIGINT NOT NULL DEFAULT 0,
+			doubled BIGINT NOT NULL DEFAULT 0,
+			given_back BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT COLLATE "C" NOT NULL,
@@ -140,8 +196,21 @@ var postgresSQL = statements{
 			PRIMARY KEY (sku, entry_id)
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{p}}synced_ms ON {{p}}synced (sku, ms)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}keys (
+			sku TEXT COLLATE "C" NOT NULL,
+			dir TEXT NOT NULL,
+			k TEXT COLLATE "C" NOT NULL,
+			qty BIGINT NOT NULL,
+			rem BIGINT NOT NULL,
+			src TEXT NOT NULL,
+			expires_ms BIGINT NOT NULL,
+			PRIMARY KEY (sku, dir, k)
+		)`,
+		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
-	drop: []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
+	keysPutEnd: keysUpsert,
 
 	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
@@ -196,7 +265,9 @@ var sqliteSQL = statements{
 			held INTEGER NOT NULL DEFAULT 0,
 			gen INTEGER NOT NULL,
 			last_grant INTEGER NOT NULL DEFAULT 0,
-			pruned_ms INTEGER NOT NULL DEFAULT 0
+			pruned_ms INTEGER NOT NULL DEFAULT 0,
+			doubled INTEGER NOT NULL DEFAULT 0,
+			given_back INTEGER NOT NULL DEFAULT 0
 		)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT NOT NULL,
@@ -212,8 +283,22 @@ var sqliteSQL = statements{
 			PRIMARY KEY (sku, entry_id)
 		) WITHOUT ROWID`,
 		`CREATE INDEX IF NOT EXISTS {{p}}synced_ms ON {{p}}synced (sku, ms)`,
+		`CREATE TABLE IF NOT EXISTS {{p}}keys (
+			sku TEXT NOT NULL,
+			dir TEXT NOT NULL,
+			k TEXT NOT NULL,
+			qty INTEGER NOT NULL,
+			rem INTEGER NOT NULL,
+			src TEXT NOT NULL,
+			expires_ms INTEGER NOT NULL,
+			PRIMARY KEY (sku, dir, k)
+		) WITHOUT ROWID`,
+		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
-	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`},
+	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`,
+		`DROP TABLE IF EXISTS {{p}}keys`},
+	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
+	keysPutEnd: keysUpsert,
 
 	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
@@ -256,21 +341,21 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,39}$`)
 // engineSQL returns the statements for db.DriverName(), with prefix in
 // place of {{p}}.
 func engineSQL(driver, prefix string) (statements, error) {
-	var s statements
-	switch driver {
-	case "mysql":
-		s = mysqlSQL
-	case "pgx", "postgres":
-		s = postgresSQL
-	case "sqlite", "sqlite3":
-		s = sqliteSQL
-	default:
-		return s, fmt.Errorf("tiered: %w: SQL driver %q (want mysql, pgx, postgres, sqlite or sqlite3)", inventory.ErrInvalidArgument, driver)
+	eng, err := sqldialect.EngineOf(driver)
+	if err != nil {
+		return statements{}, fmt.Errorf("tiered: %w", err)
 	}
+	s := map[sqldialect.Engine]statements{sqldialect.MySQL: mysqlSQL, sqldialect.Postgres: postgresSQL, sqldialect.SQLite: sqliteSQL}[eng]
+	s.keyStatements = keySQL
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold} {
+		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold,
+		&s.keysPut, &s.keysFind} {
 		*q = r.Replace(*q)
+	}
+	bind := sqlx.BindType(driver)
+	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset} {
+		*q = sqlx.Rebind(bind, r.Replace(*q))
 	}
 	s.create = replaceAll(r, s.create)
 	s.drop = replaceAll(r, s.drop)

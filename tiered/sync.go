@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -39,51 +38,22 @@ func (m *Manager) Sync(ctx context.Context) (int, error) {
 }
 
 // syncSKU applies the journal of one SKU: entries of dead syncers, then
-// this syncer's own unacknowledged entries, then new ones.
+// this syncer's own unacknowledged entries, then new ones; then it prunes
+// the ledger up to the last entry acknowledged.
 func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 	stream := m.journalKey(sku)
-	total := 0
-	claimed, _, err := m.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: stream, Group: group, Consumer: m.consumer, MinIdle: m.cfg.claimIdle, Start: "0-0", Count: m.cfg.syncBatch,
-	}).Result()
-	if noGroup(err) {
-		return 0, nil // no journal (Redis has no state for the SKU)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("tiered: sync %q: claim: %w", sku, err)
-	}
-	last := "" // the last entry acknowledged
-	if len(claimed) > 0 {
-		n, err := m.applyEntries(ctx, sku, stream, claimed)
-		if err != nil {
-			return n, err
-		}
-		total += n
-		last = claimed[len(claimed)-1].ID
+	total, last, err := m.syncClaimed(ctx, sku, stream)
+	if err != nil || total < 0 {
+		return max(total, 0), err
 	}
 	for _, start := range []string{"0", ">"} {
-		for {
-			res, err := m.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: group, Consumer: m.consumer, Streams: []string{stream, start}, Count: m.cfg.syncBatch, Block: -1,
-			}).Result()
-			if err == redis.Nil || noGroup(err) {
-				break
-			}
-			if err != nil {
-				return total, fmt.Errorf("tiered: sync %q: read journal: %w", sku, err)
-			}
-			if len(res) == 0 || len(res[0].Messages) == 0 {
-				break
-			}
-			n, err := m.applyEntries(ctx, sku, stream, res[0].Messages)
-			total += n
-			if err != nil {
-				return total, err
-			}
-			last = res[0].Messages[len(res[0].Messages)-1].ID
-			if int64(len(res[0].Messages)) < m.cfg.syncBatch {
-				break
-			}
+		n, id, err := m.syncRead(ctx, sku, stream, start)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if id != "" {
+			last = id
 		}
 	}
 	if last != "" && !m.ledger.off {
@@ -94,109 +64,97 @@ func (m *Manager) syncSKU(ctx context.Context, sku string) (int, error) {
 	return total, nil
 }
 
+// syncClaimed takes over and applies the entries of sku's journal that
+// another syncer read and left unacknowledged for the claim-idle time. It
+// returns how many it applied and the last one's id; -1 when the journal
+// has no consumer group (Redis has no state for the SKU).
+func (m *Manager) syncClaimed(ctx context.Context, sku, stream string) (int, string, error) {
+	claimed, _, err := m.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: stream, Group: group, Consumer: m.consumer, MinIdle: m.cfg.claimIdle, Start: "0-0", Count: m.cfg.syncBatch,
+	}).Result()
+	if noGroup(err) {
+		return -1, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("tiered: sync %q: claim: %w", sku, err)
+	}
+	if len(claimed) == 0 {
+		return 0, "", nil
+	}
+	n, err := m.applyEntries(ctx, sku, stream, claimed)
+	if err != nil {
+		return n, "", err
+	}
+	return n, claimed[len(claimed)-1].ID, nil
+}
+
+// syncRead applies, a batch at a time, the entries of sku's journal that
+// XREADGROUP returns from start ("0": this syncer's pending entries, ">":
+// new ones), until it returns fewer than a batch. It returns how many it
+// applied and the last one's id.
+func (m *Manager) syncRead(ctx context.Context, sku, stream, start string) (int, string, error) {
+	total, last := 0, ""
+	for {
+		res, err := m.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: group, Consumer: m.consumer, Streams: []string{stream, start}, Count: m.cfg.syncBatch, Block: -1,
+		}).Result()
+		if err == redis.Nil || noGroup(err) {
+			return total, last, nil
+		}
+		if err != nil {
+			return total, last, fmt.Errorf("tiered: sync %q: read journal: %w", sku, err)
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			return total, last, nil
+		}
+		msgs := res[0].Messages
+		n, err := m.applyEntries(ctx, sku, stream, msgs)
+		total += n
+		if err != nil {
+			return total, last, err
+		}
+		last = msgs[len(msgs)-1].ID
+		if int64(len(msgs)) < m.cfg.syncBatch {
+			return total, last, nil
+		}
+	}
+}
+
 func noGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
 
-// applyEntries applies msgs of sku in one transaction, then acknowledges
-// and deletes them in one MULTI. The transaction locks the SKU's row first
-// (the prune mark), as every writer of the SKU's ledger does, then reads
-// which of the entries the ledger holds and records the others with one
-// statement each: it holds the row, which grants wait for, a few round
-// trips whatever the number of entries.
+// syncEntry is a journal entry the syncer applies.
+type syncEntry struct {
+	id      string
+	ms, gen int64
+	mv      entryMove
+	keys    []keyMove
+}
+
+// applyEntries applies msgs of sku in one transaction (applyTx), then
+// acknowledges and deletes them in one MULTI.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
-	type moves struct{ sold, returned, held int64 }
-	type entry struct {
-		id      string
-		ms, gen int64
-		mv      moves
-	}
-	applied := 0
-	var byGen map[int64]*moves
+	var fresh []syncEntry
+	var pairs []DoubleApply
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
-		applied = 0
-		// The prune mark, read with the SKU's row locked, as the pruner
-		// does: an entry below it was applied and its ledger row pruned.
-		var mark int64
-		if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		var fresh []entry
-		for _, msg := range msgs {
-			if len(msg.Values) == 0 {
-				continue // deleted while pending: applied and acknowledged before
-			}
-			gen, mv, err := entryMoves(msg.Values)
-			ms, err2 := entryMS(msg.ID)
-			if err != nil || err2 != nil {
-				return fmt.Errorf("journal entry %s of %q is malformed: %v", msg.ID, sku, msg.Values)
-			}
-			if ms < mark {
-				m.ledger.belowMark.Add(1)
-				continue // applied before, its ledger row pruned
-			}
-			fresh = append(fresh, entry{msg.ID, ms, gen, moves(mv)})
-		}
-		if len(fresh) == 0 {
-			return nil
-		}
-		args := []any{sku}
-		for _, e := range fresh {
-			args = append(args, e.id)
-		}
-		var seen []string
-		if err := tx.SelectContext(ctx, &seen, m.db.Rebind(m.q.seen+groups(len(fresh), 1)), args...); err != nil {
-			return err
-		}
-		fresh = slices.DeleteFunc(fresh, func(e entry) bool { return slices.Contains(seen, e.id) }) // in the ledger: applied before
-		if len(fresh) == 0 {
-			return nil
-		}
-		args = args[:0]
-		for _, e := range fresh {
-			args = append(args, sku, e.id, e.ms)
-		}
-		res, err := tx.ExecContext(ctx, m.db.Rebind(m.q.record+groups(len(fresh), 3)+m.q.recordEnd), args...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != int64(len(fresh)) {
-			// Another writer recorded some meanwhile, which the row lock
-			// rules out: which ones is unknown, so apply none.
-			return fmt.Errorf("ledger recorded %d of %d new entries (%v)", n, len(fresh), err)
-		}
-		byGen = map[int64]*moves{}
-		for _, e := range fresh {
-			mv := byGen[e.gen]
-			if mv == nil {
-				mv = &moves{}
-				byGen[e.gen] = mv
-			}
-			mv.sold += e.mv.sold
-			mv.returned += e.mv.returned
-			mv.held += e.mv.held
-		}
-		applied = len(fresh)
-		for gen, mv := range byGen {
-			// An entry of an older generation (before an Init) changes nothing.
-			if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, mv.held, sku, gen); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		fresh, pairs, err = m.applyTx(ctx, tx, sku, msgs)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: sync %q: apply journal: %w", sku, err)
 	}
+	m.reportPairs(pairs)
 	if m.applied != nil {
 		var sold, returned int64
-		for _, mv := range byGen {
-			sold += mv.sold
-			returned += mv.returned
+		for _, e := range fresh {
+			sold += e.mv.sold
+			returned += e.mv.returned
 		}
 		m.applied(sold, returned)
 	}
 	if m.beforeAck != nil {
 		if err := m.beforeAck(); err != nil {
-			return applied, err
+			return len(fresh), err
 		}
 	}
 	ids := make([]string, len(msgs))
@@ -208,20 +166,110 @@ func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []r
 		p.XDel(ctx, stream, ids...)
 		return nil
 	}); err != nil {
-		return applied, fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
+		return len(fresh), fmt.Errorf("tiered: sync %q: acknowledge: %w", sku, err)
 	}
-	return applied, nil
+	return len(fresh), nil
 }
 
-// groups returns n placeholder groups of k placeholders (written ?), the
-// first in parentheses after IN, the second after VALUES: "(?, ?), (?, ?)"
-// for n = 2 and k = 2, "(?, ?)" for n = 2 and k = 1.
-func groups(n, k int) string {
-	if k == 1 {
-		return "(" + strings.Repeat("?, ", n-1) + "?)"
+// applyTx applies in tx the entries of msgs that the ledger does not hold
+// and returns them, with the keys they applied twice (syncKeys). It locks
+// the SKU's row first (the prune mark), as every writer of the SKU's
+// ledger does, then reads which of the entries the ledger holds and
+// records the others with one statement each: it holds the row, which
+// grants wait for, a few round trips whatever the number of entries.
+func (m *Manager) applyTx(ctx context.Context, tx *sqlx.Tx, sku string, msgs []redis.XMessage) ([]syncEntry, []DoubleApply, error) {
+	// The prune mark, read with the SKU's row locked, as the pruner
+	// does: an entry below it was applied and its ledger row pruned.
+	var mark int64
+	if err := tx.QueryRowxContext(ctx, m.q.mark, sku).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, err
 	}
-	g := "(" + strings.Repeat("?, ", k-1) + "?)"
-	return strings.Repeat(g+", ", n-1) + g
+	fresh, err := m.readEntries(sku, msgs, mark)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fresh, err = m.unseen(ctx, tx, sku, fresh); err != nil || len(fresh) == 0 {
+		return nil, nil, err
+	}
+	pairs, err := m.syncKeys(ctx, tx, sku, fresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	byGen := map[int64]*entryMove{}
+	for _, e := range fresh {
+		mv := byGen[e.gen]
+		if mv == nil {
+			mv = &entryMove{}
+			byGen[e.gen] = mv
+		}
+		mv.sold += e.mv.sold
+		mv.returned += e.mv.returned
+		mv.held += e.mv.held
+	}
+	for gen, mv := range byGen {
+		// An entry of an older generation (before an Init) changes nothing.
+		if _, err := tx.ExecContext(ctx, m.q.apply, mv.sold, mv.returned, mv.held, sku, gen); err != nil {
+			return nil, nil, err
+		}
+	}
+	return fresh, pairs, nil
+}
+
+// readEntries parses msgs, leaving out those deleted while pending and
+// those below the prune mark (applied before, their ledger rows pruned).
+func (m *Manager) readEntries(sku string, msgs []redis.XMessage, mark int64) ([]syncEntry, error) {
+	var fresh []syncEntry
+	for _, msg := range msgs {
+		if len(msg.Values) == 0 {
+			continue // deleted while pending: applied and acknowledged before
+		}
+		gen, mv, err := entryMoves(msg.Values)
+		ms, err2 := entryMS(msg.ID)
+		keys, err3 := entryKeys(msg.Values)
+		if err := errors.Join(err, err2, err3); err != nil {
+			return nil, fmt.Errorf("journal entry %s of %q is malformed: %v (%w)", msg.ID, sku, msg.Values, err)
+		}
+		if ms < mark {
+			m.ledger.belowMark.Add(1)
+			continue
+		}
+		fresh = append(fresh, syncEntry{msg.ID, ms, gen, mv, keys})
+	}
+	return fresh, nil
+}
+
+// unseen records fresh in the ledger and returns those it did not hold
+// (those it held were applied before).
+func (m *Manager) unseen(ctx context.Context, tx *sqlx.Tx, sku string, fresh []syncEntry) ([]syncEntry, error) {
+	if len(fresh) == 0 {
+		return nil, nil
+	}
+	args := []any{sku}
+	for _, e := range fresh {
+		args = append(args, e.id)
+	}
+	var seen []string
+	if err := tx.SelectContext(ctx, &seen, m.db.Rebind(m.q.seen+groups(len(fresh), 1)), args...); err != nil {
+		return nil, err
+	}
+	fresh = slices.DeleteFunc(fresh, func(e syncEntry) bool { return slices.Contains(seen, e.id) })
+	if len(fresh) == 0 {
+		return nil, nil
+	}
+	args = args[:0]
+	for _, e := range fresh {
+		args = append(args, sku, e.id, e.ms)
+	}
+	res, err := tx.ExecContext(ctx, m.db.Rebind(m.q.record+groups(len(fresh), 3)+m.q.recordEnd), args...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(fresh)) {
+		// Another writer recorded some meanwhile, which the row lock
+		// rules out: which ones is unknown, so apply none.
+		return nil, fmt.Errorf("ledger recorded %d of %d new entries (%v)", n, len(fresh), err)
+	}
+	return fresh, nil
 }
 
 // entryMoves reads a journal entry's fields: its generation (n), and the

@@ -32,56 +32,72 @@ func (l *locker) create(ctx context.Context, dir string, fresh bool) (string, bo
 	guid := hex.EncodeToString(g[:])
 	mine := &zk.CreateRequest{Path: dir + "/" + guid + "-", Acl: l.cfg.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}
 	for range 10 {
-		var node string
-		both := fresh
-		err := do(ctx, func() error {
-			if !both {
-				var err error
-				node, err = l.conn.Create(mine.Path, nil, mine.Flags, mine.Acl)
-				return err
-			}
-			res, err := l.conn.Multi(&zk.CreateRequest{Path: dir, Acl: l.cfg.acl}, mine)
-			if err == nil && len(res) == 2 {
-				node = res[1].String
-			}
-			return err
-		}, func(err error) { l.discard(dir, guid, node, err) })
+		node, err := l.createOnce(ctx, dir, guid, mine, fresh)
 		switch {
 		case err == nil && node != "":
-			return node, both, nil
+			return node, fresh, nil
 		case ctx.Err() != nil: // given up: discard deletes the node, if any
 			return "", false, err
 		case errors.Is(err, zk.ErrNodeExists): // dir is there after all
 			fresh = false
-			continue
 		case errors.Is(err, zk.ErrNoNode) && fresh: // the root is missing
 			if err := l.mkdirs(ctx, l.cfg.root); err != nil {
 				return "", false, err
 			}
-			continue
 		case errors.Is(err, zk.ErrNoNode): // dir is gone: its last holder deleted it
 			fresh = true
-			continue
 		case err == nil:
 			return "", false, errors.New("ZooKeeper did not return the created node")
 		case definite(err):
 			return "", false, err
+		default:
+			found, err := l.findLost(ctx, dir, guid, err)
+			return found, false, err
 		}
-		// The reply was lost: the server may have made the node. Find it by
-		// its GUID; if it is there, it is ours, in line like any other.
-		found, lerr := l.find(ctx, dir, guid)
-		switch {
-		case found != "":
-			return found, false, nil
-		case lerr != nil:
-			if ctx.Err() != nil {
-				go l.discard(dir, guid, "", err)
-			}
-			return "", false, errors.Join(err, lerr)
-		}
-		return "", false, err
 	}
 	return "", false, fmt.Errorf("%s keeps vanishing", dir)
+}
+
+// createOnce sends the create of mine, with dir in the same write when
+// fresh, and returns the node made. A create given up on when ctx is done
+// is undone once its outcome is known.
+func (l *locker) createOnce(ctx context.Context, dir, guid string, mine *zk.CreateRequest, fresh bool) (string, error) {
+	var node string
+	err := do(ctx, func() error {
+		if !fresh {
+			var err error
+			node, err = l.conn.Create(mine.Path, nil, mine.Flags, mine.Acl)
+			return err
+		}
+		res, err := l.conn.Multi(&zk.CreateRequest{Path: dir, Acl: l.cfg.acl}, mine)
+		if err == nil && len(res) == 2 {
+			node = res[1].String
+		}
+		return err
+	}, func(err error) { l.discard(dir, guid, node, err) })
+	if err != nil {
+		return "", err // node is op's until op ends: discard's, if ctx ended first
+	}
+	return node, nil
+}
+
+// findLost looks for the node of a create whose reply was lost (with
+// error lost): the server may have made it. Found by its GUID, it is ours,
+// in line like any other. Not found, the error is lost (joined to the
+// listing's error when the listing failed, when a node made after all is
+// discarded in the background if ctx is done).
+func (l *locker) findLost(ctx context.Context, dir, guid string, lost error) (string, error) {
+	found, err := l.find(ctx, dir, guid)
+	switch {
+	case found != "":
+		return found, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			go l.discard(dir, guid, "", lost)
+		}
+		return "", errors.Join(lost, err)
+	}
+	return "", lost
 }
 
 // find returns the node in dir whose name carries guid, or "" when there

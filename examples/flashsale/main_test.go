@@ -279,7 +279,7 @@ func cleanPrefix(t *testing.T, clients []redis.UniversalClient, dbs []*sqlx.DB, 
 		t.Cleanup(func() { testenv.DeleteKeys(t, c, p+"*") })
 	}
 	for _, db := range dbs {
-		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders", p+"_tiered_stock", p+"_tiered_grants", p+"_tiered_synced")
+		sqltest.Drop(t, db, p+"_stock", p+"_ledger", p+"_holds", p+"_orders", p+"_tiered_stock", p+"_tiered_grants", p+"_tiered_synced", p+"_tiered_keys")
 	}
 	if zkConn != nil {
 		t.Cleanup(func() { deleteZnodes(t, zkConn, "/"+p) })

@@ -118,7 +118,10 @@ func (t *tieredRow) manager(rdb redis.UniversalClient) (*tiered.Manager, error) 
 	opts := []tiered.Option{tiered.WithPrefix(t.cfg.prefix + ":tiered"), tiered.WithTablePrefix(t.cfg.prefix + "_tiered_"),
 		tiered.WithKeyTTL(t.cfg.keyTTL)}
 	if t.killAt > 0 {
-		opts = append(opts, tiered.WithChunk(max(1, t.cfg.stock/10)))
+		// Its private Redis (appendfsync always) restarts from its own
+		// AOF, never older: reconcile it rather than fence it, which would
+		// record the allotment it held as lost.
+		opts = append(opts, tiered.WithChunk(max(1, t.cfg.stock/10)), tiered.WithTrustRestarts())
 	}
 	return tiered.New(rdb, t.db, opts...)
 }
@@ -264,11 +267,12 @@ func (t *tieredRow) close() {
 		// Every SKU of the row (one in a sale, -skus in a cart sale), hold
 		// id and idempotency key names the row's tag.
 		like := "%" + t.tag + "%"
-		for _, table := range []string{"stock", "grants", "synced"} {
+		for _, table := range []string{"stock", "grants", "synced", "keys"} {
 			_, _ = t.db.ExecContext(ctx, t.db.Rebind("DELETE FROM "+t.cfg.prefix+"_tiered_"+table+" WHERE sku LIKE ?"), like)
 		}
 		if t.proc == nil {
 			deleteKeys(ctx, t.rdb, t.cfg.prefix+":tiered*"+t.tag+"*")
+			t.rdb.Del(ctx, t.cfg.prefix+":tiered:run") // the restart stamp: a Manager started next sets it again
 			forgetMembers(ctx, t.rdb, t.cfg.prefix+":tiered*:x", "*"+t.tag+"*")
 		}
 	}

@@ -32,7 +32,7 @@ func TestReconcile(t *testing.T) {
 			rdb, db := testenv.Redis(t), open(t)
 			p := testenv.Prefix()
 			t.Cleanup(func() { testenv.DeleteKeys(t, rdb, p+"*") })
-			sqltest.Drop(t, db, p+"_stock", p+"_grants", p+"_synced")
+			sqltest.Drop(t, db, p+"_stock", p+"_grants", p+"_synced", p+"_keys")
 			m, err := tiered.New(rdb, db, tiered.WithPrefix(p), tiered.WithTablePrefix(p+"_"), tiered.WithChunk(10))
 			require.NoError(t, err)
 			defer m.Close()

@@ -171,6 +171,18 @@ func managerSide(name string, ms []inventory.StockManager, skus []string, g *gav
 	}}
 }
 
+// keyedSide is managerSide with an idempotency key of its own per call
+// (unique across both sides and rounds).
+func keyedSide(name string, m inventory.StockManager, skus []string, g *gaveUp, next *atomic.Int64) benchcmp.Side {
+	return benchcmp.Side{Name: name, Op: func(ctx context.Context, _ int, rng *rand.Rand) error {
+		sku, key := pick(rng, skus), inventory.WithKey(fmt.Sprint("k", next.Add(1)))
+		return g.take(ctx, func(ctx context.Context) error {
+			_, err := m.Reduce(ctx, sku, 1, key)
+			return err
+		})
+	}}
+}
+
 // naiveCAS is the textbook version compare-and-set: read, write if the
 // version held, otherwise back off (decorrelated jitter, 1ms to 100ms, as
 // optimistic does) and read again; every goroutine for itself.
@@ -268,6 +280,11 @@ func BenchmarkSQL(b *testing.B) {
 				b.Fatal(err)
 			}
 			opt, single := newOpt(), newOpt(optimistic.WithSingleStatement())
+			ledgered := newOpt(optimistic.WithLedger())
+			var keys atomic.Int64
+			if err := ledgered.(*optimistic.Manager).CreateTables(context.Background()); err != nil { // the ledger's table
+				b.Fatal(err)
+			}
 			type row struct {
 				variant string
 				l       layout
@@ -286,6 +303,15 @@ func BenchmarkSQL(b *testing.B) {
 				{"optimistic", hot, goroutines, one(opt, "optimistic"), bare, nil},
 				{"optimistic", spread, []int{64}, one(opt, "optimistic"), bare, nil},
 				{"single statement", spread, []int{64}, one(single, "optimistic, WithSingleStatement"), bare, nil},
+				// The movement ledger's price: ledger on against off, alternating.
+				{"optimistic ledger", hot, []int{64}, one(ledgered, "optimistic, WithLedger"), func(l layout, g *gaveUp) benchcmp.Side {
+					return managerSide("optimistic, no ledger", []inventory.StockManager{opt}, s.skus[l], g)
+				}, nil},
+				{"optimistic ledger, keyed", hot, []int{64}, func(l layout, g *gaveUp) benchcmp.Side {
+					return keyedSide("optimistic, WithLedger, keyed", ledgered, s.skus[l], g, &keys)
+				}, func(l layout, g *gaveUp) benchcmp.Side {
+					return keyedSide("optimistic, no ledger, keyed", opt, s.skus[l], g, &keys)
+				}, nil},
 				{"rowlock", hot, []int{64}, one(rl, "rowlock"), bare, nil},
 				{"rowlock", spread, []int{64}, one(rl, "rowlock"), bare, nil},
 				{"naive CAS", hot, []int{64}, func(l layout, g *gaveUp) benchcmp.Side {

@@ -35,7 +35,7 @@ func fallbackManager(b *testing.B, s *sqlBench, l layout) (*tiered.Manager, []st
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		if _, err := s.db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %[1]sstock, %[1]sgrants, %[1]ssynced", tables)); err != nil {
+		if _, err := s.db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %[1]sstock, %[1]sgrants, %[1]ssynced, %[1]skeys", tables)); err != nil {
 			b.Error(err)
 		}
 	})

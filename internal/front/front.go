@@ -166,6 +166,7 @@ func (f Front) move(ctx context.Context, sku string, qty int64, dir driver.Direc
 	if err := ctx.Err(); err != nil {
 		return 0, f.wrap(string(dir), sku, err)
 	}
+	ctx = driver.WithRef(ctx, o.Ref) // for a ledger: the backend reads it with driver.Ref
 	var n int64
 	switch {
 	case f.r == nil:
@@ -218,7 +219,7 @@ func (f Front) moveLines(ctx context.Context, op string, lines []inventory.Line,
 		err = ctx.Err()
 	}
 	if err == nil {
-		err = f.b.MoveLines(ctx, lines, dir, o.Key)
+		err = f.b.MoveLines(driver.WithRef(ctx, o.Ref), lines, dir, o.Key)
 	}
 	return f.wrap(op, "", err)
 }

@@ -77,24 +77,7 @@ func (s *Script) RunArgs(ctx context.Context, client redis.UniversalClient, repl
 	key string, a []any) (*redis.Cmd, int64, error) {
 	start := time.Now()
 	for eval := false; ; {
-		if eval {
-			a[0], a[1] = "eval", s.srcArg
-		} else {
-			a[0], a[1] = "evalsha", s.shaArg
-		}
-		cmd := once{redis.NewCmd(ctx, a...)}
-		var acked int64
-		var err error
-		if replicas == 0 {
-			err = client.Process(ctx, cmd)
-		} else {
-			acked, err = Replicated(ctx, client, key, replicas, timeout, func(p redis.Pipeliner) {
-				_ = p.Process(ctx, cmd)
-			})
-			if cmd.Err() != nil {
-				err = cmd.Err()
-			}
-		}
+		cmd, acked, err := s.send(ctx, client, replicas, timeout, key, a, eval)
 		if err == nil {
 			return cmd.Cmd, acked, nil
 		}
@@ -105,20 +88,53 @@ func (s *Script) RunArgs(ctx context.Context, client redis.UniversalClient, repl
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			cc.ReloadState(ctx)
 		}
-		if redis.HasErrorPrefix(err, "TRYAGAIN") ||
-			replicas > 0 && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-			if time.Since(start) < TryAgainFor {
-				t := time.NewTimer(TryAgainPause)
-				select {
-				case <-t.C:
-					continue
-				case <-ctx.Done():
-					t.Stop()
-					err = fmt.Errorf("%w (not run; sent again until: %w)", err, ctx.Err())
-				}
+		if slotMoving(err, replicas) && time.Since(start) < TryAgainFor {
+			if err = pauseForSlot(ctx, err); err == nil {
+				continue
 			}
 		}
 		return cmd.Cmd, acked, err
+	}
+}
+
+// send sends the call once, as EVAL when eval, else as EVALSHA, then waits
+// for replicas when replicas > 0 (see [Replicated]).
+func (s *Script) send(ctx context.Context, client redis.UniversalClient, replicas int, timeout time.Duration,
+	key string, a []any, eval bool) (once, int64, error) {
+	if eval {
+		a[0], a[1] = "eval", s.srcArg
+	} else {
+		a[0], a[1] = "evalsha", s.shaArg
+	}
+	cmd := once{redis.NewCmd(ctx, a...)}
+	if replicas == 0 {
+		return cmd, 0, client.Process(ctx, cmd)
+	}
+	acked, err := Replicated(ctx, client, key, replicas, timeout, func(p redis.Pipeliner) {
+		_ = p.Process(ctx, cmd)
+	})
+	if cmd.Err() != nil {
+		err = cmd.Err()
+	}
+	return cmd, acked, err
+}
+
+// slotMoving reports whether err is a refusal, without running the
+// script, of a Cluster slot on the move: TRYAGAIN, and with replicas > 0
+// MOVED and ASK, which the node's own pipeline does not follow.
+func slotMoving(err error, replicas int) bool {
+	return redis.HasErrorPrefix(err, "TRYAGAIN") ||
+		replicas > 0 && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+}
+
+// pauseForSlot waits [TryAgainPause] and returns nil, or when ctx ends
+// first, err wrapping ctx's error as well.
+func pauseForSlot(ctx context.Context, err error) error {
+	select {
+	case <-time.After(TryAgainPause): // collected once unreferenced (Go 1.23)
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (not run; sent again until: %w)", err, ctx.Err())
 	}
 }
 

@@ -147,6 +147,9 @@ type Config struct {
 	// engine can (PostgreSQL lock_timeout, MariaDB FOR UPDATE WAIT n);
 	// zero leaves the server's setting.
 	LockWait time.Duration
+	// Moves keeps the movement ledger (moves.go): [Tables.CreateTables]
+	// creates its table and [Tables.WriteMoves] writes it.
+	Moves bool
 }
 
 // Tables runs the shared statements over one schema on one database.
@@ -162,6 +165,7 @@ type Tables struct {
 	}
 	prep *preparedSet // statements prepared once (prepared.go); nil but on MySQL
 	n    names        // what the statements' templates use
+	mv   *movesSQL    // the movement ledger's statements (moves.go); nil without Config.Moves
 }
 
 // statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
@@ -223,8 +227,16 @@ func New(db *sqlx.DB, cfg Config) (*Tables, error) {
 	if cfg.LockWait < 0 {
 		return nil, fmt.Errorf("%s: %w: negative lock timeout %v", cfg.Pkg, inventory.ErrInvalidArgument, cfg.LockWait)
 	}
+	if cfg.Moves {
+		if err := checkMoves(cfg.Schema); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Pkg, err)
+		}
+	}
 	t := &Tables{DB: db, Engine: eng, cfg: cfg}
 	t.q, t.n = build(eng, cfg)
+	if cfg.Moves {
+		t.mv = buildMoves(eng, cfg.Schema, t.n)
+	}
 	t.prepare()
 	return t, nil
 }
@@ -273,12 +285,15 @@ func build(eng Engine, cfg Config) (statements, names) {
 }
 
 // render executes src, a statement's template, over n.
-func (n names) render(src string) string {
+func (n names) render(src string) string { return renderOver(src, n) }
+
+// renderOver executes src, a statement's template, over data.
+func renderOver(src string, data any) string {
 	tmpl := template.Must(template.New("").Funcs(template.FuncMap{
 		"rows": func(row string) string { return rowsMark + row + rowsMark },
 	}).Parse(src))
 	var b strings.Builder
-	if err := tmpl.Execute(&b, n); err != nil {
+	if err := tmpl.Execute(&b, data); err != nil {
 		panic(err) // names has every field the statements use: a bug, which every test hits
 	}
 	return dedent(b.String())
@@ -369,9 +384,14 @@ func (t *Tables) NotFound(sku string) error {
 }
 
 // CreateTables creates the stock, ledger, holds and orders tables, with
-// their indexes, if they are absent.
+// their indexes, and the movement ledger's table when t keeps one, if they
+// are absent.
 func (t *Tables) CreateTables(ctx context.Context) error {
-	for _, stmt := range t.q.create {
+	create := t.q.create
+	if t.mv != nil {
+		create = append(slices.Clip(create), t.mv.create...)
+	}
+	for _, stmt := range create {
 		if _, err := t.DB.ExecContext(ctx, stmt); err != nil {
 			return t.Err(ctx, "create tables", err)
 		}

@@ -18,6 +18,7 @@ type Step struct {
 	Qty int64
 	Dir driver.Direction
 	Key string // "" for none
+	Ref string // the caller's reference, for the movement ledger; "" for none
 }
 
 // Outcome is a step's answer: the stock after it, or its error with the
@@ -93,8 +94,10 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // MoveBatch applies steps, Reduce and Return calls of sku, in order, in
 // one transaction of its own: it locks the row (FOR UPDATE with the lock
 // wait; on SQLite the write lock), releases the SKU's expired holds,
-// computes every step ([Apply]), writes the stock once and the
-// ledger rows of the keyed steps that moved, and commits. A batch in which
+// computes every step ([Apply]), writes the stock once, the
+// ledger rows of the keyed steps that moved and, with a movement ledger,
+// the entries of the expired holds and the steps that moved (one INSERT),
+// and commits. A batch in which
 // no step moves writes nothing. A non-nil error is the whole batch's:
 // nothing changed.
 //
@@ -137,17 +140,11 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 			}
 			return errUnmoved
 		}
-		if err := o.write(ctx, tx, sku, r, after); err != nil {
-			return err
+		ok, err := o.writeBatch(ctx, tx, sku, r, after, steps, out, records)
+		if err == nil && !ok {
+			readKeys, err = true, errConflict // a key is in the ledger: again, reading them
 		}
-		if len(records) > 0 {
-			ok, err := o.T.RecordAll(ctx, tx, sku, records)
-			if err == nil && !ok {
-				readKeys, err = true, errConflict // a key is in the ledger: again, reading them
-			}
-			return err
-		}
-		return nil
+		return err
 	})
 	switch {
 	case errors.Is(err, errUnmoved):
@@ -157,6 +154,25 @@ func (o *Orders) MoveBatch(ctx context.Context, sku string, steps []Step) ([]Out
 	}
 	o.T.Tidy(ctx, len(records))
 	return out, nil
+}
+
+// writeBatch writes a batch's outcome through tx: the stock, with the
+// expired holds released, the movement ledger's entries and the ledger
+// rows of the keys. ok=false: a key was in the ledger already.
+func (o *Orders) writeBatch(ctx context.Context, tx *sqlx.Tx, sku string, r *row, after int64, steps []Step, out []Outcome,
+	records []sqldialect.Entry) (ok bool, err error) {
+	if err := o.write(ctx, tx, sku, r, after); err != nil {
+		return false, err
+	}
+	if o.T.Ledgered() {
+		if err := o.T.WriteMoves(ctx, tx, batchMoves(sku, r, steps, out)); err != nil {
+			return false, err
+		}
+	}
+	if len(records) == 0 {
+		return true, nil
+	}
+	return o.T.RecordAll(ctx, tx, sku, records)
 }
 
 // refusedKeyed reports whether a keyed step was refused (not as a

@@ -13,6 +13,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // Orders runs the calls of [inventory.OrderManager], and single-SKU moves,
@@ -298,7 +299,7 @@ func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines 
 func (o *Orders) moveLines(ctx context.Context, caller *sqlx.Tx, op string, lines []inventory.Line, dir driver.Direction,
 	ledgerSKU, key, hold string, ttl time.Duration, refuse func([]inventory.Line, []int64, error) error) ([]int64, error) {
 	m := &linesMove{o: o, lines: lines, dir: dir, ledgerSKU: ledgerSKU, key: key, hold: hold, ttl: ttl, refuse: refuse,
-		skus: make([]string, len(lines)), stock: make([]int64, len(lines))}
+		skus: make([]string, len(lines)), stock: make([]int64, len(lines)), ref: driver.Ref(ctx)}
 	for i, l := range lines {
 		m.skus[i] = l.SKU
 	}
@@ -342,6 +343,7 @@ type linesMove struct {
 	refuse               func([]inventory.Line, []int64, error) error
 	skus                 []string // of the lines, sorted
 	stock                []int64  // per line
+	ref                  string   // the caller's reference, for the movement ledger
 }
 
 // plan computes the stock of each line from rs, or returns the refusal.
@@ -379,11 +381,18 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 			return err
 		}
 	}
+	var ms []sqldialect.Move
 	for _, sku := range m.skus {
 		i := slices.IndexFunc(m.lines, func(l inventory.Line) bool { return l.SKU == sku })
 		if err := m.write(ctx, tx, i, rs[sku]); err != nil {
 			return err
 		}
+		if m.o.T.Ledgered() {
+			ms = m.moves(ms, i, rs[sku])
+		}
+	}
+	if err := m.o.T.WriteMoves(ctx, tx, ms); err != nil {
+		return err
 	}
 	if m.key != "" {
 		if err := m.o.T.Record(ctx, tx, m.ledgerSKU, m.dir, m.key, remainingOf(m.ledgerSKU, m.stock)); err != nil {
@@ -398,6 +407,22 @@ func (m *linesMove) apply(ctx context.Context, tx *sqlx.Tx, rs map[string]*row) 
 		err = m.o.T.Fail("", fmt.Errorf("%w: hold %q exists", inventory.ErrDuplicate, m.hold))
 	}
 	return err
+}
+
+// moves appends to ms the entries of line i, whose row r was written:
+// the expired lines it released, then the line.
+func (m *linesMove) moves(ms []sqldialect.Move, i int, r *row) []sqldialect.Move {
+	l := m.lines[i]
+	base := m.stock[i] - r.units + l.Qty // the row's stock before the write
+	kind := KindOf(m.dir)
+	if m.dir == driver.DirReturn {
+		base -= 2 * l.Qty
+	}
+	if m.hold != "" {
+		kind = ledger.Reserve
+	}
+	ms, _ = Expires(ms, l.SKU, r.refs, base)
+	return append(ms, sqldialect.Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: m.stock[i], Key: m.key, Ref: m.ref, Hold: m.hold})
 }
 
 // write writes line i, whose row is r, through tx: without CAS, the row
@@ -529,16 +554,26 @@ func (o *Orders) giveBack(ctx context.Context, tx *sqlx.Tx, id string, ls []sqld
 	if n != int64(held) {
 		return 0, errConflict
 	}
+	var ms []sqldialect.Move
+	kind := ledger.Cancel
+	if state == sqldialect.Expired {
+		kind = ledger.Expire
+	}
 	for _, l := range ls {
 		if l.State != sqldialect.Held {
 			continue
 		}
 		r := rs[l.SKU]
-		if err := o.write(ctx, tx, l.SKU, r, min(r.Stock+r.units+l.Qty, inventory.MaxStock)); err != nil {
+		after := min(r.Stock+r.units+l.Qty, inventory.MaxStock)
+		if err := o.write(ctx, tx, l.SKU, r, after); err != nil {
 			return 0, err
 		}
+		if o.T.Ledgered() {
+			ms, _ = Expires(ms, l.SKU, r.refs, r.Stock)
+			ms = append(ms, sqldialect.Move{SKU: l.SKU, Kind: kind, Units: l.Qty, Available: after, Hold: id})
+		}
 	}
-	return held, nil
+	return held, o.T.WriteMoves(ctx, tx, ms)
 }
 
 func states(ls []sqldialect.Line) (held, confirmed, released int) {
@@ -568,6 +603,13 @@ func (o *Orders) Confirm(ctx context.Context, caller *sqlx.Tx, id string) error 
 			n, err := o.T.ConfirmHold(ctx, tx, id)
 			if err == nil && n != int64(len(ls)) {
 				err = errConflict
+			}
+			if err == nil && o.T.Ledgered() {
+				ms := make([]sqldialect.Move, len(ls))
+				for i, l := range ls {
+					ms[i] = sqldialect.Move{SKU: l.SKU, Kind: ledger.Confirm, Units: l.Qty, Available: rs[l.SKU].Stock, Hold: id}
+				}
+				err = o.T.WriteMoves(ctx, tx, ms)
 			}
 			return nil, err
 		}

@@ -40,7 +40,7 @@ type txBackend struct {
 }
 
 func (b txBackend) Init(ctx context.Context, sku string, qty int64) error {
-	return b.o.T.InitOn(ctx, b.tx, sku, qty)
+	return b.o.Init(ctx, b.tx, sku, qty)
 }
 
 func (b txBackend) Get(ctx context.Context, sku string) (int64, error) {
@@ -86,7 +86,7 @@ type poolBackend struct {
 }
 
 func (b poolBackend) Init(ctx context.Context, sku string, qty int64) error {
-	return b.o.T.Init(ctx, sku, qty)
+	return b.o.Init(ctx, nil, sku, qty)
 }
 
 func (b poolBackend) Get(ctx context.Context, sku string) (int64, error) {

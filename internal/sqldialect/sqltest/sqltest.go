@@ -91,9 +91,10 @@ func Harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema 
 	return shared
 }
 
-// Drop drops the tables at the end of t, and with each the holds and
-// orders tables that a schema naming it as its stock table gets by default
-// (its name followed by "_holds", "_orders"), if there are any.
+// Drop drops the tables at the end of t, and with each the holds, orders
+// and movement ledger tables that a schema naming it as its stock table
+// gets by default (its name followed by "_holds", "_orders", "_moves"),
+// if there are any.
 func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	q := `"`
 	if db.DriverName() == "mysql" {
@@ -102,7 +103,7 @@ func Drop(t testing.TB, db *sqlx.DB, tables ...string) {
 	t.Cleanup(func() {
 		for _, tb := range tables {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + tb + q)
-			for _, d := range []string{tb[:min(len(tb), 57)] + "_holds", tb[:min(len(tb), 56)] + "_orders"} {
+			for _, d := range []string{tb[:min(len(tb), 57)] + "_holds", tb[:min(len(tb), 56)] + "_orders", tb[:min(len(tb), 57)] + "_moves"} {
 				_, _ = db.Exec("DROP TABLE IF EXISTS " + q + d + q)
 			}
 		}
