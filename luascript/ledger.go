@@ -1,0 +1,161 @@
+package luascript
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/ledger"
+)
+
+// The movement ledger (WithLedger): each SKU's entries are a Redis stream,
+// PREFIX{tag}:l:SKU, in the slot of its other keys, appended by the script
+// that moves its stock (ledger.lua), so an entry is written if and only if
+// its move took effect.
+
+//go:embed ledger.lua
+var ledgerLua string
+
+// noLedger starts every script of a Manager without a ledger: its "if
+// ledger" tests are false, and it does nothing more than before.
+const noLedger = "local ledger\n"
+
+// initLua is Init with a ledger: the SET and its entry in one script.
+// KEYS[1] the stock key; ARGV[1] the stock, ARGV[2] the call's reference.
+const initLua = `redis.call('SET', KEYS[1], ARGV[1])
+ledger.add(KEYS[1], 'init', ARGV[1], ARGV[1], '', ARGV[2])
+return 1
+`
+
+// scripts are the scripts a Manager runs: those without a ledger, shared
+// by every such Manager, or those of its ledger.
+type scripts struct {
+	move, batch, orders, init *rediskeys.Script
+}
+
+var plainScripts = scripts{move: moveScript, batch: batchScript, orders: ordersScript}
+
+// ledgerScripts returns the scripts that keep a ledger trimmed to about
+// maxLen entries a SKU (0: every entry kept).
+func ledgerScripts(maxLen int64) scripts {
+	head := "local MAXLEN = " + strconv.FormatInt(maxLen, 10) + "\n" + ledgerLua + holdsLua
+	return scripts{
+		move:   rediskeys.NewScript(head + moveLua),
+		batch:  rediskeys.NewScript(head + batchLua),
+		orders: rediskeys.NewScript(head + ordersLua),
+		init:   rediskeys.NewScript(head + initLua),
+	}
+}
+
+// WithLedger makes the Manager keep a movement ledger (package
+// [github.com/stockkit/inventory/ledger]): every move that took effect
+// appends one entry per SKU it moved to the SKU's Redis stream, in the
+// script that moves the stock, and the Manager's Entries reads it.
+//
+// maxLen is the retention: 0 keeps every entry (the stream grows for
+// good, about 60 to 100 bytes of Redis memory an entry, see
+// docs/ledger.md); n > 0 trims each SKU's stream to about its last n
+// entries (XADD MAXLEN ~ n: Redis trims whole stream nodes, so a stream
+// keeps at least n entries and up to one node of 100 more). A trimmed
+// history still reads back (each entry carries the stock, held and sold
+// units after it), but no longer starts at the SKU's first entry, so
+// [ledger.Replay] and [ledger.Check], which start from zero stock, fail on
+// it: check such a history from its first kept entry's After. maxLen must
+// be >= 0.
+func WithLedger(maxLen int64) Option {
+	return func(c *config) { c.ledgerOn, c.ledgerMaxLen = true, maxLen }
+}
+
+var _ ledger.Reader = (*Manager)(nil)
+
+// stream is the key of the ledger of sku: PREFIX{tag}:l:SKU.
+func (m *Manager) stream(sku string) string {
+	s := rediskeys.Stock(m.prefix, sku)
+	i := strings.IndexByte(s, '}')
+	return s[:i+1] + ":l:" + s[i+4:]
+}
+
+// Positions: a stream entry id ms-seq is position ms*posSeqs + seq.
+const posSeqs = 1_000_000
+
+// Entries implements [ledger.Reader]: a page of sku's stream after
+// position after. An entry's Pos is its stream id ms-seq read as
+// ms*1,000,000 + seq, and its Time the id's millisecond (Redis's clock, or
+// later when that clock went back: ids never do).
+func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	if err := driver.ValidateSKU(sku); err != nil {
+		return nil, fmt.Errorf("luascript: %w", err)
+	}
+	if err := ledger.CheckPage(after, limit); err != nil {
+		return nil, err
+	}
+	if !m.ledgerOn {
+		return nil, ledger.ErrNotKept
+	}
+	start := "-"
+	if after > 0 {
+		start = "(" + strconv.FormatInt(after/posSeqs, 10) + "-" + strconv.FormatInt(after%posSeqs, 10)
+	}
+	msgs, err := m.client.XRangeN(ctx, m.stream(sku), start, "+", int64(limit)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
+	}
+	out := make([]ledger.Entry, 0, len(msgs))
+	for _, msg := range msgs {
+		e, err := entry(sku, msg)
+		if err != nil {
+			return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// entry decodes stream entry msg of sku's ledger (ledger.lua).
+func entry(sku string, msg redis.XMessage) (ledger.Entry, error) {
+	ms, seq, ok := strings.Cut(msg.ID, "-")
+	t, err1 := strconv.ParseInt(ms, 10, 64)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n >= posSeqs || t > (1<<63-1)/posSeqs-1 {
+		return ledger.Entry{}, fmt.Errorf("stream id %q is no position", msg.ID)
+	}
+	e := ledger.Entry{SKU: sku, Pos: t*posSeqs + n, Time: time.UnixMilli(t)}
+	str := func(f string) string { s, _ := msg.Values[f].(string); return s }
+	num := func(f string) int64 {
+		v, err := strconv.ParseInt(str(f), 10, 64)
+		if err != nil && err1 == nil {
+			err1 = fmt.Errorf("entry %s: field %s: %w", msg.ID, f, err)
+		}
+		return v
+	}
+	e.Kind, e.Key, e.Ref, e.Hold = ledger.Kind(str("k")), str("i"), str("r"), str("o")
+	e.Units = num("u")
+	e.After = ledger.Stock{Available: num("a"), Held: num("h"), Sold: num("s")}
+	return e, err1
+}
+
+// initLedger is Init with a ledger.
+func (m *Manager) initLedger(ctx context.Context, sku string, qty int64) error {
+	_, acked, err := m.scripts.init.Run(ctx, m.client, m.replicas, m.replicaTimeout,
+		[]string{rediskeys.Stock(m.prefix, sku)}, qty, driver.Ref(ctx))
+	if err != nil {
+		return err
+	}
+	return m.checkReplicas(acked)
+}
+
+// checkLedger returns the error of WithLedger's maxLen out of range.
+func checkLedger(c *config) error {
+	if c.ledgerOn && c.ledgerMaxLen < 0 {
+		return fmt.Errorf("%w: luascript: WithLedger(%d): want >= 0", inventory.ErrInvalidArgument, c.ledgerMaxLen)
+	}
+	return nil
+}
