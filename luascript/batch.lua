@@ -22,6 +22,9 @@
 local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 local stock, start, order = {}, {}, {}
 local out = {}
+if ledger then
+  ledger.buffer() -- one stream entry per SKU, written at the end
+end
 for i = 2, #ARGV, ledger and 5 or 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local code, val = 0, 0
@@ -75,5 +78,8 @@ for _, s in ipairs(order) do
   if type(cur) == 'number' and cur ~= start[s] then
     redis.call('DECRBY', KEYS[s], string.format(numfmt, start[s] - cur))
   end
+end
+if ledger then
+  ledger.flush()
 end
 return out

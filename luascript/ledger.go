@@ -83,13 +83,15 @@ func (m *Manager) stream(sku string) string {
 	return s[:i+1] + ":l:" + s[i+4:]
 }
 
-// Positions: a stream entry id ms-seq is position ms*posSeqs + seq.
+// Positions: the record at seq of millisecond ms (ledger.lua) is position
+// ms*posSeqs + seq.
 const posSeqs = 1_000_000
 
 // Entries implements [ledger.Reader]: a page of sku's stream after
-// position after. An entry's Pos is its stream id ms-seq read as
-// ms*1,000,000 + seq, and its Time the id's millisecond (Redis's clock, or
-// later when that clock went back: ids never do).
+// position after. A stream entry of r records with id ms-seq (ledger.lua)
+// holds positions ms*1,000,000 + seq-r+1 to ms*1,000,000 + seq, and an
+// entry's Time is that millisecond (Redis's clock, or later when that
+// clock went back: ids never do).
 func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
 	if err := driver.ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("luascript: %w", err)
@@ -100,46 +102,75 @@ func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit in
 	if !m.ledgerOn {
 		return nil, ledger.ErrNotKept
 	}
-	start := "-"
+	start := "-" // the first stream entry that may hold a position past after
 	if after > 0 {
-		start = "(" + strconv.FormatInt(after/posSeqs, 10) + "-" + strconv.FormatInt(after%posSeqs, 10)
+		start = strconv.FormatInt(after/posSeqs, 10) + "-" + strconv.FormatInt(after%posSeqs, 10)
 	}
-	msgs, err := m.client.XRangeN(ctx, m.stream(sku), start, "+", int64(limit)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
-	}
-	out := make([]ledger.Entry, 0, len(msgs))
-	for _, msg := range msgs {
-		e, err := entry(sku, msg)
+	out := make([]ledger.Entry, 0, min(limit, 64))
+	for {
+		want := limit - len(out)
+		msgs, err := m.client.XRangeN(ctx, m.stream(sku), start, "+", int64(want)).Result()
 		if err != nil {
 			return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
 		}
+		for _, msg := range msgs {
+			if out, err = appendEntries(out, sku, msg, after, limit); err != nil {
+				return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
+			}
+		}
+		if len(out) == limit || len(msgs) < want {
+			return out, nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// appendEntries appends to out, up to limit, the records of stream entry
+// msg of sku's ledger (ledger.lua) past position after.
+func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int64, limit int) ([]ledger.Entry, error) {
+	ms, seq, ok := strings.Cut(msg.ID, "-")
+	t, err1 := strconv.ParseInt(ms, 10, 64)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	v, _ := msg.Values["e"].(string)
+	lines := strings.Split(v, "\n")[1:] // after the line of the counters
+	r := int64(len(lines) / 4)
+	if !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1 || len(lines)%4 != 0 {
+		return out, fmt.Errorf("stream entry %s (%d lines) is no ledger entry", msg.ID, len(lines))
+	}
+	for i := range r {
+		pos := t*posSeqs + n - r + 1 + i
+		if pos <= after || len(out) == limit {
+			continue
+		}
+		e, err := record(lines[4*i : 4*i+4])
+		if err != nil {
+			return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
+		}
+		e.SKU, e.Pos, e.Time = sku, pos, time.UnixMilli(t)
 		out = append(out, e)
 	}
 	return out, nil
 }
 
-// entry decodes stream entry msg of sku's ledger (ledger.lua).
-func entry(sku string, msg redis.XMessage) (ledger.Entry, error) {
-	ms, seq, ok := strings.Cut(msg.ID, "-")
-	t, err1 := strconv.ParseInt(ms, 10, 64)
-	n, err2 := strconv.ParseInt(seq, 10, 64)
-	if !ok || err1 != nil || err2 != nil || n >= posSeqs || t > (1<<63-1)/posSeqs-1 {
-		return ledger.Entry{}, fmt.Errorf("stream id %q is no position", msg.ID)
+// record decodes the four lines of a record (ledger.lua).
+func record(lines []string) (ledger.Entry, error) {
+	var e ledger.Entry
+	nums := strings.Fields(lines[0])
+	if len(nums) != 5 {
+		return e, fmt.Errorf("record %q", lines[0])
 	}
-	e := ledger.Entry{SKU: sku, Pos: t*posSeqs + n, Time: time.UnixMilli(t)}
-	str := func(f string) string { s, _ := msg.Values[f].(string); return s }
-	num := func(f string) int64 {
-		v, err := strconv.ParseInt(str(f), 10, 64)
-		if err != nil && err1 == nil {
-			err1 = fmt.Errorf("entry %s: field %s: %w", msg.ID, f, err)
+	var vals [4]int64
+	for i := range vals {
+		x, err := strconv.ParseInt(nums[i+1], 10, 64)
+		if err != nil {
+			return e, fmt.Errorf("record %q: %w", lines[0], err)
 		}
-		return v
+		vals[i] = x
 	}
-	e.Kind, e.Key, e.Ref, e.Hold = ledger.Kind(str("k")), str("i"), str("r"), str("o")
-	e.Units = num("u")
-	e.After = ledger.Stock{Available: num("a"), Held: num("h"), Sold: num("s")}
-	return e, err1
+	e.Kind, e.Units = ledger.Kind(nums[0]), vals[0]
+	e.After = ledger.Stock{Available: vals[1], Held: vals[2], Sold: vals[3]}
+	e.Key, e.Ref, e.Hold = lines[1], lines[2], lines[3]
+	return e, nil
 }
 
 // initLedger is Init with a ledger.

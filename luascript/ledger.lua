@@ -3,48 +3,79 @@
 -- keep every entry). The scripts of a Manager without a ledger start with
 -- "local ledger" instead, so that every "if ledger" is false.
 --
--- ledger.add(k, kind, units, available, key, ref, hold) appends an entry to
--- the stream of the SKU of k (any key of the SKU: PREFIX{tag}:X:SKU), the
--- SKU's key PREFIX{tag}:l:SKU, with XADD *: Redis gives it an id ms-seq
--- greater than the stream's last, so the ids order the SKU's history. An
--- entry holds its kind (k), units (u), the stock after it (a), the units
--- held (h) and sold (s) after it, counted from the SKU's first entry and
--- carried from the stream's last entry, the call's key (i), reference (r)
--- and hold id (o), "" for none: always the same fields, which a stream
--- stores once per node.
+-- ledger.add(k, kind, units, available, key, ref, hold) records an entry
+-- in the stream of the SKU of k (any key of the SKU: PREFIX{tag}:X:SKU),
+-- the SKU's key PREFIX{tag}:l:SKU. An entry is a record of four lines:
+-- "KIND UNITS AVAILABLE HELD SOLD" (the stock after it; held and sold
+-- counted from the SKU's first entry and carried from the stream's last
+-- record), then the call's key, reference and hold id, "" for none (none
+-- of them holds a control character). A stream entry has one field, e:
+-- a line "HELD SOLD" (after its last record, read by the next script that
+-- adds to the stream), then its r records, joined by newlines. Its id ms-seq is the position of
+-- its last record, the others having seq-r+1 to seq-1: the script picks
+-- the id itself, the Redis clock's millisecond, or the last id's when that
+-- is not earlier, with a seq past the last id's. So positions grow along
+-- the SKU's history.
+--
+-- Each add writes its stream entry at once (XADD), unless ledger.buffer()
+-- was called: then the records wait, in order, for ledger.flush(), which
+-- writes each stream's as one entry (batch.lua: one XADD per SKU per
+-- batch, not per call).
 local ledger = (function(maxlen)
   local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
-  local last = {} -- by stream: {held, sold} after its last entry
+  local rfmt = '%s ' .. numfmt .. ' ' .. numfmt .. ' ' .. numfmt .. ' ' .. numfmt .. '\n%s\n%s\n%s'
+  local idfmt = numfmt .. '-' .. numfmt
+  local cfmt = numfmt .. ' ' .. numfmt .. '\n'
+  local streams = {} -- by stream key: {held, sold, last ms, last seq, records waiting}
+  local order = {} -- the streams with records waiting, in order
+  local buffering, now = false, nil
 
   local function stream(k)
     local i = string.find(k, '}', 1, true)
     return string.sub(k, 1, i) .. ':l:' .. string.sub(k, i + 4)
   end
 
-  local function counters(sk)
-    local c = last[sk]
+  local function state(sk)
+    local c = streams[sk]
     if c then
       return c
     end
-    c = {0, 0}
+    c = {0, 0, 0, 0}
     local e = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)[1]
     if e then
-      local f = e[2]
-      for i = 1, #f, 2 do
-        if f[i] == 'h' then
-          c[1] = tonumber(f[i + 1])
-        elseif f[i] == 's' then
-          c[2] = tonumber(f[i + 1])
-        end
-      end
+      local ms, seq = string.match(e[1], '^(%d+)-(%d+)$')
+      local h, s = string.match(e[2][2], '^(%S+) (%S+)\n')
+      c = {tonumber(h), tonumber(s), tonumber(ms), tonumber(seq)}
     end
-    last[sk] = c
+    streams[sk] = c
     return c
+  end
+
+  -- write appends records recs (r >= 1) to stream sk as one entry.
+  local function write(sk, c, recs)
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local ms, seq = c[3], c[4] + #recs
+    if now > ms then
+      ms, seq = now, #recs - 1
+    elseif seq > 999999 then -- positions are ms * 1e6 + seq
+      ms, seq = ms + 1, #recs - 1
+    end
+    c[3], c[4] = ms, seq
+    local id = string.format(idfmt, ms, seq)
+    local e = string.format(cfmt, c[1], c[2]) .. table.concat(recs, '\n')
+    if maxlen > 0 then
+      redis.call('XADD', sk, 'MAXLEN', '~', maxlen, id, 'e', e)
+    else
+      redis.call('XADD', sk, id, 'e', e)
+    end
   end
 
   local function add(k, kind, units, available, key, ref, hold)
     local sk = stream(k)
-    local c = counters(sk)
+    local c = state(sk)
     local u = tonumber(units)
     if kind == 'reduce' then
       c[2] = c[2] + u
@@ -57,21 +88,35 @@ local ledger = (function(maxlen)
     elseif kind == 'cancel' or kind == 'expire' then
       c[1] = c[1] - u
     end
-    local f = {'k', kind, 'u', string.format(numfmt, u), 'a', string.format(numfmt, tonumber(available)),
-      'h', string.format(numfmt, c[1]), 's', string.format(numfmt, c[2]), 'i', key or '', 'r', ref or '',
-      'o', hold or ''}
-    if maxlen > 0 then
-      redis.call('XADD', sk, 'MAXLEN', '~', maxlen, '*', unpack(f))
+    local r = string.format(rfmt, kind, u, tonumber(available), c[1], c[2], key or '', ref or '', hold or '')
+    if not buffering then
+      write(sk, c, {r})
+    elseif c[5] then
+      c[5][#c[5] + 1] = r
     else
-      redis.call('XADD', sk, '*', unpack(f))
+      c[5] = {r}
+      order[#order + 1] = sk
     end
+  end
+
+  local function buffer()
+    buffering = true
+  end
+
+  local function flush()
+    for _, sk in ipairs(order) do
+      local c = streams[sk]
+      write(sk, c, c[5])
+      c[5] = nil
+    end
+    order = {}
   end
 
   -- hold returns the hold id of order record rec (PREFIX{tag}:o:h:ID), or
   -- nil for the record of a lines call.
   local function hold(rec)
-    return rec and string.match(rec, '}:o:h:(.*)$')
+    return rec and string.match(rec, '^[^}]*}:o:h:(.*)$')
   end
 
-  return {add = add, hold = hold}
+  return {add = add, buffer = buffer, flush = flush, hold = hold}
 end)(MAXLEN)
