@@ -57,19 +57,23 @@ func ledgerScripts(maxLen int64) scripts {
 
 // WithLedger makes the Manager keep a movement ledger (package
 // [github.com/stockkit/inventory/ledger]): every move that took effect
-// appends one entry per SKU it moved to the SKU's Redis stream, in the
-// script that moves the stock, and the Manager's Entries reads it.
+// records one entry per SKU it moved in the SKU's Redis stream,
+// PREFIX{tag}:l:SKU (in the slot of its stock), written by the script that
+// moves the stock, and the Manager's Entries reads it. A merged batch
+// writes one stream entry per SKU holding the entries of all its calls;
+// a call on its own, one.
 //
-// maxLen is the retention: 0 keeps every entry (the stream grows for
-// good, about 60 to 100 bytes of Redis memory an entry, see
-// docs/ledger.md); n > 0 trims each SKU's stream to about its last n
-// entries (XADD MAXLEN ~ n: Redis trims whole stream nodes, so a stream
-// keeps at least n entries and up to one node of 100 more). A trimmed
-// history still reads back (each entry carries the stock, held and sold
-// units after it), but no longer starts at the SKU's first entry, so
+// maxLen is the retention, in stream entries per SKU: 0 keeps every entry
+// (the stream grows for good, measured at about 40 bytes of Redis memory
+// per ledger entry without key or reference, 80 with a 20-byte key and a
+// 16-byte reference; see docs/ledger.md); n > 0 trims each SKU's stream
+// to about its last n stream entries, so at least its last n ledger
+// entries (XADD MAXLEN ~ n: Redis drops only whole stream nodes, so it
+// keeps up to a node more). A trimmed history still reads back, with its
+// Held and Sold, but no longer starts at the SKU's first entry, so
 // [ledger.Replay] and [ledger.Check], which start from zero stock, fail on
-// it: check such a history from its first kept entry's After. maxLen must
-// be >= 0.
+// it: check such a history from its first kept entry's After, or keep
+// every entry. maxLen must be >= 0.
 func WithLedger(maxLen int64) Option {
 	return func(c *config) { c.ledgerOn, c.ledgerMaxLen = true, maxLen }
 }
@@ -132,19 +136,35 @@ func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int
 	t, err1 := strconv.ParseInt(ms, 10, 64)
 	n, err2 := strconv.ParseInt(seq, 10, 64)
 	v, _ := msg.Values["e"].(string)
-	lines := strings.Split(v, "\n")[1:] // after the line of the counters
+	lines := strings.Split(v, "\n")
 	r := int64(len(lines) / 4)
-	if !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1 || len(lines)%4 != 0 {
+	if !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1 || len(lines)%4 != 1 {
 		return out, fmt.Errorf("stream entry %s (%d lines) is no ledger entry", msg.ID, len(lines))
 	}
-	for i := range r {
-		pos := t*posSeqs + n - r + 1 + i
-		if pos <= after || len(out) == limit {
-			continue
+	es := make([]ledger.Entry, r)
+	for i := range es {
+		var err error
+		if es[i], err = record(lines[1+4*i : 5+4*i]); err != nil {
+			return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
 		}
-		e, err := record(lines[4*i : 4*i+4])
+	}
+	// Held and Sold: after the last record, and back from there.
+	var held, sold int64
+	if _, err := fmt.Sscanf(lines[0], "%d %d", &held, &sold); err != nil {
+		return out, fmt.Errorf("stream entry %s: counters %q: %w", msg.ID, lines[0], err)
+	}
+	for i := len(es) - 1; i >= 0; i-- {
+		es[i].After.Held, es[i].After.Sold = held, sold
+		before, err := ledger.Stock{}.Apply(es[i].Kind, es[i].Units)
 		if err != nil {
 			return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
+		}
+		held, sold = held-before.Held, sold-before.Sold // Apply from zero: its moves of Held and Sold
+	}
+	for i, e := range es {
+		pos := t*posSeqs + n - r + 1 + int64(i)
+		if pos <= after || len(out) == limit {
+			continue
 		}
 		e.SKU, e.Pos, e.Time = sku, pos, time.UnixMilli(t)
 		out = append(out, e)
@@ -152,14 +172,15 @@ func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int
 	return out, nil
 }
 
-// record decodes the four lines of a record (ledger.lua).
+// record decodes the four lines of a record (ledger.lua): all but Held
+// and Sold.
 func record(lines []string) (ledger.Entry, error) {
 	var e ledger.Entry
 	nums := strings.Fields(lines[0])
-	if len(nums) != 5 {
+	if len(nums) != 3 {
 		return e, fmt.Errorf("record %q", lines[0])
 	}
-	var vals [4]int64
+	var vals [2]int64
 	for i := range vals {
 		x, err := strconv.ParseInt(nums[i+1], 10, 64)
 		if err != nil {
@@ -167,8 +188,7 @@ func record(lines []string) (ledger.Entry, error) {
 		}
 		vals[i] = x
 	}
-	e.Kind, e.Units = ledger.Kind(nums[0]), vals[0]
-	e.After = ledger.Stock{Available: vals[1], Held: vals[2], Sold: vals[3]}
+	e.Kind, e.Units, e.After.Available = ledger.Kind(nums[0]), vals[0], vals[1]
 	e.Key, e.Ref, e.Hold = lines[1], lines[2], lines[3]
 	return e, nil
 }

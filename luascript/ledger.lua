@@ -6,12 +6,13 @@
 -- ledger.add(k, kind, units, available, key, ref, hold) records an entry
 -- in the stream of the SKU of k (any key of the SKU: PREFIX{tag}:X:SKU),
 -- the SKU's key PREFIX{tag}:l:SKU. An entry is a record of four lines:
--- "KIND UNITS AVAILABLE HELD SOLD" (the stock after it; held and sold
--- counted from the SKU's first entry and carried from the stream's last
--- record), then the call's key, reference and hold id, "" for none (none
--- of them holds a control character). A stream entry has one field, e:
--- a line "HELD SOLD" (after its last record, read by the next script that
--- adds to the stream), then its r records, joined by newlines. Its id ms-seq is the position of
+-- "KIND UNITS AVAILABLE" (the stock after it), then the call's key,
+-- reference and hold id, "" for none (none of them holds a control
+-- character). A stream entry has one field, e: a line "HELD SOLD", the
+-- units held and sold after its last record, counted from the SKU's first
+-- record (the next script that adds to the stream carries them on; the
+-- reader works back from them to each record's), then its r records,
+-- joined by newlines. Its id ms-seq is the position of
 -- its last record, the others having seq-r+1 to seq-1: the script picks
 -- the id itself, the Redis clock's millisecond, or the last id's when that
 -- is not earlier, with a seq past the last id's. So positions grow along
@@ -23,7 +24,7 @@
 -- batch, not per call).
 local ledger = (function(maxlen)
   local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
-  local rfmt = '%s ' .. numfmt .. ' ' .. numfmt .. ' ' .. numfmt .. ' ' .. numfmt .. '\n%s\n%s\n%s'
+  local rfmt = '%s ' .. numfmt .. ' ' .. numfmt .. '\n%s\n%s\n%s'
   local idfmt = numfmt .. '-' .. numfmt
   local cfmt = numfmt .. ' ' .. numfmt .. '\n'
   local streams = {} -- by stream key: {held, sold, last ms, last seq, records waiting}
@@ -73,8 +74,13 @@ local ledger = (function(maxlen)
     end
   end
 
+  local sks = {} -- stream keys by the key they were asked for
   local function add(k, kind, units, available, key, ref, hold)
-    local sk = stream(k)
+    local sk = sks[k]
+    if not sk then
+      sk = stream(k)
+      sks[k] = sk
+    end
     local c = state(sk)
     local u = tonumber(units)
     if kind == 'reduce' then
@@ -88,7 +94,7 @@ local ledger = (function(maxlen)
     elseif kind == 'cancel' or kind == 'expire' then
       c[1] = c[1] - u
     end
-    local r = string.format(rfmt, kind, u, tonumber(available), c[1], c[2], key or '', ref or '', hold or '')
+    local r = string.format(rfmt, kind, u, tonumber(available), key or '', ref or '', hold or '')
     if not buffering then
       write(sk, c, {r})
     elseif c[5] then

@@ -32,6 +32,13 @@
 // ago: a sold-out SKU then costs Redis nothing, at the price of refusals up
 // to that TTL stale when another process adds units.
 //
+// [WithLedger] (off by default) keeps a movement ledger (package
+// [github.com/stockkit/inventory/ledger]): each move that took effect
+// appends its entries to a Redis stream of its SKU, in the script that
+// moves the stock, and the Manager is a
+// [github.com/stockkit/inventory/ledger.Reader]. Without it the
+// scripts do exactly what they did before.
+//
 // Durability is Redis's. With appendfsync everysec a crash of the Redis
 // host can lose the last second of acknowledged sales, idempotency keys
 // included, so a retry may sell again; appendfsync always loses none, at

@@ -25,6 +25,7 @@ import (
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/luascript"
 )
 
@@ -225,9 +226,10 @@ func redisBenchmark(b *testing.B, c *redis.Client, script *redis.Script, key str
 // ledgerRows keyed Reduces with a reference (a 24-byte SKU, a 20-byte key,
 // a 16-byte reference, as BenchmarkLedgerRowBytes) through
 // WithLedger(0), from 16 goroutines (so merged), then reports MEMORY USAGE
-// of the SKU's stream (SAMPLES 0: every node counted) over its length, the
-// stream without a reference too (unkeyed calls with none). Run it with
-// -benchtime 1x.
+// of the SKU's stream (SAMPLES 0: every node counted) over the entries
+// its history reads back, and how many entries a stream entry holds (one
+// stream entry per merged batch); the same for unkeyed calls with no
+// reference. Run it with -benchtime 1x.
 func BenchmarkLuascriptLedgerBytes(b *testing.B) {
 	ctx := context.Background()
 	client := privateRedis(b, 32)
@@ -269,16 +271,27 @@ func BenchmarkLuascriptLedgerBytes(b *testing.B) {
 			for err := range errs {
 				b.Fatal(err)
 			}
-			stream := strings.Replace(rediskeys.Stock("bench", sku), "}:s:", "}:l:", 1)
-			n, err := client.XLen(ctx, stream).Result()
-			if err != nil || n != ledgerRows {
-				b.Fatalf("stream %s holds %d entries (%v), want %d", stream, n, err, ledgerRows)
+			n := 0
+			for _, err := range ledger.History(ctx, m, sku, 0) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
 			}
+			if n != ledgerRows {
+				b.Fatalf("the ledger of %s holds %d entries, want %d", sku, n, ledgerRows)
+			}
+			stream := strings.Replace(rediskeys.Stock("bench", sku), "}:s:", "}:l:", 1)
 			size, err := client.MemoryUsage(ctx, stream, 0).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
+			xlen, err := client.XLen(ctx, stream).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.ReportMetric(float64(size)/float64(n), "bytes/entry")
+			b.ReportMetric(float64(n)/float64(xlen), "entries/stream-entry")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
