@@ -136,30 +136,13 @@ func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int
 	t, err1 := strconv.ParseInt(ms, 10, 64)
 	n, err2 := strconv.ParseInt(seq, 10, 64)
 	v, _ := msg.Values["e"].(string)
-	lines := strings.Split(v, "\n")
-	r := int64(len(lines) / 4)
-	if !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1 || len(lines)%4 != 1 {
-		return out, fmt.Errorf("stream entry %s (%d lines) is no ledger entry", msg.ID, len(lines))
-	}
-	es := make([]ledger.Entry, r)
-	for i := range es {
-		var err error
-		if es[i], err = record(lines[1+4*i : 5+4*i]); err != nil {
-			return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
-		}
-	}
-	// Held and Sold: after the last record, and back from there.
-	var held, sold int64
-	if _, err := fmt.Sscanf(lines[0], "%d %d", &held, &sold); err != nil {
-		return out, fmt.Errorf("stream entry %s: counters %q: %w", msg.ID, lines[0], err)
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		es[i].After.Held, es[i].After.Sold = held, sold
-		before, err := ledger.Stock{}.Apply(es[i].Kind, es[i].Units)
-		if err != nil {
-			return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
-		}
-		held, sold = held-before.Held, sold-before.Sold // Apply from zero: its moves of Held and Sold
+	es, err := records(v)
+	r := int64(len(es))
+	switch {
+	case !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1:
+		return out, fmt.Errorf("stream entry id %s is no ledger position", msg.ID)
+	case err != nil:
+		return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
 	}
 	for i, e := range es {
 		pos := t*posSeqs + n - r + 1 + int64(i)
@@ -170,6 +153,36 @@ func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// records decodes the field of a stream entry (ledger.lua): the line of
+// the counters, then four lines a record.
+func records(v string) ([]ledger.Entry, error) {
+	lines := strings.Split(v, "\n")
+	if len(lines)%4 != 1 {
+		return nil, fmt.Errorf("%d lines", len(lines))
+	}
+	es := make([]ledger.Entry, len(lines)/4)
+	for i := range es {
+		var err error
+		if es[i], err = record(lines[1+4*i : 5+4*i]); err != nil {
+			return nil, err
+		}
+	}
+	// Held and Sold: after the last record, and back from there.
+	var held, sold int64
+	if _, err := fmt.Sscanf(lines[0], "%d %d", &held, &sold); err != nil {
+		return nil, fmt.Errorf("counters %q: %w", lines[0], err)
+	}
+	for i := len(es) - 1; i >= 0; i-- {
+		es[i].After.Held, es[i].After.Sold = held, sold
+		moved, err := ledger.Stock{}.Apply(es[i].Kind, es[i].Units)
+		if err != nil {
+			return nil, err
+		}
+		held, sold = held-moved.Held, sold-moved.Sold // applied to zero: its moves of Held and Sold
+	}
+	return es, nil
 }
 
 // record decodes the four lines of a record (ledger.lua): all but Held
