@@ -281,15 +281,23 @@ func checkReturns(ctx context.Context, hs HoldStore, lines []inventory.Line) err
 // done ctx for a bounded time. Its error wraps no ErrContention: a blind
 // retry would return twice.
 func (m *Manager) returnRest(ctx context.Context, hs HoldStore, lines []inventory.Line, key string) error {
-	var err error
+	// The lines go on being returned after ctx ends (outliving): the
+	// outcome is read from done only if they were over by then.
+	done := make(chan error, 1)
 	outliving(ctx, func(ctx context.Context) {
 		for _, l := range lines {
-			if err = m.returnLine(ctx, hs, l, key, math.MaxInt, false); err != nil {
-				err = fmt.Errorf("%q: %w", l.SKU, err)
+			if err := m.returnLine(ctx, hs, l, key, math.MaxInt, false); err != nil {
+				done <- fmt.Errorf("%q: %w", l.SKU, err)
 				return
 			}
 		}
+		done <- nil
 	})
+	var err error
+	select {
+	case err = <-done:
+	default:
+	}
 	if err == nil && ctx.Err() == nil {
 		return nil
 	}

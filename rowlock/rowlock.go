@@ -64,7 +64,11 @@
 // same transaction, so a call that did not take effect never uses up its
 // key. A keyed call first reads the stock and the key together without
 // locking, so duplicates and refusals (after a sell-out, nearly every call)
-// take no lock and join no batch.
+// take no lock and join no batch. Those reads take at most half the
+// connections of a pool with a limit (sql.DB.SetMaxOpenConns): a keyed call
+// that finds them all taken joins its batch unread, which checks its key
+// and the stock under the lock. So a crowd of keyed calls never keeps the
+// transactions from the pool.
 //
 // # Orders
 //

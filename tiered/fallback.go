@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,12 +16,6 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
-)
-
-// Defaults of the circuit breaker ([WithBreaker]).
-const (
-	DefaultBreakerFailures = 3
-	DefaultBreakerOpen     = time.Second
 )
 
 // ErrRedisUnreachable is wrapped by the error of a keyed Reduce or Return
@@ -38,141 +30,6 @@ var ErrRedisUnreachable = errors.New("tiered: Redis unreachable, keyed call refu
 // says SQL's pool is short, while Redis's allotment may hold more.
 var ErrFallback = errors.New("tiered: served by SQL alone, Redis unreachable")
 
-// WithBreaker sets the circuit breaker in front of Redis.
-//
-// Thresholds: after failures consecutive calls failed to reach Redis (a
-// network error, a timeout or the call's deadline passing, a closed client;
-// not a Redis error reply nor a cancelled ctx), the circuit opens for open:
-// calls then go to SQL alone (see [Manager.Reduce]). failures >= 1,
-// open > 0; the defaults are [DefaultBreakerFailures] (3) and
-// [DefaultBreakerOpen] (1 s).
-//
-// Recovery: once open has passed, the next call starts one recovery in the
-// background and, like every call until the recovery ends, is still served
-// by SQL. The recovery asks Redis (INFO server of each master) whether it
-// restarted since the first of the failures (its uptime is shorter: it may
-// have come back empty, or from an older AOF or RDB, or be a promoted
-// replica that restarted), then runs [Manager.Reconcile] on the SKUs the
-// fallback moved, or, after a restart, on every SKU of the SKU table: it
-// records as lost the allotment a Redis that came back empty or at an older
-// generation no longer holds, takes out of the allotment of a Redis that
-// came back with an older state the units SQL's synced sales say it
-// already sold (its excess), applies the grants it missed, and sets its
-// view of the pool to SQL's. Each step is bounded by the refill timeout
-// ([WithRefillTimeout]; the sync that precedes each SKU's comparison gets
-// three such rounds). Only then does the circuit close and Redis take
-// traffic again; if a step fails, the circuit opens for another open
-// period, and the next recovery starts over. SKUs the fallback moves while a
-// recovery runs are reconciled by it too (in up to three passes); SQL's
-// moves after a SKU's pass only leave Redis's view of the pool high, which
-// its next grant corrects. Units are never created: a bounded undersell
-// (the allotment recorded lost) is the price. [Manager.Recoveries] lists
-// what the recoveries found.
-//
-// A restart is seen by the calls that fail meanwhile, by Redis's uptime,
-// and by the restart watch: every new connection asks Redis its run_id,
-// and a new one opens the circuit at once, with no call sent to the
-// restarted Redis before the recovery. After a restart the recovery drops
-// Redis's state of every SKU and re-warms it from SQL, the allotment and
-// holds it had recorded lost (a bounded undersell): a Redis restored from
-// an older state (an AOF copied mid-sale, a lagging replica) has forgotten
-// moves it acknowledged, which no count in SQL or Redis can show.
-// [WithTrustRestarts] reconciles instead.
-func WithBreaker(failures int, open time.Duration) Option {
-	return func(c *config) { c.brFailures, c.brOpen = failures, open }
-}
-
-// Breaker states.
-const (
-	brClosed     = iota // calls go to Redis
-	brOpen              // calls go to SQL until the open period passes
-	brRecovering        // calls go to SQL while a recovery runs
-)
-
-// maxRecoveries bounds the recoveries [Manager.Recoveries] keeps.
-const maxRecoveries = 16
-
-// breaker counts consecutive failures to reach Redis and runs the
-// recovery.
-type breaker struct {
-	mu      sync.Mutex
-	state   int
-	fails   int
-	first   time.Time // the first failure of the current run of failures
-	outage  time.Time // the first failure of the run that opened the circuit
-	until   time.Time // open until then
-	start   func()    // starts a recovery (set when the circuit opens)
-	touched map[string]bool
-	done    chan struct{} // closed when the circuit closes (tests)
-	history []Recovery
-	lastErr error
-	failed  int64
-	restart bool // the restart watch saw Redis restart (restart.go)
-}
-
-// Recovery is what one recovery of the circuit ([WithBreaker]) found.
-type Recovery struct {
-	// Outage is the first failure of the run that opened the circuit;
-	// Closed is when the recovery closed it.
-	Outage, Closed time.Time
-	// Restarted says Redis restarted since Outage (or could not tell):
-	// every SKU was reconciled, not only those the fallback moved.
-	Restarted bool
-	// Drifts are Reconcile's findings, one per SKU reconciled.
-	Drifts []Drift
-}
-
-// open reports whether calls must skip Redis now. The first call after the
-// open period starts the recovery.
-func (b *breaker) open() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
-	case brClosed:
-		return false
-	case brOpen:
-		if time.Now().Before(b.until) {
-			return true
-		}
-		b.state = brRecovering
-		b.start()
-	}
-	return true
-}
-
-// touch records that the fallback moved sku.
-func (b *breaker) touch(sku string) {
-	b.mu.Lock()
-	if b.touched == nil {
-		b.touched = map[string]bool{}
-	}
-	b.touched[sku] = true
-	b.mu.Unlock()
-}
-
-// result records the outcome of a Redis call.
-func (m *Manager) result(ctx context.Context, err error) {
-	b := &m.br
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil || errors.Is(ctx.Err(), context.Canceled) || isReply(err) {
-		b.fails = 0
-		return
-	}
-	now := time.Now()
-	if b.fails == 0 {
-		b.first = now
-	}
-	b.fails++
-	if b.fails >= m.cfg.brFailures && b.state == brClosed {
-		b.state, b.until, b.outage = brOpen, now.Add(m.cfg.brOpen), b.first
-		b.start = m.startRecovery
-		if b.done == nil {
-			b.done = make(chan struct{})
-		}
-	}
-}
-
 // startRecovery runs recover in the background; b.mu is held.
 func (m *Manager) startRecovery() {
 	if m.bg.Err() != nil {
@@ -182,26 +39,11 @@ func (m *Manager) startRecovery() {
 	outage := m.br.outage
 	go func() {
 		defer m.wg.Done()
-		rec, err := m.recoverRedis(outage)
-		b := &m.br
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if err != nil {
-			b.state, b.until, b.lastErr = brOpen, time.Now().Add(m.cfg.brOpen), err
-			b.failed++
-			return
-		}
-		b.state, b.fails, b.lastErr = brClosed, 0, nil
-		for _, d := range rec.Drifts {
-			delete(b.touched, d.SKU)
-		}
-		if len(b.history) == maxRecoveries {
-			b.history = b.history[1:]
-		}
-		b.history = append(b.history, rec)
-		if b.done != nil {
-			close(b.done)
-			b.done = nil
+		_, restarts := m.br.restartSeen()
+		if rec, err := m.recoverRedis(outage); err != nil {
+			m.br.reopen(err, time.Now()) // a restart seen stays owed
+		} else {
+			m.br.recovered(rec, restarts)
 		}
 	}()
 }
@@ -257,10 +99,8 @@ func (m *Manager) recoveryRestarted(outage time.Time) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("tiered: recovery: %w", withCtx(ctx, err))
 	}
-	m.br.mu.Lock()
-	restarted, m.br.restart = seen || restarted || m.br.restart, false
-	m.br.mu.Unlock()
-	return restarted, nil
+	pending, _ := m.br.restartSeen()
+	return seen || restarted || pending, nil
 }
 
 // recoverySKUs returns the SKUs a recovery's pass reconciles: those the
@@ -276,14 +116,7 @@ func (m *Manager) recoverySKUs(all bool, done map[string]bool) ([]string, error)
 			return nil, fmt.Errorf("tiered: recovery: list SKUs: %w", err)
 		}
 	}
-	m.br.mu.Lock()
-	for sku := range m.br.touched {
-		if !done[sku] {
-			skus = append(skus, sku)
-		}
-	}
-	m.br.mu.Unlock()
-	return skus, nil
+	return append(skus, m.br.touchedSKUs(done)...), nil
 }
 
 // recoverSKU syncs sku, drops Redis's state of it after a restart (unless
@@ -358,34 +191,6 @@ func (m *Manager) restarted(ctx context.Context, t time.Time) (bool, error) {
 		err = check(ctx, m.rdb)
 	}
 	return found, err
-}
-
-// infoField returns the value of name in an INFO reply.
-func infoField(info, name string) (string, bool) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// Recoveries returns what the last recoveries of the circuit found, oldest
-// first (at most 16 are kept), how many recoveries failed (each reopened
-// the circuit), and the last failure's error, if the circuit is open
-// since.
-func (m *Manager) Recoveries() (recs []Recovery, failed int64, lastErr error) {
-	b := &m.br
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.history), b.failed, b.lastErr
-}
-
-// isReply reports whether err is Redis's own error reply: Redis was
-// reached.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
 }
 
 // Fallbacks returns how many calls went to SQL alone while the circuit was

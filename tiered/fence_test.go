@@ -1,17 +1,13 @@
 package tiered
 
 import (
-	"errors"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/testenv"
 )
 
@@ -20,51 +16,37 @@ import (
 // no syncer runs), Redis SIGKILLed and restarted from the copy at once.
 // No call has to fail for the Manager to notice: the restart watch sees
 // the new run_id on the first new connection, the recovery re-warms the
-// SKU from SQL, and selling out never passes the stock. Before the watch,
-// the restored allotment sold the forgotten sales again.
+// SKU from SQL, and selling out never passes the stock. Trusting restarts
+// (as before the watch), the restored allotment sells the forgotten sales
+// again: nothing else can tell them.
 func TestRestoredMidSale(t *testing.T) {
-	srv, m := privateManager(t, testenv.MySQL(t), WithChunk(100), WithLowWater(20), WithBreaker(3, 100*time.Millisecond))
-	ctx := ctxT(t, 40*time.Second)
-	const sku, initial = "a", 400
-	require.NoError(t, m.Init(ctx, sku, initial))
-	var acked, failed int64
-	// sell makes up to n acknowledged Reduces of one unit (all when n < 0),
-	// retrying the calls that fail, until the stock runs out.
-	sell := func(n int) {
-		for n != 0 {
-			_, err := m.Reduce(ctx, sku, 1)
-			switch {
-			case err == nil:
-				acked++
-				n--
-			case errors.Is(err, inventory.ErrInsufficientStock):
-				if !m.br.open() {
-					return
-				}
-				time.Sleep(20 * time.Millisecond) // the recovery re-warms Redis
-			default:
-				failed++
-				require.Less(t, failed, int64(1000), "calls keep failing: %v", err)
-				time.Sleep(5 * time.Millisecond)
-			}
+	onFenceModes(t, func(t *testing.T, name string, trust bool, _ []Option) {
+		opts := []Option{WithChunk(100), WithLowWater(20), WithBreaker(3, 100*time.Millisecond)}
+		if trust {
+			opts = append(opts, WithTrustRestarts())
 		}
-	}
-	sell(80)
-	older := filepath.Join(t.TempDir(), "older")
-	copyDir(t, srv.DataDir(), older) // while Redis serves: an older state
-	sell(120)
-	srv.Kill()
-	copyDir(t, older, srv.DataDir())
-	srv.Start()
-	sell(-1)
-	require.NoError(t, m.Drain(ctx))
-	recs, _, _ := m.Recoveries()
-	s := m.totals(ctx, t, sku)
-	load, _ := exec.Command("cat", "/proc/loadavg").Output()
-	t.Logf("FIGURES restored mid-sale: initial %d, acknowledged %d, oversold %d; calls failed %d; recoveries %d; SQL: sold %d, fallback %d, lost %d, pool %d; load %s",
-		initial, acked, max(acked-initial, 0), failed, len(recs), s.sold, s.direct, s.lost, s.pool, strings.TrimSpace(string(load)))
-	assert.LessOrEqual(t, acked, int64(initial), "oversold")
-	require.NotEmpty(t, recs, "the restart was seen")
-	assert.True(t, recs[len(recs)-1].Restarted)
-	checkDrained(t, s, initial)
+		srv, m := privateManager(t, testenv.MySQL(t), opts...)
+		ctx := ctxT(t, 40*time.Second)
+		const sku, initial = "a", 400
+		require.NoError(t, m.Init(ctx, sku, initial))
+		s := &seller{m: m}
+		s.sell(ctx, t, sku, 80, 0, nil)
+		older := filepath.Join(t.TempDir(), "older")
+		copyDir(t, srv.DataDir(), older) // while Redis serves: an older state
+		s.sell(ctx, t, sku, 120, 0, nil)
+		srv.Kill()
+		copyDir(t, older, srv.DataDir())
+		srv.Start()
+		require.True(t, s.sell(ctx, t, sku, -1, 0, nil), "sold out")
+		r := fenceFigures(ctx, t, m, "restored mid-sale, "+name, sku, initial, s.acked.Load(), s.failed.Load())
+		assert.Positive(t, r.forgotten, "the restored Redis forgot sales")
+		if trust {
+			assert.Positive(t, r.over, "trusted, the forgotten sales are sold again")
+			assert.LessOrEqual(t, r.over, r.forgotten)
+			return
+		}
+		assert.Zero(t, r.over, "oversold")
+		assert.True(t, r.restarted, "the restart was seen")
+		assert.LessOrEqual(t, r.forgotten, r.reported, "the recovery reported them as lost")
+	})
 }

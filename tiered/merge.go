@@ -14,25 +14,34 @@ import (
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// Merging (internal/merge, as luascript does). The calls of one Cluster
-// slot form a group. A call that finds its group idle runs move.lua at
+// Merging (internal/merge, as luascript does). On a plain client (one
+// server, which runs a script over any keys) every call is in one group; on
+// any other client the calls of one Cluster slot form a group, as
+// luascript's (a group per slot would leave the calls of spread SKUs on one
+// server each its own round trip: the 64 spread SKUs of make bench merge
+// into batches instead). A call that finds its group idle runs move.lua at
 // once, alone, and marks the group busy; the calls that arrive while it is
 // in flight queue, and a drain goroutine sends them (up to maxBatch, those
 // whose ctx ended left out) as one batch.lua call when it returns, and
 // again until the queue is empty. A batch holds calls of several SKUs only
-// on a plain or Cluster client (one server, or one slot on one server); on
-// any other (a Ring shards by hash tag) it holds one SKU's. Each call gets
-// its own reply, as move.lua's; a call whose reply says grant first (the
-// allotment short) or warm up first (no state) does that in its own
-// goroutine, then queues again, so the drain never waits for SQL.
+// on a plain or Cluster client; on any other (a Ring shards by hash tag) it
+// holds one SKU's. Each call gets its own reply, as move.lua's; a call
+// whose reply says grant first (the allotment short) or warm up first (no
+// state) does that in its own goroutine, then queues again, so the drain
+// never waits for SQL.
 
-//go:embed batch.lua
-var batchFile string
+var (
+	//go:embed holds.lua
+	holdsLua string
+	//go:embed move.lua
+	moveFile string
+	//go:embed batch.lua
+	batchFile string
 
-// batchLua is batch.lua after the hold helpers it calls (holds.lua).
-var batchLua = holdsLua + batchFile
-
-var batchScript = rediskeys.NewScript(batchLua)
+	// move.lua and batch.lua after the hold helpers they call.
+	moveLua, batchLua       = holdsLua + moveFile, holdsLua + batchFile
+	moveScript, batchScript = rediskeys.NewScript(moveLua), rediskeys.NewScript(batchLua)
+)
 
 // req is one Reduce or Return, as the merging queue holds it.
 type req struct {
@@ -72,7 +81,8 @@ type reply struct {
 // calls is a batch of queued calls.
 type calls = []*merge.Call[req, reply]
 
-// newQueue returns the merging queue of m: a group per Cluster slot.
+// newQueue returns the merging queue of m: a group per Cluster slot, of
+// which a plain client uses one (groupOf).
 func (m *Manager) newQueue() *merge.Queue[req, reply] {
 	cross := false
 	switch m.rdb.(type) {
@@ -83,14 +93,23 @@ func (m *Manager) newQueue() *merge.Queue[req, reply] {
 	return merge.New(rediskeys.Slots, m.cfg.maxBatch, join, m.one, m.run)
 }
 
-// send sends c to Redis, merged with the calls of its slot or alone. Its
+// send sends c to Redis, merged with the calls of its group or alone. Its
 // error is the ctx's, for a call whose ctx ended while it was queued or
 // its batch in flight (see merge.Queue.Do).
 func (m *Manager) send(ctx context.Context, c req) (reply, error) {
 	if m.queue == nil {
 		return m.one(ctx, c), nil
 	}
-	return m.queue.Do(ctx, rediskeys.Slot(c.sku), c)
+	return m.queue.Do(ctx, m.groupOf(c.sku), c)
+}
+
+// groupOf returns the merging group of sku's calls: its Cluster slot, or
+// 0 on a plain client, whose one server runs a script over any keys.
+func (m *Manager) groupOf(sku string) int {
+	if _, one := m.rdb.(*redis.Client); one {
+		return 0
+	}
+	return rediskeys.Slot(sku)
 }
 
 // one runs c alone, as one move.lua call.
@@ -179,6 +198,20 @@ var batchBufs = sync.Pool{New: func() any { return new(batchBuf) }}
 // same units as one run (see batch.lua).
 func (m *Manager) encode(batch calls) *batchBuf {
 	b := batchBufs.Get().(*batchBuf)
+	b.group(batch)
+	b.keys = b.keys[:0]
+	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
+	from := 0
+	for s, sku := range b.skus {
+		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
+		m.encodeSKU(b, batch, b.order[from:b.ends[s]])
+		from = b.ends[s]
+	}
+	return b
+}
+
+// group sets b's skus, sku, order and ends for batch.
+func (b *batchBuf) group(batch calls) {
 	b.skus, b.sku = b.skus[:0], b.sku[:0]
 	for _, q := range batch {
 		i := slices.Index(b.skus, q.Req.sku)
@@ -194,51 +227,48 @@ func (m *Manager) encode(batch calls) *batchBuf {
 			b.order = append(b.order, i)
 		}
 		b.ends = append(b.ends, len(batch))
-	} else {
-		for s := range b.skus {
-			for i, t := range b.sku {
-				if t == s {
-					b.order = append(b.order, i)
-				}
-			}
-			b.ends = append(b.ends, len(b.order))
-		}
+		return
 	}
-	b.keys = b.keys[:0]
-	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
-	from := 0
-	for s, sku := range b.skus {
-		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
-		items := len(b.args)
-		b.args = append(b.args, 0)
-		run, runQ := int64(0), int64(0) // the run of unkeyed calls being counted
-		for _, i := range b.order[from:b.ends[s]] {
-			c := &batch[i].Req
-			q := c.take()
-			switch {
-			case c.key != "":
-				if run > 0 {
-					b.args = append(b.args, run, runQ)
-					run = 0
-				}
-				b.keys = append(b.keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
-				b.args = append(b.args, 0, q)
-			case run > 0 && q == runQ:
-				run++
-			default:
-				if run > 0 {
-					b.args = append(b.args, run, runQ)
-				}
-				run, runQ = 1, q
+	for s := range b.skus {
+		for i, t := range b.sku {
+			if t == s {
+				b.order = append(b.order, i)
 			}
 		}
-		if run > 0 {
-			b.args = append(b.args, run, runQ)
-		}
-		b.args[items] = (len(b.args) - items - 1) / 2
-		from = b.ends[s]
+		b.ends = append(b.ends, len(b.order))
 	}
-	return b
+}
+
+// encodeSKU appends to b the items of one SKU's calls, order (their
+// indexes in batch), and the keys of their records.
+func (m *Manager) encodeSKU(b *batchBuf, batch calls, order []int) {
+	items := len(b.args)
+	b.args = append(b.args, 0)
+	run, runQ := int64(0), int64(0) // the run of unkeyed calls being counted
+	for _, i := range order {
+		c := &batch[i].Req
+		q := c.take()
+		switch {
+		case c.key != "":
+			if run > 0 {
+				b.args = append(b.args, run, runQ)
+				run = 0
+			}
+			b.keys = append(b.keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
+			b.args = append(b.args, 0, q)
+		case run > 0 && q == runQ:
+			run++
+		default:
+			if run > 0 {
+				b.args = append(b.args, run, runQ)
+			}
+			run, runQ = 1, q
+		}
+	}
+	if run > 0 {
+		b.args = append(b.args, run, runQ)
+	}
+	b.args[items] = (len(b.args) - items - 1) / 2
 }
 
 // decode gives each call of batch its reply from r, batch.lua's reply to
@@ -285,14 +315,4 @@ func (b *batchBuf) decode(batch calls, v any, acked int64) error {
 		from = b.ends[s]
 	}
 	return nil
-}
-
-// checkReplicas returns an error when WithReplicas asked for more replicas
-// than acknowledged a write.
-func (m *Manager) checkReplicas(acked int64) error {
-	if acked >= int64(m.cfg.replicas) {
-		return nil
-	}
-	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown",
-		rediskeys.ErrReplicas, acked, m.cfg.replicas, m.cfg.replicaTO)
 }

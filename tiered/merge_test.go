@@ -209,7 +209,7 @@ func batched(t *testing.T, m *Manager, g *gate, sku string, first func() (int64,
 		release()
 		t.Fatal("the first call never reached Redis")
 	}
-	slot := rediskeys.Slot(sku)
+	slot := m.groupOf(sku)
 	for i, f := range calls {
 		run(i+1, f)
 		require.Eventually(t, func() bool { return m.queue.Len(slot) == i+1 }, 10*time.Second, time.Millisecond, "call %d queued", i+1)
@@ -396,6 +396,41 @@ func TestMergedRuns(t *testing.T) {
 	checkDrained(t, m.totals(ctx, t, b), 3)
 }
 
+// TestMergedAcrossSlots merges, on a plain client (one server), the calls
+// of SKUs of different slots: they queue behind the same call in flight and
+// go as one batch, each SKU with its own journal entry.
+func TestMergedAcrossSlots(t *testing.T) {
+	m, g := gatedManager(t, testenv.Redis(t).Options().Addr, WithChunk(100), WithLowWater(0))
+	ctx := ctxT(t, time.Minute)
+	const a = "slots"
+	b := ""
+	for i := 0; b == ""; i++ { // a SKU of another slot
+		if s := fmt.Sprint("slots", i); rediskeys.Slot(s) != rediskeys.Slot(a) {
+			b = s
+		}
+	}
+	require.Equal(t, m.groupOf(a), m.groupOf(b), "one group on one server")
+	warmed(ctx, t, m, a, 10)
+	warmed(ctx, t, m, b, 10)
+	out := batched(t, m, g, a, reduce(ctx, m, a, 1, ""), // 9
+		reduce(ctx, m, b, 2, ""),  // b 8
+		reduce(ctx, m, a, 3, ""),  // 6
+		reduce(ctx, m, b, 1, "k"), // b 7
+	)
+	checkOutcomes(t, []outcome{{9, nil}, {8, nil}, {6, nil}, {7, nil}}, out)
+	single, batches := g.counts()
+	assert.Equal(t, []int{3}, batches, "the 3 queued calls went as one batch")
+	assert.Equal(t, 1, single)
+	for sku, want := range map[string][]map[string]any{
+		a: {{"d": "1"}, {"d": "3", "s": "3"}},   // the lone call; the batch's
+		b: {{"d": "3", "s": "3", "k": "1 7 k"}}, // 2+1 sold; its keyed move
+	} {
+		assert.Equal(t, want, journal(ctx, t, m, sku), "%s: one journal entry per SKU per batch", sku)
+	}
+	m.drained(ctx, t, a, 10)
+	checkDrained(t, m.totals(ctx, t, b), 10)
+}
+
 // TestMergedShort merges calls on an allotment that cannot cover them all
 // while SQL's pool can: the call that finds it short grants and is
 // answered after the grant; the calls around it are not refused.
@@ -487,7 +522,7 @@ func TestMergedBatchFails(t *testing.T) {
 	errs := make(chan error, queued)
 	for i := range queued {
 		go func() { _, err := m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprint(i))); errs <- err }()
-		require.Eventually(t, func() bool { return m.queue.Len(rediskeys.Slot(sku)) == i+1 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return m.queue.Len(m.groupOf(sku)) == i+1 }, 10*time.Second, time.Millisecond)
 	}
 	srv.Kill()
 	release()

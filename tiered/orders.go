@@ -257,11 +257,7 @@ func (m *Manager) holdLine(ctx context.Context, l inventory.Line, field string, 
 		case codeRefused:
 			return &inventory.InsufficientError{Short: []inventory.Shortfall{{Line: l, Available: r[1]}}}
 		case codeShort:
-			if !stalled {
-				stalled = true
-				m.stalls.Add(1)
-			}
-			if err := m.grantShared(ctx, l.SKU, l.Qty-r[2], r[1]); err != nil {
+			if err := m.topUp(ctx, l.SKU, codeShort, l.Qty-r[2], r[1], &stalled); err != nil {
 				return err
 			}
 		case codeNoState:

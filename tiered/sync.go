@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -271,17 +270,6 @@ func (m *Manager) unseen(ctx context.Context, tx *sqlx.Tx, sku string, fresh []s
 		return nil, fmt.Errorf("ledger recorded %d of %d new entries (%v)", n, len(fresh), err)
 	}
 	return fresh, nil
-}
-
-// groups returns n placeholder groups of k placeholders (written ?), the
-// first in parentheses after IN, the second after VALUES: "(?, ?), (?, ?)"
-// for n = 2 and k = 2, "(?, ?)" for n = 2 and k = 1.
-func groups(n, k int) string {
-	if k == 1 {
-		return "(" + strings.Repeat("?, ", n-1) + "?)"
-	}
-	g := "(" + strings.Repeat("?, ", k-1) + "?)"
-	return strings.Repeat(g+", ", n-1) + g
 }
 
 // entryMoves reads a journal entry's fields: its generation (n), and the

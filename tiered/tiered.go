@@ -45,7 +45,8 @@
 // # Keys and tables
 //
 // Redis keys: PREFIX{tag}:s:SKU (the hash), PREFIX:j{tag}:s:SKU (the
-// journal) and rediskeys' idempotency records under PREFIX. SQL tables:
+// journal), PREFIX:run (the run_id stamp of the restart fence) and
+// rediskeys' idempotency records under PREFIX. SQL tables:
 // TABLEPREFIXstock, TABLEPREFIXgrants, TABLEPREFIXsynced and TABLEPREFIXkeys (the
 // idempotency keys SQL knows, see [WithKeyedFallback]), on MariaDB/MySQL
 // (driver "mysql"), PostgreSQL ("pgx" or "postgres") or SQLite ("sqlite",
@@ -122,11 +123,20 @@
 //     (AOF copied after 80 sales, 120 more acknowledged and unsynced,
 //     SIGKILL, restart from the copy): 0 oversold (120 before the watch,
 //     with no call failing), 1 call refused, 220 units recorded lost. A
-//     Manager that started after the restart cannot tell it, nor can one
-//     whose client must AUTH before INFO: run Reconcile after restarting
-//     Redis then, and prefer appendfsync always, no RDB restore into a
-//     live sale. [WithTrustRestarts] reconciles instead of dropping, for
-//     a Redis that never comes back older.
+//     Manager that started after the restart sees it too: each Manager
+//     keeps the run_id its state was last known good on in the stamp
+//     PREFIX:run, read at its first command, and a stamp of another run_id
+//     is fenced the same way (TestFenceManagerStartedAfterRestart). Not
+//     covered: a client that must AUTH before INFO, Cluster clients' stamp
+//     (their nodes' run_ids are watched), data written before the stamp
+//     existed. Two processes, one SIGKILLed with Redis and Redis restored
+//     from an older AOF: 0 oversold, each forgotten sale recorded lost
+//     (TestFenceTwoProcesses). The fence costs an undersell even when
+//     Redis forgot nothing (appendfsync always: 30-80 units per SKU
+//     measured, chunk 50); [WithTrustRestarts] reconciles instead of
+//     dropping, for a Redis that never comes back older (appendfsync
+//     always, or WithReplicas with every replica). docs/tiered.md has
+//     every figure.
 //
 // # Not yet
 //
@@ -138,13 +148,29 @@
 //
 // # Merging
 //
-// Concurrent calls on the SKUs of one Cluster slot are merged, as
-// luascript merges them ([WithMaxBatch]): a lone call goes to Redis at
-// once, and the calls that arrive while a call is in flight go together
+// Concurrent calls are merged ([WithMaxBatch]): on one server (a plain
+// client) the calls of every SKU, on a Cluster those of one slot (as
+// luascript merges them), on a Ring those of one SKU. A lone call goes to
+// Redis at once, and the calls that arrive while a call is in flight go together
 // when it returns, as one script call that applies each in order, journals
 // the moves of each SKU as one entry and answers each call on its own.
 // [WithReplicas] makes every move, alone or merged, wait for replicas
 // (WAIT).
+//
+// # The parts
+//
+// The code is built from parts that each own their state, and a call goes
+// one way through them. The shared front (internal/front) checks every
+// argument and the ctx; the Manager's backend (stock.go, orders.go) sends
+// each call to the hot path (merge.go: move.lua alone, batch.lua merged),
+// or to the fallback (fallback.go: SQL's pool) while the circuit is open;
+// a call that finds the allotment short asks the grants (grants.go: SQL's
+// grants and the warm-ups into Redis). The circuit breaker (breaker.go) is
+// a state machine told the outcome of every Redis call; the restart watch
+// (restart.go) trips it. The syncer (sync.go, prune.go) applies the
+// journal to SQL; Reconcile (reconcile.go) and the recovery (fallback.go)
+// repair Redis from SQL. options.go holds the options, sql.go the
+// statements, call.go the helpers every part uses.
 //
 // # Orders
 //
@@ -197,90 +223,47 @@ package tiered
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
-	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory"
-	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/rediskeys"
 )
-
-// Defaults of the options.
-const (
-	DefaultPrefix        = "tiered"
-	DefaultTablePrefix   = "tiered_"
-	DefaultChunk         = 1000
-	DefaultRefillTimeout = 5 * time.Second
-	DefaultMaxAttempts   = 8
-	DefaultSyncBatch     = 256
-	DefaultSyncInterval  = 100 * time.Millisecond
-	DefaultClaimIdle     = 30 * time.Second
-	DefaultMaxBatch      = 256
-)
-
-// MaxBatch bounds [WithMaxBatch].
-const MaxBatch = 1024
 
 // group is the consumer group of the syncers.
 const group = "tiered"
-
-var (
-	//go:embed holds.lua
-	holdsLua string
-	//go:embed move.lua
-	moveFile string
-	// moveLua is move.lua after the hold helpers it calls.
-	moveLua = holdsLua + moveFile
-	//go:embed apply.lua
-	applyLua string
-	//go:embed warm.lua
-	warmLua string
-
-	moveScript  = rediskeys.NewScript(moveLua)
-	applyScript = rediskeys.NewScript(applyLua)
-	warmScript  = rediskeys.NewScript(warmLua)
-)
 
 // Manager is an [inventory.StockManager] with the stock of record in SQL and
 // the hot path in Redis. It is safe for concurrent use, also by several
 // processes over the same Redis and database. Create it with [New]; Close
 // it to stop its background refills.
 type Manager struct {
-	front.Front // Init, Get, Reduce, Return and the order calls
+	front.Front // Init, Get, Reduce, Return and the order calls: the backend's (stock.go, orders.go)
 
-	rdb         redis.UniversalClient
-	db          *sqlx.DB
-	q           statements
-	cfg         config
-	consumer    string
-	bg          context.Context
-	stop        context.CancelFunc
-	wg          sync.WaitGroup
-	mu          sync.Mutex
-	flights     map[string]chan struct{} // sku -> closed when its grant in flight ends
-	demand      map[string]int64         // sku -> units asked for by calls waiting on its flight
-	refillFails atomic.Int64
-	stalls      atomic.Int64
-	br          breaker
-	fallbacks   atomic.Int64
-	fb          *merge.Keyed[string, struct{}, fbReq, fbAns] // fallback.go: the SQL calls of each SKU
-	queue       *merge.Queue[req, reply]                     // merge.go; nil when calls are not merged (WithMaxBatch(1))
+	// What every part reads, set by New.
+	rdb      redis.UniversalClient
+	db       *sqlx.DB
+	q        statements         // sql.go
+	cfg      config             // options.go
+	consumer string             // this Manager's name in the syncers' consumer group
+	bg       context.Context    // the background work's, ended by Close
+	stop     context.CancelFunc // ends bg
+	wg       sync.WaitGroup     // the background work: refills, recoveries
 
-	ledger ledgerState   // the synced-entry ledger's pruning (prune.go)
-	watch  *restartWatch // restart.go
+	// Each part's own state.
+	queue      *merge.Queue[req, reply]                     // the hot path (merge.go); nil when calls are not merged (WithMaxBatch(1))
+	grantState                                              // the grants in flight (grants.go)
+	br         breaker                                      // the circuit breaker (breaker.go)
+	fb         *merge.Keyed[string, struct{}, fbReq, fbAns] // the fallback's SQL calls of each SKU (fallback.go)
+	fallbacks  atomic.Int64                                 // the calls the fallback served (fallback.go)
+	ledger     ledgerState                                  // the syncer's pruning of its ledger (prune.go)
+	watch      *restartWatch                                // the restart watch (restart.go)
 
 	// beforeAck, if set (tests), runs after a sync transaction commits
 	// and before its entries are acknowledged; an error skips the
@@ -291,136 +274,6 @@ type Manager struct {
 	applied func(sold, returned int64)
 }
 
-type config struct {
-	prefix, tablePrefix string
-	chunk, lowWater     int64
-	lowWaterSet         bool
-	keyTTL, refillTO    time.Duration
-	attempts            int
-	syncBatch           int64
-	syncInterval        time.Duration
-	claimIdle           time.Duration
-	onSyncErr           func(error)
-	brFailures          int
-	brOpen              time.Duration
-	maxBatch            int
-	replicas            int
-	replicaTO           time.Duration
-	replicasSet         bool
-	trustRestarts       bool
-	keyed               keyedConfig // keys.go
-}
-
-// Option configures [New]. A nil Option is ignored; an out-of-range value
-// makes New fail with an error wrapping [inventory.ErrInvalidArgument].
-type Option func(*config)
-
-// WithPrefix sets the prefix of the Redis keys (see rediskeys.ValidatePrefix
-// for what it may be). The default is [DefaultPrefix].
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
-
-// WithTablePrefix sets the prefix of the SQL table names: a letter or
-// underscore, then letters, digits or underscores, 1 to 40 bytes. The
-// default is [DefaultTablePrefix].
-func WithTablePrefix(p string) Option { return func(c *config) { c.tablePrefix = p } }
-
-// WithChunk sets the units SQL grants Redis at a time (more when one
-// Reduce needs more), 1..MaxStock. The default is [DefaultChunk].
-//
-// Size the chunk, and the low-water mark ([WithLowWater]), for a SKU's
-// peak rate: the units below the low-water mark must last while a
-// background grant (one SQL transaction, then one script call) lands, or
-// calls find the allotment empty and wait for it. In `make bench` on a
-// 2-core machine, chunk 20,000 with low water 10,000 had no such wait at
-// 108,000-207,000 calls/s on one SKU over MariaDB. A larger chunk keeps
-// more units in Redis's allotment, which the fallback cannot sell while
-// Redis is unreachable.
-func WithChunk(n int64) Option { return func(c *config) { c.chunk = n } }
-
-// WithLowWater sets the allotment below which a Reduce asks for the next
-// chunk, 0..chunk (0: only when a Reduce finds it short). The default is a
-// quarter of the chunk.
-func WithLowWater(n int64) Option { return func(c *config) { c.lowWater, c.lowWaterSet = n, true } }
-
-// WithKeyTTL sets how long idempotency keys are remembered, at least a
-// millisecond. The default is [inventory.DefaultKeyTTL].
-func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.keyTTL = d } }
-
-// WithRefillTimeout bounds a background refill; a refill request older
-// than this lets another call ask again. At least a millisecond; the
-// default is [DefaultRefillTimeout].
-func WithRefillTimeout(d time.Duration) Option { return func(c *config) { c.refillTO = d } }
-
-// WithMaxAttempts sets how many times a Reduce calls Redis, granting in
-// between, before it gives up with [inventory.ErrContention]; at least 2.
-// The default is [DefaultMaxAttempts].
-func WithMaxAttempts(n int) Option { return func(c *config) { c.attempts = n } }
-
-// WithSyncBatch sets how many journal entries of one SKU a sync
-// transaction applies at most, 1..10000. The default is [DefaultSyncBatch].
-func WithSyncBatch(n int) Option { return func(c *config) { c.syncBatch = int64(n) } }
-
-// WithSyncInterval sets how long [Manager.Run] waits between syncs (each
-// reads the journals to their end), so about how far SQL's synced sales
-// trail Redis; positive. The default is [DefaultSyncInterval].
-func WithSyncInterval(d time.Duration) Option { return func(c *config) { c.syncInterval = d } }
-
-// WithClaimIdle sets how long a journal entry read by another syncer may
-// stay unacknowledged before Sync takes it over (that syncer is taken to
-// be dead); positive. The default is [DefaultClaimIdle].
-func WithClaimIdle(d time.Duration) Option { return func(c *config) { c.claimIdle = d } }
-
-// WithSyncErrors makes [Manager.Run] hand each failed sync's error to fn
-// (Run carries on either way). The default drops them.
-func WithSyncErrors(fn func(error)) Option { return func(c *config) { c.onSyncErr = fn } }
-
-// WithMaxBatch sets how many concurrent calls at most are merged into one
-// script call, 1..[MaxBatch]; 1 turns merging off, so that every call is
-// its own script call. The default is [DefaultMaxBatch].
-//
-// Merging (as luascript's) only ever waits for a call already in flight: a
-// lone call goes to Redis at once, and the calls that queue behind a call
-// in flight on their Cluster slot go together when it returns, one round
-// trip, one script run and one journal entry per SKU for all of them.
-// Each call keeps its own outcome: its remaining stock, or
-// ErrInsufficientStock when the calls before it in the batch left too
-// little, ErrDuplicate when an earlier call (in the batch or before) used
-// its key; a call that finds the allotment short grants, or finds no Redis
-// state warms up, and then queues again, while the others are answered at
-// once. When the script call fails, every call of the batch gets its error
-// (its outcome unknown, as for a call alone). A caller whose ctx ends while
-// queued leaves the queue, unsent, with ctx's error (nothing taken); one
-// whose ctx ends after its batch was sent returns at once with ctx's error,
-// its outcome unknown (its key makes a retry safe). A batch runs with the
-// latest deadline of its calls, and counts once for the circuit breaker.
-func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
-
-// WithReplicas makes every move (a Reduce or Return that moved stock or
-// found its key, alone or merged) and Init's write to Redis wait until n
-// replicas have it, with WAIT n timeout on the same connection, before it
-// is acknowledged, as luascript's and redisstore's WithReplicas do. n must
-// be at least 1 and timeout at least a millisecond (WithReplicas(0, ...) is
-// out of range too: leave the option out for no waiting). When fewer than n
-// replicas acknowledge within timeout the call returns an error wrapping
-// neither sentinel: Redis applied the move (and journalled it), but whether
-// it survives a failover is unknown; retry it with the same idempotency
-// key, which returns ErrDuplicate (after waiting again) instead of moving
-// stock twice. Grants and warm-ups do not wait: what a failover loses of
-// them is applied again from SQL. The default is no waiting. WAIT does not
-// fsync, and makes a failover lose no acknowledged move only if it picks a
-// replica that has it.
-func WithReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas, c.replicaTO, c.replicasSet = n, timeout, true }
-}
-
-// WithTrustRestarts makes the recovery after a Redis restart reconcile
-// every SKU (grants applied, excess taken out) instead of dropping Redis's
-// state and re-warming it from SQL. Use it only where a restart never
-// loses an acknowledged move (appendonly yes with appendfsync always, no
-// restore of older data): a Redis that comes back older than it
-// acknowledged then sells its forgotten sales again. The default drops.
-func WithTrustRestarts() Option { return func(c *config) { c.trustRestarts = true } }
-
 // New returns a Manager over rdb (any go-redis client, Cluster included) and
 // db (MariaDB/MySQL, PostgreSQL or SQLite). Set ContextTimeoutEnabled on the
 // go-redis client, so that a call's deadline bounds its wait for a hung
@@ -429,51 +282,17 @@ func WithTrustRestarts() Option { return func(c *config) { c.trustRestarts = tru
 // breaks fails, its outcome unknown, and a keyed retry is safe. It checks the options and does no I/O;
 // call [Manager.CreateTables] once to create the tables.
 func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, error) {
-	c := config{
-		prefix: DefaultPrefix, tablePrefix: DefaultTablePrefix, chunk: DefaultChunk,
-		keyTTL: inventory.DefaultKeyTTL, refillTO: DefaultRefillTimeout, attempts: DefaultMaxAttempts,
-		syncBatch: DefaultSyncBatch, syncInterval: DefaultSyncInterval, claimIdle: DefaultClaimIdle,
-		brFailures: DefaultBreakerFailures, brOpen: DefaultBreakerOpen, maxBatch: DefaultMaxBatch,
-	}
+	c := defaults()
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	if !c.lowWaterSet {
-		c.lowWater = c.chunk / 4
+	if rdb == nil || db == nil {
+		return nil, fmt.Errorf("tiered: %w: nil Redis client or database", inventory.ErrInvalidArgument)
 	}
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("tiered: %w: "+format, append([]any{inventory.ErrInvalidArgument}, a...)...)
-	}
-	switch {
-	case rdb == nil || db == nil:
-		return nil, bad("nil Redis client or database")
-	case c.chunk < 1 || c.chunk > inventory.MaxStock:
-		return nil, bad("chunk %d outside 1..%d", c.chunk, inventory.MaxStock)
-	case c.lowWater < 0 || c.lowWater > c.chunk:
-		return nil, bad("low-water mark %d outside 0..chunk %d", c.lowWater, c.chunk)
-	case c.keyTTL < time.Millisecond:
-		return nil, bad("key TTL %v below 1ms", c.keyTTL)
-	case c.refillTO < time.Millisecond:
-		return nil, bad("refill timeout %v below 1ms", c.refillTO)
-	case c.attempts < 2:
-		return nil, bad("max attempts %d below 2", c.attempts)
-	case c.syncBatch < 1 || c.syncBatch > 10000:
-		return nil, bad("sync batch %d outside 1..10000", c.syncBatch)
-	case c.syncInterval <= 0 || c.claimIdle <= 0:
-		return nil, bad("sync interval %v and claim idle %v must be positive", c.syncInterval, c.claimIdle)
-	case c.brFailures < 1 || c.brOpen <= 0:
-		return nil, bad("breaker of %d failures, open %v: want >= 1 and > 0", c.brFailures, c.brOpen)
-	case c.maxBatch < 1 || c.maxBatch > MaxBatch:
-		return nil, bad("WithMaxBatch(%d): want 1..%d", c.maxBatch, MaxBatch)
-	case c.replicasSet && (c.replicas < 1 || c.replicaTO < time.Millisecond):
-		return nil, bad("WithReplicas(%d, %v): want n >= 1 and a timeout of at least 1ms", c.replicas, c.replicaTO)
-	case !identifier.MatchString(c.tablePrefix):
-		return nil, bad("table prefix %q is not 1..40 bytes of letters, digits and underscores", c.tablePrefix)
-	}
-	if err := rediskeys.ValidatePrefix(c.prefix); err != nil {
-		return nil, fmt.Errorf("tiered: %w", err)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	q, err := engineSQL(db.DriverName(), c.tablePrefix)
 	if err != nil {
@@ -483,8 +302,9 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	rand.Read(id)
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
-		flights: map[string]chan struct{}{}, demand: map[string]int64{}}
+		grantState: grantState{flights: map[string]chan struct{}{}, demand: map[string]int64{}}}
 	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
+	m.br.init(c.brFailures, c.brOpen, m.startRecovery)
 	m.watch = watch(rdb, m)
 	m.fb = merge.NewKeyed(maxFallbackBatch, m.fbApply)
 	if c.maxBatch > 1 {
@@ -522,467 +342,11 @@ func (m *Manager) Close() error {
 	return nil
 }
 
-// Stalls returns how many calls found Redis's allotment short while SQL
-// may have had units, and waited for a grant before they could go on: the
-// refills that did not come in time.
-func (m *Manager) Stalls() int64 { return m.stalls.Load() }
-
-// RefillFailures returns how many background refills failed (a later call
-// asks again once the refill timeout has passed).
-func (m *Manager) RefillFailures() int64 { return m.refillFails.Load() }
-
-func (m *Manager) stateKey(sku string) string   { return rediskeys.Stock(m.cfg.prefix, sku) }
-func (m *Manager) journalKey(sku string) string { return rediskeys.Stock(m.cfg.prefix+":j", sku) }
-
 // backend is the Manager's front.Backend: its stock calls and its
 // order calls (orders.go).
 type backend struct {
 	stock
 	orders
-}
-
-// stock is the stock half of a Manager's front.Backend.
-type stock struct{ m *Manager }
-
-// Init sets the stock of sku to qty: in SQL, as a new generation whose pool
-// is qty, then in Redis, fenced by that generation. Redis's allotment of
-// the older generation is dropped, and its unsynced moves are ignored by the
-// syncer. Idempotency keys are kept.
-//
-// If Init fails after SQL committed (Redis unreachable), Redis keeps
-// selling the older allotment until a refill finds the newer generation;
-// repeat the Init.
-func (b stock) Init(ctx context.Context, sku string, qty int64) error {
-	m := b.m
-	var gen int64
-	err := m.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, m.q.initUpsert, sku, qty); err != nil {
-			return err
-		}
-		if err := tx.QueryRowxContext(ctx, m.q.initGen, sku).Scan(&gen); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, m.q.initGrants, sku, gen)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("tiered: init %q in SQL: %w", sku, err)
-	}
-	if _, err := m.warmWait(ctx, sku, gen, 0, qty, m.cfg.replicas); err != nil {
-		return fmt.Errorf("tiered: init %q in Redis: %w", sku, err)
-	}
-	return nil
-}
-
-// Get returns Redis's allotment of sku plus its view of SQL's pool; while
-// the circuit is open, SQL's pool alone.
-func (b stock) Get(ctx context.Context, sku string) (int64, error) {
-	m := b.m
-	if m.br.open() {
-		return m.getFallback(ctx, sku)
-	}
-	for range 2 {
-		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "p").Result()
-		m.result(ctx, err)
-		if err != nil {
-			return 0, fmt.Errorf("tiered: get %q: %w", sku, withCtx(ctx, err))
-		}
-		if v[0] != nil && v[1] != nil {
-			a, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-			p, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-			if err := errors.Join(err1, err2); err != nil {
-				return 0, fmt.Errorf("tiered: get %q: state hash: %w", sku, err)
-			}
-			return a + p, nil
-		}
-		if err := m.warm(ctx, sku); err != nil {
-			return 0, err
-		}
-	}
-	return 0, fmt.Errorf("tiered: get %q: %w: Redis state vanished twice", sku, inventory.ErrContention)
-}
-
-// Move is the backend of Reduce and Return (see the package
-// documentation): it takes qty units of sku from Redis's allotment, or
-// gives them back, granting from SQL's pool when the allotment is short.
-//
-// While the circuit to Redis is open ([WithBreaker]), a Reduce takes from
-// SQL's pool alone, the units never granted to Redis, and returns the pool
-// as the remaining stock (a Return gives back to the pool); a keyed call
-// is then refused with [ErrRedisUnreachable], unless [WithKeyedFallback].
-// The call whose failure opened
-// the circuit returns its Redis error (its outcome unknown): a call is
-// never sent to both.
-func (b stock) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	return b.m.move(ctx, sku, qty, dir, key)
-}
-
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
-	}
-	c := req{sku: sku, key: key, qty: qty, dir: dir}
-	stalled := false
-	for range m.cfg.attempts {
-		if m.br.open() {
-			return m.fallback(ctx, sku, qty, dir, key)
-		}
-		r, err := m.send(ctx, c)
-		if err == nil {
-			err = r.err
-		}
-		if err != nil {
-			return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
-		}
-		switch r.code {
-		case codeMoved:
-			if r.w >= 0 {
-				m.refill(sku, r.w)
-			}
-			if err := m.checkReplicas(r.acked); err != nil {
-				return r.v, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
-			}
-			return r.v, nil
-		case codeRefused:
-			if dir == driver.DirReturn {
-				return 0, fmt.Errorf("tiered: return %q: %w", sku, driver.CheckReturn(r.v, qty))
-			}
-			return r.v, fmt.Errorf("tiered: reduce %d of %q: %w", qty, sku, inventory.ErrInsufficientStock)
-		case codeShort: // grant, then again
-			if !stalled {
-				stalled = true
-				m.stalls.Add(1)
-			}
-			if err := m.grantShared(ctx, sku, qty-r.w, r.v); err != nil {
-				return 0, err
-			}
-		case codeNoState: // warm up, then again
-			if err := m.warm(ctx, sku); err != nil {
-				return 0, err
-			}
-		case codeDuplicate:
-			if err := m.checkReplicas(r.acked); err != nil {
-				return r.v, fmt.Errorf("tiered: %s %q key %q: %w", dir, sku, key, err)
-			}
-			return r.v, fmt.Errorf("tiered: %s %q key %q: %w", dir, sku, key, inventory.ErrDuplicate)
-		case codeNotHash:
-			return 0, fmt.Errorf("tiered: %s %q: state key %s is not a hash", dir, sku, m.stateKey(sku))
-		case codeOpen: // not sent: the circuit opened while the call queued
-			return m.fallback(ctx, sku, qty, dir, key)
-		default:
-			return 0, fmt.Errorf("tiered: %s %q: script replied %+v", dir, sku, r)
-		}
-	}
-	return 0, fmt.Errorf("tiered: %s %q: %w: allotment short after %d attempts", dir, sku, inventory.ErrContention, m.cfg.attempts)
-}
-
-// ints reads a script's array reply of integers and decimal strings.
-func ints(v any) ([]int64, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) == 0 {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
-	}
-	r := make([]int64, len(a))
-	for i, x := range a {
-		switch x := x.(type) {
-		case int64:
-			r[i] = x
-		case string:
-			// An idempotency record: its digits before any ':'.
-			n := len(x)
-			for j := range x {
-				if x[j] == ':' {
-					n = j
-					break
-				}
-			}
-			var err error
-			if r[i], err = strconv.ParseInt(x[:n], 10, 64); err != nil {
-				return nil, fmt.Errorf("unexpected script reply %#v: %w", v, err)
-			}
-		default:
-			return nil, fmt.Errorf("unexpected script reply %#v", v)
-		}
-	}
-	return r, nil
-}
-
-// refill grants sku the next chunk in the background, unless this process
-// already grants sku.
-func (m *Manager) refill(sku string, g int64) {
-	m.mu.Lock()
-	if _, busy := m.flights[sku]; busy || m.bg.Err() != nil {
-		m.mu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	m.flights[sku] = done
-	m.wg.Add(1)
-	m.mu.Unlock()
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(m.bg, m.cfg.refillTO)
-		defer cancel()
-		if err := m.fly(ctx, sku, 0, g, done); err != nil {
-			m.refillFails.Add(1)
-		}
-	}()
-}
-
-// grantShared grants sku at least need units, or adds need to the demand
-// of the grant of sku this process already has in flight and waits for it
-// (the caller then calls Redis again, and grants again if that was not
-// enough).
-func (m *Manager) grantShared(ctx context.Context, sku string, need, after int64) error {
-	m.mu.Lock()
-	if done, busy := m.flights[sku]; busy {
-		m.demand[sku] += need
-		m.mu.Unlock()
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("tiered: reduce %q: waiting for a grant: %w", sku, ctx.Err())
-		}
-	}
-	done := make(chan struct{})
-	m.flights[sku] = done
-	m.mu.Unlock()
-	return m.fly(ctx, sku, need, after, done)
-}
-
-// maxFlightGrants bounds the grants of one flight.
-const maxFlightGrants = 3
-
-// fly runs the flight of sku that done ends: a grant of need units, then
-// (at most maxFlightGrants in all) one more for the demand of the calls
-// that came to wait meanwhile, up to 16 chunks, so that a burst of buyers
-// on a short allotment costs SQL a few grants, not one per buyer.
-func (m *Manager) fly(ctx context.Context, sku string, need, after int64, done chan struct{}) error {
-	defer func() {
-		m.mu.Lock()
-		delete(m.flights, sku)
-		delete(m.demand, sku)
-		m.mu.Unlock()
-		close(done)
-	}()
-	for i := 0; ; i++ {
-		last, err := m.grant(ctx, sku, need, after)
-		if err != nil {
-			return err
-		}
-		m.mu.Lock()
-		d := m.demand[sku]
-		delete(m.demand, sku)
-		m.mu.Unlock()
-		if d == 0 || i+1 == maxFlightGrants {
-			return nil
-		}
-		need, after = min(d, 16*m.cfg.chunk), last
-	}
-}
-
-// grant takes max(need, chunk) units (or what is left) of sku's pool in
-// SQL as the next grant, then applies to Redis every grant after id after.
-// It returns SQL's last grant id.
-func (m *Manager) grant(ctx context.Context, sku string, need, after int64) (int64, error) {
-	var pool, gen, last int64
-	var list []any
-	err := m.tx(ctx, func(tx *sqlx.Tx) error {
-		if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
-			return err
-		}
-		n := min(max(need, m.cfg.chunk), pool)
-		if n > 0 {
-			last++
-			pool -= n
-			if _, err := tx.ExecContext(ctx, m.q.grant, n, last, sku, gen); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, m.q.grantRow, sku, gen, last, n); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.QueryxContext(ctx, m.q.grantsAfter, sku, gen, after)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, qty int64
-			if err := rows.Scan(&id, &qty); err != nil {
-				return err
-			}
-			list = append(list, id, qty)
-		}
-		return rows.Err()
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("tiered: grant %q: %w", sku, inventory.ErrNotFound)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("tiered: grant %q in SQL: %w", sku, err)
-	}
-	keys := []string{m.stateKey(sku)}
-	args := append([]any{gen, last, pool}, list...)
-	for range 3 {
-		cmd, _, err := applyScript.Run(ctx, m.rdb, 0, 0, keys, args...)
-		if err != nil {
-			return 0, fmt.Errorf("tiered: apply grants of %q: %w", sku, withCtx(ctx, err))
-		}
-		switch g, _ := cmd.Int64(); g {
-		case -1:
-			// No state, or an older generation: warm up. Grants made
-			// before the warm-up count as applied; their units are lost
-			// to this generation (an undersell, never an oversell).
-			if err := m.warm(ctx, sku); err != nil {
-				return 0, err
-			}
-		case -3:
-			// after was behind no grant Redis applied (an older
-			// generation's id): every grant of the generation, again.
-			if args, err = m.grantArgs(ctx, sku, gen); err != nil {
-				return 0, err
-			}
-		default:
-			return last, nil // applied, or Redis is at a newer generation
-		}
-	}
-	return last, nil
-}
-
-// grantArgs returns apply.lua's arguments for every grant of sku's
-// generation gen, as SQL has them now.
-func (m *Manager) grantArgs(ctx context.Context, sku string, gen int64) ([]any, error) {
-	var pool, gen2, last int64
-	if err := m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen2, &last); err != nil {
-		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
-	}
-	if gen2 != gen {
-		return []any{gen, int64(-1), int64(0)}, nil // an Init since: applies nothing
-	}
-	rows, err := m.db.QueryxContext(ctx, m.q.grantsAfter, sku, gen, 0)
-	if err != nil {
-		return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
-	}
-	defer rows.Close()
-	args := []any{gen, last, pool}
-	for rows.Next() {
-		var id, qty int64
-		if err := rows.Scan(&id, &qty); err != nil {
-			return nil, fmt.Errorf("tiered: grants of %q: %w", sku, err)
-		}
-		args = append(args, id, qty)
-	}
-	return args, rows.Err()
-}
-
-// Warm loads skus (every SKU of the SKU table when none is given) from SQL
-// into Redis before a sale, and grants a chunk to each whose allotment is
-// at or below the low-water mark, so that its first buyers do not wait for
-// a grant. It is fenced by generation: it never overwrites Redis state of
-// the same or a newer generation. It returns how many SKUs it loaded.
-func (m *Manager) Warm(ctx context.Context, skus ...string) (int, error) {
-	for _, sku := range skus {
-		if err := driver.ValidateSKU(sku); err != nil {
-			return 0, err
-		}
-	}
-	if len(skus) == 0 {
-		if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
-			return 0, fmt.Errorf("tiered: warm: list SKUs: %w", err)
-		}
-	}
-	n := 0
-	for _, sku := range skus {
-		wrote, _, err := m.warmSQL(ctx, sku)
-		if err != nil {
-			return n, err
-		}
-		if wrote {
-			n++
-		}
-		v, err := m.rdb.HMGet(ctx, m.stateKey(sku), "a", "g").Result()
-		if err != nil {
-			return n, fmt.Errorf("tiered: warm %q: %w", sku, withCtx(ctx, err))
-		}
-		a, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-		g, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-		if a <= m.cfg.lowWater {
-			if _, err := m.grant(ctx, sku, 0, g); err != nil {
-				return n, err
-			}
-		}
-	}
-	return n, nil
-}
-
-// warm loads sku from SQL into Redis unless Redis holds its generation.
-func (m *Manager) warm(ctx context.Context, sku string) error {
-	_, _, err := m.warmSQL(ctx, sku)
-	return err
-}
-
-func (m *Manager) warmSQL(ctx context.Context, sku string) (wrote bool, last int64, err error) {
-	var pool, gen int64
-	err = m.db.QueryRowxContext(ctx, m.q.read, sku).Scan(&pool, &gen, &last)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, 0, fmt.Errorf("tiered: %q: %w", sku, inventory.ErrNotFound)
-	}
-	if err != nil {
-		return false, 0, fmt.Errorf("tiered: warm %q from SQL: %w", sku, err)
-	}
-	wrote, err = m.warmWith(ctx, sku, gen, last, pool)
-	if err != nil {
-		return false, 0, fmt.Errorf("tiered: warm %q: %w", sku, err)
-	}
-	return wrote, last, nil
-}
-
-func (m *Manager) warmWith(ctx context.Context, sku string, gen, last, pool int64) (bool, error) {
-	return m.warmWait(ctx, sku, gen, last, pool, 0)
-}
-
-// warmWait is warmWith, waiting for replicas replicas (WithReplicas) when
-// it wrote.
-func (m *Manager) warmWait(ctx context.Context, sku string, gen, last, pool int64, replicas int) (bool, error) {
-	cmd, acked, err := warmScript.Run(ctx, m.rdb, replicas, m.cfg.replicaTO, []string{m.stateKey(sku), m.journalKey(sku)}, gen, last, pool, group)
-	m.result(ctx, err)
-	if err != nil {
-		return false, withCtx(ctx, err)
-	}
-	n, err := cmd.Int64()
-	if err == nil && n == 1 && acked < int64(replicas) {
-		err = m.checkReplicas(acked)
-	}
-	return n == 1, err
-}
-
-// withCtx wraps ctx's error into err, once ctx is done: a Redis call cut
-// by its deadline reports an i/o timeout.
-func withCtx(ctx context.Context, err error) error {
-	c := ctx.Err()
-	var ne net.Error
-	if d, ok := ctx.Deadline(); c == nil && ok && !time.Now().Before(d) && errors.As(err, &ne) && ne.Timeout() {
-		c = context.DeadlineExceeded // the socket's deadline, ctx's, fired first
-	}
-	if c != nil && !errors.Is(err, c) {
-		return fmt.Errorf("%w: %w", c, err)
-	}
-	return err
-}
-
-// tx runs fn in a READ COMMITTED transaction and commits it.
-func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := m.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 var (

@@ -45,7 +45,11 @@ func runJSON(t *testing.T, args ...string) []result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	err := run(ctx, append(args, "-format", "json"), &stdout, &stderr)
+	// Each call's deadline is a minute (not the program's 10 s): under
+	// -race on a loaded machine a redlock call over the embedded Redis has
+	// passed 10 s (load 30) without anything being wrong. A call that
+	// fails still fails its row, and the row the run.
+	err := run(ctx, append(append([]string{"-timeout", "1m"}, args...), "-format", "json"), &stdout, &stderr)
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 	assert.Empty(t, stderr.String(), "no progress on stderr unless asked for")
 	var results []result

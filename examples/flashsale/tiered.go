@@ -118,7 +118,10 @@ func (t *tieredRow) manager(rdb redis.UniversalClient) (*tiered.Manager, error) 
 	opts := []tiered.Option{tiered.WithPrefix(t.cfg.prefix + ":tiered"), tiered.WithTablePrefix(t.cfg.prefix + "_tiered_"),
 		tiered.WithKeyTTL(t.cfg.keyTTL)}
 	if t.killAt > 0 {
-		opts = append(opts, tiered.WithChunk(max(1, t.cfg.stock/10)))
+		// Its private Redis (appendfsync always) restarts from its own
+		// AOF, never older: reconcile it rather than fence it, which would
+		// record the allotment it held as lost.
+		opts = append(opts, tiered.WithChunk(max(1, t.cfg.stock/10)), tiered.WithTrustRestarts())
 	}
 	return tiered.New(rdb, t.db, opts...)
 }
@@ -269,6 +272,7 @@ func (t *tieredRow) close() {
 		}
 		if t.proc == nil {
 			deleteKeys(ctx, t.rdb, t.cfg.prefix+":tiered*"+t.tag+"*")
+			t.rdb.Del(ctx, t.cfg.prefix+":tiered:run") // the restart stamp: a Manager started next sets it again
 			forgetMembers(ctx, t.rdb, t.cfg.prefix+":tiered*:x", "*"+t.tag+"*")
 		}
 	}

@@ -872,7 +872,11 @@ func TestTiered(t *testing.T) {
 	rdb := testenv.Redis(t)
 	sku := testenv.Prefix() + "-shoe"
 	held := testenv.Prefix() + "-hat"
-	t.Cleanup(func() { testenv.DeleteKeys(t, rdb, "*"+sku+"*"); testenv.DeleteKeys(t, rdb, "*"+held+"*") })
+	t.Cleanup(func() {
+		testenv.DeleteKeys(t, rdb, "*"+sku+"*")
+		testenv.DeleteKeys(t, rdb, "*"+held+"*")
+		testenv.DeleteKeys(t, rdb, "tiered:run") // the service's Manager stamps the server's run_id under its prefix
+	})
 	c, stop := start(t, "-strategy", "tiered", "-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis),
 		"-dsn", sqliteDSN(t), "-init", sku+"=2", "-init", held+"=3")
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusConflict} {

@@ -39,3 +39,23 @@ func (t *Tables) Prepared(stmt string) bool {
 	}
 	return p[stmt].peek() != nil
 }
+
+// TakePrecheckConns takes every connection Prechecks may use, as that
+// many Prechecks in flight would, and returns how many it took (0 on a
+// pool without a limit; at most one more than the pool's) and the func
+// that gives them back.
+func (t *Tables) TakePrecheckConns() (n int, release func()) {
+	var dones []func()
+	for limit := t.DB.Stats().MaxOpenConnections; len(dones) < limit+min(limit, 1); {
+		done, ok := t.peekTurn()
+		if !ok {
+			break
+		}
+		dones = append(dones, done)
+	}
+	return len(dones), func() {
+		for _, d := range dones {
+			d()
+		}
+	}
+}

@@ -124,3 +124,55 @@ func TestPrune(t *testing.T) {
 		require.EqualValues(t, 1, n)
 	})
 }
+
+// TestPrecheckLeavesConnections: Prechecks take at most half the pool's
+// connections (one of a pool of one; any number without a limit). While
+// they are all taken, a Precheck skips its read, and the call goes on to
+// its write: here a refusal and a duplicate the read would have reported
+// come back as nil.
+func TestPrecheckLeavesConnections(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		schema := sqldialect.Schema(sqltest.Schema(t, db))
+		open := func() *sqldialect.Tables { // sizes the Prechecks' share of the pool at its first Precheck
+			tb, err := sqldialect.New(db, sqldialect.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour})
+			require.NoError(t, err)
+			return tb
+		}
+		tb := open()
+		sku := testenv.Prefix()
+		require.NoError(t, tb.Init(ctx, sku, 1))
+		ok, err := tb.RecordAll(ctx, db, sku, []sqldialect.Entry{{Dir: driver.DirReduce, Key: "k", Remaining: 1}})
+		require.NoError(t, err)
+		require.True(t, ok)
+		requireRead := func(tb *sqldialect.Tables, read bool) {
+			t.Helper()
+			_, refused := tb.Precheck(ctx, sku, 2, driver.DirReduce, "other")
+			_, duplicate := tb.Precheck(ctx, sku, 1, driver.DirReduce, "k")
+			if !read {
+				require.NoError(t, refused, "skipped: no connection left for Prechecks")
+				require.NoError(t, duplicate, "skipped: no connection left for Prechecks")
+				return
+			}
+			require.ErrorIs(t, refused, inventory.ErrInsufficientStock)
+			require.ErrorIs(t, duplicate, inventory.ErrDuplicate)
+		}
+
+		n, release := tb.TakePrecheckConns()
+		require.Equal(t, db.Stats().MaxOpenConnections/2, n, "half the pool's connections")
+		requireRead(tb, false)
+		release()
+		requireRead(tb, true)
+
+		for _, limit := range []int{1, 0} {
+			db.SetMaxOpenConns(limit)
+			tb := open()
+			n, release := tb.TakePrecheckConns()
+			require.Equal(t, limit, n, "a pool of %d connections (0: no limit)", limit)
+			requireRead(tb, limit == 0)
+			release()
+			requireRead(tb, true)
+		}
+	})
+}

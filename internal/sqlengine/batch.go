@@ -102,7 +102,7 @@ var errUnmoved = errors.New("sqldialect: nothing moved")
 // nothing changed.
 //
 // The steps' keys are taken to be absent from the ledger (the callers
-// read them first, see [sqldialect.Tables.Precheck]), so the batch reads them only
+// usually read them first, see [sqldialect.Tables.Precheck]), so the batch reads them only
 // when a keyed step is refused; when the ledger INSERT finds one there
 // after all, the transaction rolls back and the batch is tried again,
 // reading them under the lock. So a lone call makes the round trips of
