@@ -7,7 +7,8 @@
 -- ARGV[1]  how long to keep a record, in ms
 -- then per call three values: the index in KEYS of its SKU's stock key,
 -- its signed quantity (as move.lua's ARGV[1]), and the index in KEYS of its
--- key's record, 0 for none.
+-- key's record, 0 for none; with a ledger (ledger.lua) two more: the
+-- call's key and reference, "" for none.
 -- Returns two integers per call, in order: a code and a value.
 --   0 moved, value the remaining stock
 --   1 refused (fewer units, or past MaxStock), value the stock
@@ -21,7 +22,10 @@
 local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 local stock, start, order = {}, {}, {}
 local out = {}
-for i = 2, #ARGV, 3 do
+if ledger then
+  ledger.buffer() -- one stream entry per SKU, written at the end
+end
+for i = 2, #ARGV, ledger and 5 or 3 do
   local s, q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local code, val = 0, 0
   local cur = stock[s]
@@ -62,6 +66,9 @@ for i = 2, #ARGV, 3 do
   else
     cur = cur - q
     stock[s], val = cur, cur
+    if ledger then
+      ledger.add(KEYS[s], q > 0 and 'reduce' or 'return', math.abs(q), cur, ARGV[i + 3], ARGV[i + 4])
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = val
@@ -71,5 +78,8 @@ for _, s in ipairs(order) do
   if type(cur) == 'number' and cur ~= start[s] then
     redis.call('DECRBY', KEYS[s], string.format(numfmt, start[s] - cur))
   end
+end
+if ledger then
+  ledger.flush()
 end
 return out

@@ -52,6 +52,7 @@ func BenchmarkRedisCost(b *testing.B) {
 		return m
 	}
 	perCall, perCallFree, merged := newManager(c, luascript.WithMaxBatch(1)), newManager(free, luascript.WithMaxBatch(1)), newManager(c)
+	ledgered := newManager(c, luascript.WithLedger(0))
 	if err := perCall.Init(ctx, "hot", inventory.MaxStock); err != nil {
 		b.Fatal(err)
 	}
@@ -77,6 +78,8 @@ func BenchmarkRedisCost(b *testing.B) {
 		{name: "unkeyed-free", op: reduce(perCallFree, false)},
 		{name: "merged", op: reduce(merged, false)},
 		{name: "merged-keyed", op: reduce(merged, true)},
+		{name: "merged-ledger", op: reduce(ledgered, false)},
+		{name: "merged-keyed-ledger", op: reduce(ledgered, true)},
 	}
 	const rounds, calls, g = 5, 20000, 64
 	usec := make([][]float64, len(cs))

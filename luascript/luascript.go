@@ -32,6 +32,13 @@
 // ago: a sold-out SKU then costs Redis nothing, at the price of refusals up
 // to that TTL stale when another process adds units.
 //
+// [WithLedger] (off by default) keeps a movement ledger (package
+// [github.com/stockkit/inventory/ledger]): each move that took effect
+// appends its entries to a Redis stream of its SKU, in the script that
+// moves the stock, and the Manager is a
+// [github.com/stockkit/inventory/ledger.Reader]. Without it the
+// scripts do exactly what they did before.
+//
 // Durability is Redis's. With appendfsync everysec a crash of the Redis
 // host can lose the last second of acknowledged sales, idempotency keys
 // included, so a retry may sell again; appendfsync always loses none, at
@@ -67,7 +74,7 @@ import (
 var moveLua string
 
 // moveScript runs orders_holds.lua first, for the lazy release of holds.
-var moveScript = rediskeys.NewScript(holdsLua + moveLua)
+var moveScript = rediskeys.NewScript(noLedger + holdsLua + moveLua)
 
 // Manager is an [inventory.StockManager] and an [inventory.OrderManager]
 // over Redis: its methods are those of the two interfaces, documented
@@ -84,6 +91,7 @@ type Manager struct {
 	// crossSKU: one script call may hold the keys of several SKUs of one
 	// slot (a plain or Cluster client).
 	crossSKU bool
+	scripts  scripts // ledger.go: with or without a ledger
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -101,7 +109,9 @@ type config struct {
 	maxBatch       int
 	refusalTTL     time.Duration
 	refusalsSet    bool
-	orders         // orders.go
+	ledgerOn       bool  // WithLedger (ledger.go)
+	ledgerMaxLen   int64 // its retention, 0: every entry
+	orders               // orders.go
 }
 
 // Option configures a Manager. Options follow the rule of the root package
@@ -212,6 +222,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if c.maxBatch < 1 || c.maxBatch > MaxBatch {
 		return nil, fmt.Errorf("%w: luascript: WithMaxBatch(%d): want 1..%d", inventory.ErrInvalidArgument, c.maxBatch, MaxBatch)
 	}
+	if err := checkLedger(&c); err != nil {
+		return nil, err
+	}
 	if c.refusalsSet {
 		if err := front.CheckRefusals("luascript", c.refusalTTL); err != nil {
 			return nil, err
@@ -219,6 +232,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	}
 	m := &Manager{client: client, config: c, ttlMs: c.keyTTL.Milliseconds(), marks: newSlotMarks(client)}
 	m.ttlArg = m.ttlMs
+	m.scripts = plainScripts
+	if c.ledgerOn {
+		m.scripts = ledgerScripts(c.ledgerMaxLen)
+	}
 	switch client.(type) {
 	case *redis.Client, *redis.ClusterClient:
 		m.crossSKU = true
@@ -239,6 +256,9 @@ type backend Manager
 
 // Init implements [front.Backend].
 func (m *backend) Init(ctx context.Context, sku string, qty int64) error {
+	if m.ledgerOn {
+		return (*Manager)(m).initLedger(ctx, sku, qty)
+	}
 	key := rediskeys.Stock(m.prefix, sku)
 	if m.replicas == 0 {
 		return m.client.Set(ctx, key, qty, 0).Err()
@@ -294,12 +314,17 @@ func signed(qty int64, dir driver.Direction) int64 {
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	stock, marker, rec := rediskeys.MoveKeys(m.prefix, sku, dir, key) // marker: orders.go, the last key
 	var a []any
-	if key == "" {
+	switch {
+	case m.ledgerOn && key == "":
+		a = []any{nil, nil, 2, stock, marker, signed(qty, dir), "", "", driver.Ref(ctx)}
+	case m.ledgerOn:
+		a = []any{nil, nil, 3, stock, rec, marker, signed(qty, dir), m.ttlArg, key, driver.Ref(ctx)}
+	case key == "":
 		a = []any{nil, nil, 2, stock, marker, signed(qty, dir)}
-	} else {
+	default:
 		a = []any{nil, nil, 3, stock, rec, marker, signed(qty, dir), m.ttlArg}
 	}
-	cmd, acked, err := moveScript.RunArgs(ctx, m.client, m.replicas, m.replicaTimeout, stock, a)
+	cmd, acked, err := m.scripts.move.RunArgs(ctx, m.client, m.replicas, m.replicaTimeout, stock, a)
 	if errors.Is(err, redis.Nil) {
 		return 0, inventory.ErrNotFound
 	}

@@ -28,13 +28,14 @@ import (
 //go:embed batch.lua
 var batchLua string
 
-var batchScript = rediskeys.NewScript(holdsLua + batchLua) // orders_holds.lua first
+var batchScript = rediskeys.NewScript(noLedger + holdsLua + batchLua) // orders_holds.lua first
 
 // call is one Reduce or Return, as the merging queue (internal/merge)
 // holds it.
 type call struct {
 	sku string
 	key string
+	ref string // with a ledger: the call's reference
 	qty int64
 	dir driver.Direction
 }
@@ -61,7 +62,11 @@ func (m *Manager) newQueue() *merge.Queue[call, answer] {
 // merged runs a call, merged with the calls of its slot that queue beside
 // it.
 func (m *Manager) merged(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
-	a, err := m.queue.Do(ctx, rediskeys.Slot(sku), call{sku: sku, key: key, qty: qty, dir: dir})
+	c := call{sku: sku, key: key, qty: qty, dir: dir}
+	if m.ledgerOn {
+		c.ref = driver.Ref(ctx)
+	}
+	a, err := m.queue.Do(ctx, rediskeys.Slot(sku), c)
 	if err != nil {
 		return 0, err
 	}
@@ -99,8 +104,11 @@ func (m *Manager) run(calls batch) {
 			rec = len(keys)
 		}
 		args = append(args, stock[i], signed(c.qty, c.dir), rec)
+		if m.ledgerOn {
+			args = append(args, c.key, c.ref)
+		}
 	}
-	cmd, acked, err := batchScript.Run(ctx, m.client, m.replicas, m.replicaTimeout, keys, args...)
+	cmd, acked, err := m.scripts.batch.Run(ctx, m.client, m.replicas, m.replicaTimeout, keys, args...)
 	var res []any
 	if err == nil {
 		res, err = cmd.Slice()

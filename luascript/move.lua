@@ -7,6 +7,8 @@
 -- ARGV[1]  the signed quantity: n takes n units (Reduce), -n gives n back
 --          (Return); |n| in 1..MaxStock
 -- ARGV[2]  if the call has a key: how long to keep its record, in ms
+-- ARGV[3], ARGV[4]  with a ledger (ledger.lua): the call's key and
+--          reference, "" for none (ARGV[2] is then "" when unkeyed)
 -- Returns the remaining stock (>= 0) once moved; -1-stock when refused (a
 -- Reduce finding fewer units, or a Return that would pass MaxStock); nil
 -- when the SKU was never initialised; {record} when the key's record says
@@ -19,7 +21,7 @@
 -- with a key, one SET NX GET (so it needs Redis 7.0 or later).
 -- A hook that must run before every move (a later hold marker, say) can
 -- take the keys after these, at KEYS[keyed and 3 or 2].
-local keyed = ARGV[2] ~= nil
+local keyed = #KEYS == 3
 local marker = keyed and 3 or 2 -- the SKU's hold marker (orders_holds.lua)
 local both = redis.call('MGET', KEYS[1], KEYS[marker])
 local raw = both[1]
@@ -55,4 +57,8 @@ if keyed then
     return {first}
   end
 end
-return redis.call('DECRBY', KEYS[1], ARGV[1])
+local left = redis.call('DECRBY', KEYS[1], ARGV[1])
+if ledger then
+  ledger.add(KEYS[1], q > 0 and 'reduce' or 'return', math.abs(q), left, ARGV[3], ARGV[4])
+end
+return left

@@ -25,7 +25,7 @@ var holdsLua string
 //go:embed orders.lua
 var ordersLua string
 
-var ordersScript = rediskeys.NewScript(holdsLua + ordersLua)
+var ordersScript = rediskeys.NewScript(noLedger + holdsLua + ordersLua)
 
 var _ inventory.OrderManager = (*Manager)(nil)
 
@@ -120,6 +120,16 @@ type order struct {
 	groups               []slotLines
 }
 
+// callKey is the idempotency key of a keyed lines call's order (its id
+// is DIR:KEY), or "".
+func (o *order) callKey() string {
+	if o.kind != kindKeyed {
+		return ""
+	}
+	_, key, _ := strings.Cut(o.id, ":")
+	return key
+}
+
 func (m *Manager) cluster() bool {
 	_, ok := m.client.(*redis.ClusterClient)
 	return ok
@@ -189,6 +199,15 @@ func lineArgs(op string, lines []inventory.Line, specific ...any) []any {
 	return args
 }
 
+// withRef appends to the arguments of a lines or part op the call's key
+// and reference, when the Manager keeps a ledger (orders.lua).
+func (m *Manager) withRef(ctx context.Context, args []any, key string) []any {
+	if !m.ledgerOn {
+		return args
+	}
+	return append(args, key, driver.Ref(ctx))
+}
+
 // skuLines encodes lines as "QTY SKU\n" each; stockLines as "QTY STOCKKEY\n".
 func skuLines(lines []inventory.Line) string {
 	var b strings.Builder
@@ -235,8 +254,8 @@ func (m *Manager) newOrder(kind, id, nonce string, gs []slotLines) *order {
 
 // eval runs orders.lua on c (never sent twice) and returns its reply and
 // status.
-func eval(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) ([]any, string, error) {
-	cmd, _, err := ordersScript.Run(ctx, c, 0, 0, keys, args...)
+func eval(ctx context.Context, s *rediskeys.Script, c redis.UniversalClient, keys []string, args ...any) ([]any, string, error) {
+	cmd, _, err := s.Run(ctx, c, 0, 0, keys, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -255,7 +274,7 @@ func eval(ctx context.Context, c redis.UniversalClient, keys []string, args ...a
 }
 
 func (m *Manager) eval(ctx context.Context, keys []string, args ...any) ([]any, string, error) {
-	return eval(ctx, m.client, keys, args...)
+	return eval(ctx, m.scripts.orders, m.client, keys, args...)
 }
 
 func toInt(v any) (int64, error) {
@@ -338,7 +357,8 @@ func (m *Manager) linesInOneScript(ctx context.Context, dir driver.Direction, li
 		keys = append(keys, rediskeys.Order(m.prefix, kind, id))
 		keyed = "1"
 	}
-	res, st, err := m.eval(ctx, keys, lineArgs("lines", lines, string(dir), m.keyTTL.Milliseconds(), keyed)...)
+	args := m.withRef(ctx, lineArgs("lines", lines, string(dir), m.keyTTL.Milliseconds(), keyed), key)
+	res, st, err := m.eval(ctx, keys, args...)
 	switch {
 	case err != nil:
 		return err
@@ -461,8 +481,9 @@ func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, tt
 		primary = "1"
 	}
 	keys := m.lineKeys(g.lines, g.part, m.index(g))
-	res, st, err := m.eval(ctx, keys, lineArgs("part", g.lines, kind, ttl.Milliseconds(), o.nonce,
-		m.stockLines(g.lines), o.rec, primary)...)
+	args := m.withRef(ctx, lineArgs("part", g.lines, kind, ttl.Milliseconds(), o.nonce,
+		m.stockLines(g.lines), o.rec, primary), o.callKey())
+	res, st, err := m.eval(ctx, keys, args...)
 	switch {
 	case err != nil:
 		return err
@@ -674,7 +695,11 @@ func (m *Manager) crossCancel(ctx context.Context, o *order, st string) error {
 		m.recordOp(ctx, o, "finish", "")
 		return endStatus("confirmed")
 	case "ok", "released":
-		if err := m.endParts(ctx, o, "release"); err != nil {
+		how := "release"
+		if st == "ok" {
+			how = "cancel" // released now, by this Cancel: the ledger's kind
+		}
+		if err := m.endParts(ctx, o, how); err != nil {
 			return err
 		}
 		_, err := m.recordOp(ctx, o, "finish", "")
@@ -787,7 +812,7 @@ func newSlotMarks(client redis.UniversalClient) *slotMarks {
 // SweepRounds times, and settles the pinned parts it lists.
 func (m *Manager) sweepIndex(ctx context.Context, c redis.UniversalClient, idx string) (total int, left int64, err error) {
 	for range SweepRounds {
-		res, st, err := eval(ctx, c, []string{idx}, "sweep", SweepBatch, m.pinGrace.Milliseconds())
+		res, st, err := eval(ctx, m.scripts.orders, c, []string{idx}, "sweep", SweepBatch, m.pinGrace.Milliseconds())
 		if err != nil {
 			return total, left, err
 		}

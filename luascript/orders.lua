@@ -7,6 +7,8 @@
 -- ARGV[2] is n and ARGV[3] MaxStock, quantities from ARGV[10]. A refusal
 -- replies {"short", i, available, ...} (1-based line, available stock) or
 -- {"notfound", i}, having changed nothing but the release of expired holds.
+-- With a ledger (ledger.lua), the lines and part ops take the call's key
+-- and reference after the quantities, at ARGV[10+n] and ARGV[11+n].
 local op = ARGV[1]
 local H = holds()
 local FAR, now_ms, sku_key, mark, end_part, release_due = H.FAR, H.now_ms, H.sku_key, H.mark, H.end_part,
@@ -38,10 +40,17 @@ local function check(n, dir)
   return short
 end
 
--- take moves the n lines out of the stock into part pk, held until score.
-local function take(n, pk, score)
+-- take moves the n lines out of the stock into part pk, held until score;
+-- with a ledger, hold is the hold id of its reserve entries, or nil for
+-- the reduce entries of a lines call.
+local function take(n, pk, score, hold)
   for i = 1, n do
-    redis.call('DECRBY', KEYS[i], ARGV[9 + i])
+    local left = redis.call('DECRBY', KEYS[i], ARGV[9 + i])
+    if ledger and hold then
+      ledger.add(KEYS[i], 'reserve', ARGV[9 + i], left, '', '', hold)
+    elseif ledger then
+      ledger.add(KEYS[i], 'reduce', ARGV[9 + i], left, ARGV[10 + n], ARGV[11 + n])
+    end
     redis.call('INCRBY', KEYS[2 * n + i], ARGV[9 + i])
     redis.call('ZADD', KEYS[n + i], score, pk)
     mark(KEYS[n + i])
@@ -67,10 +76,14 @@ if op == 'lines' then
     return r
   end
   for i = 1, n do
+    local left
     if ARGV[4] == 'reduce' then
-      redis.call('DECRBY', KEYS[i], ARGV[9 + i])
+      left = redis.call('DECRBY', KEYS[i], ARGV[9 + i])
     else
-      redis.call('INCRBY', KEYS[i], ARGV[9 + i])
+      left = redis.call('INCRBY', KEYS[i], ARGV[9 + i])
+    end
+    if ledger then
+      ledger.add(KEYS[i], ARGV[4], ARGV[9 + i], left, ARGV[10 + n], ARGV[11 + n])
     end
   end
   if rec then
@@ -99,7 +112,7 @@ if op == 'reserve' then
     return r
   end
   local dl = now_ms() + tonumber(ARGV[4])
-  take(n, rec, dl)
+  take(n, rec, dl, ledger and ledger.hold(rec))
   redis.call('HSET', rec, 'st', 'held', 'dl', dl, 'n', ARGV[6], 'ln', ARGV[7], 'sl', ARGV[8],
     'k', 'r', 'x', idx, 'p', '1', 'self', '1', 'kt', ARGV[5])
   redis.call('ZADD', idx, dl, rec)
@@ -129,7 +142,7 @@ if op == 'end' then
     end_part(rec, 'release', dl)
     return {confirm and 'released' or 'ok'}
   end
-  end_part(rec, confirm and 'sell' or 'release', now)
+  end_part(rec, confirm and 'sell' or 'release', now, 'cancel')
   return {'ok'}
 end
 
@@ -196,10 +209,13 @@ if op == 'part' then
   end
   local dl = now_ms() + tonumber(ARGV[5])
   if kind ~= 'return' then
-    take(n, pk, kind == 'hold' and dl or FAR)
+    take(n, pk, kind == 'hold' and dl or FAR, ledger and (kind == 'hold' and ledger.hold(ARGV[8]) or nil))
   end
   redis.call('HSET', pk, 'st', kind == 'hold' and 'held' or 'pinned', 'dl', dl, 'n', ARGV[6], 'ln', ARGV[7],
     'k', kind == 'return' and 't' or 'r', 'x', idx, 'p', ARGV[9], 'rec', ARGV[8])
+  if ledger and kind ~= 'hold' then
+    redis.call('HSET', pk, 'lk', ARGV[10 + n], 'lr', ARGV[11 + n])
+  end
   redis.call('ZADD', idx, dl, pk)
   return {'ok'}
 end
@@ -231,12 +247,17 @@ if op == 'pin' then
 end
 
 if op == 'endpart' then
-  -- Ends part KEYS[1] of nonce ARGV[2]: ARGV[3] "sell" or "release".
+  -- Ends part KEYS[1] of nonce ARGV[2]: ARGV[3] "sell", "release", or
+  -- "cancel" (a release by a Cancel: the ledger's kind).
   local pk = KEYS[1]
   if redis.call('HGET', pk, 'n') ~= ARGV[2] then
     return {'gone'}
   end
-  end_part(pk, ARGV[3], 0)
+  if ARGV[3] == 'cancel' then
+    end_part(pk, 'release', 0, 'cancel')
+  else
+    end_part(pk, ARGV[3], 0)
+  end
   return {'ok'}
 end
 

@@ -43,16 +43,41 @@ local function holds()
     end
   end
 
+  -- entries returns what the ledger (ledger.lua) records of part pk, p[5]
+  -- being its self field: the hold id (nil for a lines call's part), and
+  -- the lines call's key and reference.
+  local function entries(pk, self)
+    local q = redis.call('HMGET', pk, 'rec', 'lk', 'lr')
+    return {ledger.hold(self == '1' and pk or q[1]), q[2], q[3]}
+  end
+
+  -- record adds the ledger entry of line q of stock key sk of a part ended
+  -- as how, left the stock after it (nil: not moved), lk the kind of a
+  -- hold's release ("cancel"; "expire" when nil). A lines call's part
+  -- records its reduce when made (orders.lua) and its return when sold:
+  -- releasing the first gives the units back as a return.
+  local function record(lg, how, lk, k, q, sk, left)
+    if lg[1] and k == 'r' then
+      local kind = how == 'sell' and 'confirm' or lk or 'expire'
+      ledger.add(sk, kind, q, left or redis.call('GET', sk), '', '', lg[1])
+    elseif left then
+      ledger.add(sk, 'return', q, left, lg[2], lg[3])
+    end
+  end
+
   -- end_part ends part pk if it is held or pinned: how "release" gives its
   -- units back (drops a pending return), "sell" keeps them sold (applies a
   -- pending return). A self record stays, as "released" or "confirmed",
-  -- until ended + its key TTL. Returns true if it ended the part.
-  local function end_part(pk, how, ended)
+  -- until ended + its key TTL. Returns true if it ended the part. lk: see
+  -- record.
+  local function end_part(pk, how, ended, lk)
     local p = redis.call('HMGET', pk, 'st', 'ln', 'k', 'x', 'self', 'kt')
     if p[1] ~= 'held' and p[1] ~= 'pinned' then
       return false
     end
+    local lg = ledger and entries(pk, p[5])
     for q, sk in string.gmatch(p[2], '(%d+) ([^\n]*)\n') do
+      local left
       if p[3] == 'r' then
         local ek, hk = sku_key(sk, 'e'), sku_key(sk, 'h')
         redis.call('ZREM', ek, pk)
@@ -61,10 +86,13 @@ local function holds()
           redis.call('DEL', hk)
         end
         if how == 'release' then
-          redis.call('INCRBY', sk, q)
+          left = redis.call('INCRBY', sk, q)
         end
       elseif how == 'sell' then
-        redis.call('INCRBY', sk, q)
+        left = redis.call('INCRBY', sk, q)
+      end
+      if lg then
+        record(lg, how, lk, p[3], q, sk, left)
       end
     end
     redis.call('ZREM', p[4], pk)

@@ -10,6 +10,8 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/luascript"
 )
 
@@ -46,7 +49,10 @@ return -1`
 // have a fresh key each. At 64 goroutines the keyed calls are also
 // compared with keyedLua, the cheapest script that records its key: what
 // luascript's keyed call costs beyond the record itself. The stock never
-// runs out. On the hot SKU the merged calls are also compared with
+// runs out. On the hot SKU the merged calls with a movement ledger
+// (WithLedger(0): every entry kept) are compared with the same calls
+// without one, unkeyed and keyed, alternating. On the hot SKU the merged
+// calls are also compared with
 // redis-benchmark's unpipelined EVALSHA of the bare script at as many
 // connections (the ceiling of one script call per round trip, issue 13.2).
 // (luascript's own bench_test.go has the Redis CPU per call.) Both sides
@@ -63,6 +69,7 @@ func BenchmarkLuascript(b *testing.B) {
 		return m
 	}
 	perCall, merged := newManager(luascript.WithMaxBatch(1)), newManager()
+	ledgered := newManager(luascript.WithLedger(0))
 	bare, keyedFloor := baseline.RedisScript, redis.NewScript(keyedLua)
 	for _, s := range []*redis.Script{bare, keyedFloor} {
 		if err := s.Load(ctx, client).Err(); err != nil {
@@ -119,9 +126,17 @@ func BenchmarkLuascript(b *testing.B) {
 			{l.name + ", keyed, vs keyed floor", "luascript, keyed, one call per script", perCall, true, []int{64}, floor},
 		}
 		if l == hot {
+			// The movement ledger's price: the same merged calls with and without it.
+			noLedger := func(keyed bool, name string) benchcmp.Side {
+				return benchcmp.Side{Name: name, Reset: reset, Op: reduce(merged, keyed)}
+			}
 			rows = append(rows,
 				row{l.name + ", merged, unkeyed", "luascript, unkeyed, merged (default)", merged, false, []int{64, 256}, baseline},
-				row{l.name + ", merged, keyed", "luascript, keyed, merged (default)", merged, true, []int{64}, baseline})
+				row{l.name + ", merged, keyed", "luascript, keyed, merged (default)", merged, true, []int{64}, baseline},
+				row{l.name + ", merged, unkeyed, ledger", "luascript, unkeyed, merged, WithLedger", ledgered, false, []int{64},
+					noLedger(false, "luascript, unkeyed, merged, no ledger")},
+				row{l.name + ", merged, keyed, ledger", "luascript, keyed, merged, WithLedger", ledgered, true, []int{64},
+					noLedger(true, "luascript, keyed, merged, no ledger")})
 		}
 		ceiling := redisBenchmark(b, client, bare, stock[skus[0]][0])
 		for _, r := range rows {
@@ -204,4 +219,80 @@ func redisBenchmark(b *testing.B, c *redis.Client, script *redis.Script, key str
 		return last, nil
 	}
 	return benchcmp.Side{Name: "redis-benchmark, unpipelined EVALSHA of the bare script", Turn: turn}
+}
+
+// BenchmarkLuascriptLedgerBytes measures the Redis memory of luascript's
+// movement ledger per entry: on a private redis-server, it writes
+// ledgerRows keyed Reduces with a reference (a 24-byte SKU, a 20-byte key,
+// a 16-byte reference, as BenchmarkLedgerRowBytes) through
+// WithLedger(0), from 16 goroutines (so merged), then reports MEMORY USAGE
+// of the SKU's stream (SAMPLES 0: every node counted) over the entries
+// its history reads back, and how many entries a stream entry holds (one
+// stream entry per merged batch); the same for unkeyed calls with no
+// reference. Run it with -benchtime 1x.
+func BenchmarkLuascriptLedgerBytes(b *testing.B) {
+	ctx := context.Background()
+	client := privateRedis(b, 32)
+	m, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithLedger(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, keyed := range []bool{true, false} {
+		sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
+		name := "keyed, with a reference"
+		if !keyed {
+			sku, name = fmt.Sprintf("ledger-bytes-%011d", 1), "unkeyed, no reference"
+		}
+		b.Run(name, func(b *testing.B) {
+			if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
+				b.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for w := range 16 {
+				wg.Go(func() {
+					for i := w; i < ledgerRows-1; i += 16 {
+						var err error
+						if keyed {
+							_, err = m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%014d", i)),
+								inventory.WithRef(fmt.Sprintf("order-%010d", i)))
+						} else {
+							_, err = m.Reduce(ctx, sku, 1)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			n := 0
+			for _, err := range ledger.History(ctx, m, sku, 0) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			if n != ledgerRows {
+				b.Fatalf("the ledger of %s holds %d entries, want %d", sku, n, ledgerRows)
+			}
+			stream := strings.Replace(rediskeys.Stock("bench", sku), "}:s:", "}:l:", 1)
+			size, err := client.MemoryUsage(ctx, stream, 0).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			xlen, err := client.XLen(ctx, stream).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(size)/float64(n), "bytes/entry")
+			b.ReportMetric(float64(n)/float64(xlen), "entries/stream-entry")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
