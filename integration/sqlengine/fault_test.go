@@ -1,4 +1,4 @@
-package sqldialect_test
+package sqlengine_test
 
 import (
 	"context"

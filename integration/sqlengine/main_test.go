@@ -1,6 +1,6 @@
 // Package sqldialect_test holds the tests of sqldialect that need the integration
 // module's dependencies (toxiproxy, SQLite): network faults and stalls.
-package sqldialect_test
+package sqlengine_test
 
 import (
 	"testing"
