@@ -1,4 +1,4 @@
-// Package sqldialect_test holds the tests of sqldialect that need the integration
+// Package sqlengine_test holds the tests of sqlengine.Tables that need the integration
 // module's dependencies (toxiproxy, SQLite): network faults and stalls.
 package sqlengine_test
 
