@@ -126,7 +126,7 @@ func TestPrune(t *testing.T) {
 	})
 }
 
-// TestPrecheckLeavesConnections: Prechecks take at most half the pool's
+// TestPrecheckLeavesConnections: on SQLite, Prechecks take at most half the pool's
 // connections (one of a pool of one; any number without a limit). While
 // they are all taken, a Precheck skips its read, and the call goes on to
 // its write: here a refusal and a duplicate the read would have reported
@@ -160,9 +160,12 @@ func TestPrecheckLeavesConnections(t *testing.T) {
 			require.ErrorIs(t, duplicate, inventory.ErrDuplicate)
 		}
 
+		bounded := tb.Engine == sqldialect.SQLite // the other engines' Prechecks are not bounded
 		n, release := tb.TakePrecheckConns()
-		require.Equal(t, db.Stats().MaxOpenConnections/2, n, "half the pool's connections")
-		requireRead(tb, false)
+		if bounded {
+			require.Equal(t, db.Stats().MaxOpenConnections/2, n, "half the pool's connections")
+		}
+		requireRead(tb, !bounded)
 		release()
 		requireRead(tb, true)
 
@@ -170,8 +173,10 @@ func TestPrecheckLeavesConnections(t *testing.T) {
 			db.SetMaxOpenConns(limit)
 			tb := open()
 			n, release := tb.TakePrecheckConns()
-			require.Equal(t, limit, n, "a pool of %d connections (0: no limit)", limit)
-			requireRead(tb, limit == 0)
+			if bounded {
+				require.Equal(t, limit, n, "a pool of %d connections (0: no limit)", limit)
+			}
+			requireRead(tb, !bounded || limit == 0)
 			release()
 			requireRead(tb, true)
 		}
