@@ -31,7 +31,7 @@ func Example() {
 	defer db.Close()
 	run := fmt.Sprintf("example_tiered_%d", os.Getpid())
 	defer removeKeys(client, run)
-	defer db.Exec("DROP TABLE IF EXISTS " + run + "_stock, " + run + "_grants, " + run + "_synced")
+	defer db.Exec("DROP TABLE IF EXISTS " + run + "_stock, " + run + "_grants, " + run + "_synced, " + run + "_keys")
 
 	m, err := tiered.New(client, db, tiered.WithPrefix(run), tiered.WithTablePrefix(run+"_"), tiered.WithChunk(4))
 	if err != nil {
