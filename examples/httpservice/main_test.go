@@ -875,7 +875,7 @@ func TestTiered(t *testing.T) {
 	t.Cleanup(func() {
 		testenv.DeleteKeys(t, rdb, "*"+sku+"*")
 		testenv.DeleteKeys(t, rdb, "*"+held+"*")
-		testenv.DeleteKeys(t, rdb, "tiered:run") // the service's Manager stamps the server's run_id under its prefix
+		testenv.DeleteKeys(t, rdb, "tiered:run")         // the service's Manager stamps the server's run_id under its prefix
 		rdb.ZRem(context.Background(), "tiered:x", held) // and indexes the SKU of its hold for Sweep
 	})
 	c, stop := start(t, "-strategy", "tiered", "-redis", testenv.Get(testenv.EnvRedis, testenv.DefaultRedis),
