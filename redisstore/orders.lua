@@ -8,7 +8,8 @@
 --   "create", id, lines, ttl ms, grace ms: the record, or -1 when it
 --     exists.
 --   "get", id: the record, or 0.
---   "step", id, step, keep ms: the record after the step, or 0.
+--   "step", id, step, keep ms: the record after the step, or 0 (and
+--     the id leaves the index).
 --   "due", "", max: {id, due, id, due, ...} of up to max orders due now.
 -- A record is returned as {1, state, expires, complete, done, lines,
 -- changed}.
@@ -37,6 +38,11 @@ if op == 'create' then
   return reply(1)
 end
 if not exists then
+  if op == 'step' then
+    -- An index entry whose record is gone (deleted from outside) would
+    -- come back as due at every sweep: drop it.
+    redis.call('ZREM', idx, id)
+  end
   return 0
 end
 if op == 'get' then

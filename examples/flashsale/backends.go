@@ -264,6 +264,9 @@ func (b *backends) forgetCarts(tg target, tag string, skus []string) {
 		}
 	} else if tg.store == "redis" && b.redisClient != nil {
 		deleteKeys(ctx, b.redisClient, b.cfg.prefix+"*"+tag+"*")
+		// The order buckets' indexes are shared by the rows: take out the
+		// row's orders a sweep had not finished yet.
+		forgetMembers(ctx, b.redisClient, b.cfg.prefix+"{o*}:oi", "*"+tag+"*")
 	}
 }
 
