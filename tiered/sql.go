@@ -53,6 +53,69 @@ type statements struct {
 	// The engine-neutral statements of keys.go, written with ? and bound
 	// to the engine by engineSQL.
 	keyStatements
+	// The movement ledger's (ledger.go), run only WithLedger: lcreate
+	// creates its table; lhead reads a SKU's generation and the stock
+	// after its last row; linsert (followed by groups of ten placeholders,
+	// written ?) writes rows; lpage reads a page.
+	lcreate                []string
+	lhead, linsert, lpage string
+}
+
+// The engine-neutral statements of the movement ledger, bound by engineSQL
+// (linsert at the call).
+const (
+	lheadSQL = `SELECT s.gen, COALESCE(v.available, 0), COALESCE(v.held, 0), COALESCE(v.sold, 0)
+		FROM {{p}}stock s LEFT JOIN {{p}}moves v ON v.pos = (SELECT MAX(pos) FROM {{p}}moves WHERE sku = s.sku)
+		WHERE s.sku = ?`
+	linsertSQL = `INSERT INTO {{p}}moves (sku, kind, units, available, held, sold, idem_key, caller_ref, hold_id, moved_at) VALUES `
+	lpageSQL   = `SELECT pos, kind, units, available, held, sold, idem_key, caller_ref, hold_id, moved_at FROM {{p}}moves
+		WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`
+)
+
+// lcreateSQL is each engine's movement ledger table: pos, an
+// auto-increment key; the stock after the row (available, held, sold);
+// moved_at in Unix µs.
+var lcreateSQL = map[sqldialect.Engine][]string{
+	sqldialect.MySQL: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			sku VARBINARY(255) NOT NULL,
+			kind VARBINARY(7) NOT NULL,
+			units BIGINT NOT NULL,
+			available BIGINT NOT NULL,
+			held BIGINT NOT NULL,
+			sold BIGINT NOT NULL,
+			idem_key VARBINARY(255) NOT NULL,
+			caller_ref VARBINARY(255) NOT NULL,
+			hold_id VARBINARY(257) NOT NULL,
+			moved_at BIGINT NOT NULL,
+			KEY (sku, pos)
+		) ENGINE=InnoDB`},
+	sqldialect.Postgres: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			sku TEXT COLLATE "C" NOT NULL,
+			kind TEXT NOT NULL,
+			units BIGINT NOT NULL,
+			available BIGINT NOT NULL,
+			held BIGINT NOT NULL,
+			sold BIGINT NOT NULL,
+			idem_key TEXT COLLATE "C" NOT NULL,
+			caller_ref TEXT COLLATE "C" NOT NULL,
+			hold_id TEXT COLLATE "C" NOT NULL,
+			moved_at BIGINT NOT NULL
+		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
+	sqldialect.SQLite: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos INTEGER PRIMARY KEY AUTOINCREMENT,
+			sku TEXT NOT NULL,
+			kind TEXT NOT NULL,
+			units INTEGER NOT NULL,
+			available INTEGER NOT NULL,
+			held INTEGER NOT NULL,
+			sold INTEGER NOT NULL,
+			idem_key TEXT NOT NULL,
+			caller_ref TEXT NOT NULL,
+			hold_id TEXT NOT NULL,
+			moved_at INTEGER NOT NULL
+		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
 }
 
 // keyStatements are the statements of the keys table and of the double
@@ -128,7 +191,7 @@ var mysqlSQL = statements{
 			KEY (sku, expires_ms)
 		) ENGINE=InnoDB`,
 	},
-	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys, {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: ` ON DUPLICATE KEY UPDATE qty = VALUES(qty), rem = VALUES(rem), src = VALUES(src), expires_ms = VALUES(expires_ms)`,
 
@@ -208,7 +271,7 @@ var postgresSQL = statements{
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
-	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys, {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
@@ -296,7 +359,7 @@ var sqliteSQL = statements{
 		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
 	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`,
-		`DROP TABLE IF EXISTS {{p}}keys`},
+		`DROP TABLE IF EXISTS {{p}}keys`, `DROP TABLE IF EXISTS {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
@@ -347,6 +410,7 @@ func engineSQL(driver, prefix string) (statements, error) {
 	}
 	s := map[sqldialect.Engine]statements{sqldialect.MySQL: mysqlSQL, sqldialect.Postgres: postgresSQL, sqldialect.SQLite: sqliteSQL}[eng]
 	s.keyStatements = keySQL
+	s.lcreate, s.lhead, s.linsert, s.lpage = lcreateSQL[eng], lheadSQL, linsertSQL, lpageSQL
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
 		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold,
@@ -354,11 +418,13 @@ func engineSQL(driver, prefix string) (statements, error) {
 		*q = r.Replace(*q)
 	}
 	bind := sqlx.BindType(driver)
-	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset} {
+	s.linsert = r.Replace(s.linsert)
+	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset, &s.lhead, &s.lpage} {
 		*q = sqlx.Rebind(bind, r.Replace(*q))
 	}
 	s.create = replaceAll(r, s.create)
 	s.drop = replaceAll(r, s.drop)
+	s.lcreate = replaceAll(r, s.lcreate)
 	return s, nil
 }
 

@@ -128,6 +128,7 @@ type syncEntry struct {
 	ms, gen int64
 	mv      entryMove
 	keys    []keyMove
+	rows    []lrow // with a ledger: the records of its moves (ledger.go)
 }
 
 // applyEntries applies msgs of sku in one transaction (applyTx), then
@@ -195,6 +196,9 @@ func (m *Manager) applyTx(ctx context.Context, tx *sqlx.Tx, sku string, msgs []r
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := m.syncLedger(ctx, tx, sku, fresh); err != nil {
+		return nil, nil, err
+	}
 	byGen := map[int64]*entryMove{}
 	for _, e := range fresh {
 		mv := byGen[e.gen]
@@ -226,14 +230,16 @@ func (m *Manager) readEntries(sku string, msgs []redis.XMessage, mark int64) ([]
 		gen, mv, err := entryMoves(msg.Values)
 		ms, err2 := entryMS(msg.ID)
 		keys, err3 := entryKeys(msg.Values)
-		if err := errors.Join(err, err2, err3); err != nil {
+		l, _ := msg.Values["l"].(string)
+		rows, err4 := parseRecs(nil, l, ms*1000)
+		if err := errors.Join(err, err2, err3, err4); err != nil {
 			return nil, fmt.Errorf("journal entry %s of %q is malformed: %v (%w)", msg.ID, sku, msg.Values, err)
 		}
 		if ms < mark {
 			m.ledger.belowMark.Add(1)
 			continue
 		}
-		fresh = append(fresh, syncEntry{msg.ID, ms, gen, mv, keys})
+		fresh = append(fresh, syncEntry{msg.ID, ms, gen, mv, keys, rows})
 	}
 	return fresh, nil
 }

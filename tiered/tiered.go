@@ -250,6 +250,7 @@ type Manager struct {
 	rdb      redis.UniversalClient
 	db       *sqlx.DB
 	q        statements         // sql.go
+	sc       scripts            // the scripts that move stock, with or without a ledger (ledger.go)
 	cfg      config             // options.go
 	consumer string             // this Manager's name in the syncers' consumer group
 	bg       context.Context    // the background work's, ended by Close
@@ -303,6 +304,10 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		grantState: grantState{flights: map[string]chan struct{}{}, demand: map[string]int64{}}}
+	m.sc = plainScripts
+	if c.ledgerOn {
+		m.sc = ledgerScripts
+	}
 	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
 	m.br.init(c.brFailures, c.brOpen, m.startRecovery)
 	m.watch = watch(rdb, m)
@@ -315,7 +320,11 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 
 // CreateTables creates the SQL tables if they are absent.
 func (m *Manager) CreateTables(ctx context.Context) error {
-	for _, s := range m.q.create {
+	create := m.q.create
+	if m.cfg.ledgerOn {
+		create = append(create[:len(create):len(create)], m.q.lcreate...)
+	}
+	for _, s := range create {
 		if _, err := m.db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("tiered: create tables: %w", err)
 		}

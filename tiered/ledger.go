@@ -1,0 +1,294 @@
+package tiered
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/ledger"
+)
+
+// The movement ledger (WithLedger). Its rows live in SQL, in the table
+// TABLEPREFIXmoves, written by three writers, each holding the SKU's stock
+// row: Init's transaction (its init entry), the syncer's (the entries of
+// the Redis moves a journal entry carries, in the transaction that applies
+// the entry to SQL) and the fallback's (its own moves). On the Redis path
+// the journal is the ledger's stream: the script that moves the stock
+// writes the moves' records in the journal entry it appends anyway (field
+// l, see holds.lua), so an entry exists if and only if its move took
+// effect, and nothing else is written to Redis.
+//
+// The records carry the kind, the units, the key, the reference and the
+// hold id; the time is the journal entry's id (Redis's clock, ms). The
+// stock after each entry is not taken from Redis: SQL counts it on from
+// the SKU's last row, as it writes the rows, so that the moves of Redis and
+// of the fallback, which sell from two disjoint stocks (Redis's allotment,
+// SQL's pool), add up in one history whose replay is the stock.
+
+// Heads of the Redis scripts: LEDGER is nil in the scripts of a Manager
+// without a ledger, whose "if LEDGER" tests then all fail.
+const (
+	plainHead  = "local LEDGER\n"
+	ledgerHead = "local LEDGER = true\n"
+)
+
+// scripts are the Redis scripts that move stock: those without a ledger,
+// shared by every such Manager, or those with one.
+type scripts struct{ move, batch, parts *rediskeys.Script }
+
+var (
+	plainScripts  = scripts{move: moveScript, batch: batchScript, parts: partsScript}
+	ledgerScripts = scripts{
+		move:  rediskeys.NewScript(ledgerHead + holdsLua + moveFile),
+		batch: rediskeys.NewScript(ledgerHead + holdsLua + batchFile),
+		parts: rediskeys.NewScript(ledgerHead + holdsLua + partsFile),
+	}
+)
+
+// WithLedger makes the Manager keep a movement ledger (package
+// [github.com/stockkit/inventory/ledger]): every move that took effect
+// (Init, Reduce, Return, the lines calls, Reserve, Confirm, Cancel, and a
+// hold released after its TTL) is recorded with the move, and the
+// Manager's Entries reads it.
+//
+//   - On the Redis path, the script that moves the stock writes the
+//     move's record (kind, units, key, reference, hold id) in the journal
+//     entry it appends to the SKU's journal stream, under the SKU's hash
+//     tag: no other stream, no other key. The syncer writes the records as
+//     rows of the SQL table TABLEPREFIXmoves in the transaction that
+//     applies the entry to SQL, and the entry leaves Redis once that has
+//     committed (the journal's retention: until synced).
+//   - The fallback, while Redis is unreachable, writes the rows of its
+//     moves in its own transaction; Init in its own.
+//
+// A row's position is the table's auto-increment key, given when the row
+// is written to SQL: a Redis move's at sync time. Each SKU's rows are
+// written by transactions that hold its stock row, so positions grow
+// along its history in the order its moves reached SQL, and the stock
+// after each row is SQL's count carried on from the row before. A Redis
+// move not yet synced has no row yet: Entries syncs the SKU's journal
+// before it reads, so a reader sees every move acknowledged before the
+// call, except while Redis is unreachable (then what SQL has). Rows are
+// kept for good: delete old ones yourself.
+//
+// Create the table with [Manager.CreateTables]. Without WithLedger, the
+// scripts, journal entries and SQL statements are those of before.
+func WithLedger() Option { return func(c *config) { c.ledgerOn = true } }
+
+var _ ledger.Reader = (*Manager)(nil)
+
+// lrec is a ledger record as the journal carries it (holds.lua): four
+// lines, "KIND UNITS", the key, the reference, the hold id.
+func lrec(kind ledger.Kind, units int64, key, ref, hold string) string {
+	return string(kind) + " " + strconv.FormatInt(units, 10) + "\n" + key + "\n" + ref + "\n" + hold
+}
+
+// moveRec returns the record of a Reduce or Return of qty units recorded
+// with key, or "" without a ledger.
+func (m *Manager) moveRec(ctx context.Context, dir driver.Direction, qty int64, key string) string {
+	if !m.cfg.ledgerOn {
+		return ""
+	}
+	kind := ledger.Reduce
+	if dir == driver.DirReturn {
+		kind = ledger.Return
+	}
+	return lrec(kind, qty, key, driver.Ref(ctx), "")
+}
+
+// holdArgs returns parts.lua's ledger argument of holding l under r: the
+// reserve record of a hold (a lines call records its lines when it sells
+// them), or nothing without a ledger.
+func (m *Manager) holdArgs(ctx context.Context, r *record, qty int64) []any {
+	if !m.cfg.ledgerOn {
+		return nil
+	}
+	if r.kind != kindHold {
+		return []any{""}
+	}
+	return []any{lrec(ledger.Reserve, qty, "", driver.Ref(ctx), r.id)}
+}
+
+// settleArgs returns parts.lua's ledger arguments of settling r's part by
+// op (sell or release): a hold's confirm, or release (cancel or expire);
+// a lines call's reduce when it sells, nothing when it releases (its
+// lines were never recorded held).
+func (m *Manager) settleArgs(ctx context.Context, r *record, op string, release ledger.Kind) []any {
+	if !m.cfg.ledgerOn {
+		return nil
+	}
+	ref := driver.Ref(ctx)
+	switch {
+	case r.kind == kindHold && op == "sell":
+		return []any{string(ledger.Confirm), "\n" + ref + "\n" + r.id}
+	case r.kind == kindHold:
+		if release == ledger.Expire {
+			ref = ""
+		}
+		return []any{string(release), "\n" + ref + "\n" + r.id}
+	case op == "sell":
+		key := ""
+		if r.kind == kindKeyed {
+			_, key, _ = strings.Cut(r.id, ":")
+		}
+		return []any{string(ledger.Reduce), key + "\n" + ref + "\n"}
+	}
+	return []any{"", ""}
+}
+
+// lrow is a row of the ledger table about to be written.
+type lrow struct {
+	kind         ledger.Kind
+	units        int64
+	key, ref, hd string
+	us           int64 // moved_at, Unix µs
+}
+
+// parseRecs appends to rows the records of a journal entry's l field.
+func parseRecs(rows []lrow, l string, us int64) ([]lrow, error) {
+	if l == "" {
+		return rows, nil
+	}
+	lines := strings.Split(l, "\n")
+	if len(lines)%4 != 0 {
+		return rows, fmt.Errorf("ledger records of %d lines", len(lines))
+	}
+	for i := 0; i < len(lines); i += 4 {
+		kind, units, ok := strings.Cut(lines[i], " ")
+		n, err := strconv.ParseInt(units, 10, 64)
+		if !ok || err != nil {
+			return rows, fmt.Errorf("ledger record %q", lines[i])
+		}
+		rows = append(rows, lrow{ledger.Kind(kind), n, lines[i+1], lines[i+2], lines[i+3], us})
+	}
+	return rows, nil
+}
+
+// syncedRows returns the ledger rows of fresh, the journal entries a sync
+// applies, of generation gen: a move of an older generation was undone by
+// the Init that started gen, and is not recorded (SQL does not apply it
+// either).
+func syncedRows(fresh []syncEntry, gen int64) []lrow {
+	var rows []lrow
+	for _, e := range fresh {
+		if e.gen == gen {
+			rows = append(rows, e.rows...)
+		}
+	}
+	return rows
+}
+
+// ledgerHead reads, in tx (which holds the SKU's row), the SKU's
+// generation and the stock after its last ledger row.
+func (m *Manager) ledgerHead(ctx context.Context, tx *sqlx.Tx, sku string) (gen int64, st ledger.Stock, err error) {
+	err = tx.QueryRowxContext(ctx, m.q.lhead, sku).Scan(&gen, &st.Available, &st.Held, &st.Sold)
+	return gen, st, err
+}
+
+// maxLedgerRows bounds the rows of one INSERT (10 placeholders each).
+const maxLedgerRows = 500
+
+// writeRows writes rows of sku in tx, the stock after each counted on from
+// st, a few hundred rows per INSERT.
+func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st ledger.Stock, rows []lrow) error {
+	for len(rows) > 0 {
+		n := min(len(rows), maxLedgerRows)
+		args := make([]any, 0, 10*n)
+		for _, r := range rows[:n] {
+			var err error
+			if st, err = st.Apply(r.kind, r.units); err != nil {
+				return err
+			}
+			args = append(args, sku, string(r.kind), r.units, st.Available, st.Held, st.Sold, r.key, r.ref, r.hd, r.us)
+		}
+		if _, err := tx.ExecContext(ctx, m.db.Rebind(m.q.linsert+groups(n, 10)), args...); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// syncLedger writes the ledger rows of fresh in the sync's tx.
+func (m *Manager) syncLedger(ctx context.Context, tx *sqlx.Tx, sku string, fresh []syncEntry) error {
+	n := 0
+	for _, e := range fresh {
+		n += len(e.rows)
+	}
+	if n == 0 {
+		return nil
+	}
+	gen, st, err := m.ledgerHead(ctx, tx, sku)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return m.writeRows(ctx, tx, sku, st, syncedRows(fresh, gen))
+}
+
+// initLedger writes the init row of an Init of qty in its tx.
+func (m *Manager) initLedger(ctx context.Context, tx *sqlx.Tx, sku string, qty int64) error {
+	_, st, err := m.ledgerHead(ctx, tx, sku)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return m.writeRows(ctx, tx, sku, st, []lrow{{ledger.Init, qty, "", driver.Ref(ctx), "", time.Now().UnixMicro()}})
+}
+
+// Entries implements [ledger.Reader]: a page of sku's rows in SQL after
+// position after. It first syncs sku's journal (unless the circuit to
+// Redis is open), so that the page holds every move acknowledged before
+// the call; a sync that fails fails the call.
+func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	if err := driver.ValidateSKU(sku); err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	if err := ledger.CheckPage(after, limit); err != nil {
+		return nil, err
+	}
+	if !m.cfg.ledgerOn {
+		return nil, ledger.ErrNotKept
+	}
+	if !m.br.open() {
+		if _, err := m.syncSKU(ctx, sku); err != nil {
+			return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+		}
+	}
+	rows, err := m.db.QueryxContext(ctx, m.q.lpage, sku, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+	}
+	defer rows.Close()
+	out := make([]ledger.Entry, 0, min(limit, 64))
+	for rows.Next() {
+		e := ledger.Entry{SKU: sku}
+		var us int64
+		if err := rows.Scan(&e.Pos, &e.Kind, &e.Units, &e.After.Available, &e.After.Held, &e.After.Sold,
+			&e.Key, &e.Ref, &e.Hold, &us); err != nil {
+			return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+		}
+		e.Time = time.UnixMicro(us)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+	}
+	return out, nil
+}
+
+// syncBeforeInit syncs sku's journal before an Init, so that the moves
+// Redis made before it are recorded before its init row. It does nothing
+// without a ledger or while the circuit is open; a sync that fails is
+// left to the syncer (those moves are then recorded after the Init, and
+// not at all if of the older generation; see syncedRows).
+func (m *Manager) syncBeforeInit(ctx context.Context, sku string) {
+	if !m.cfg.ledgerOn || m.br.open() {
+		return
+	}
+	_, _ = m.syncSKU(ctx, sku)
+}
