@@ -57,7 +57,7 @@ type statements struct {
 	// creates its table; lhead reads a SKU's generation and the stock
 	// after its last row; linsert (followed by groups of ten placeholders,
 	// written ?) writes rows; lpage reads a page.
-	lcreate                []string
+	lcreate               []string
 	lhead, linsert, lpage string
 }
 
