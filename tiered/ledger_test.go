@@ -2,15 +2,18 @@ package tiered
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/ledger"
@@ -125,4 +128,121 @@ func TestLedgerJournal(t *testing.T) {
 	assert.Equal(t, ms, strconv.FormatInt(es[1].Time.UnixMilli(), 10), "the time is the journal entry's")
 	_, err = ledger.Check(ctx, m, m, sku)
 	require.NoError(t, err)
+}
+
+// TestLedgerOutage sells one SKU on a private Redis, keyed, unkeyed,
+// returned and through a hold, with no syncer, so that Redis's moves are
+// in its journal alone; stops Redis (SIGSTOP) while the fallback sells
+// from SQL's pool; and sells on Redis again after the recovery. During
+// the outage a reader sees SQL's rows (Init and the fallback's); after
+// it, every call that took effect has one entry, found by its reference,
+// none has more, and the replay is the stock read back.
+func TestLedgerOutage(t *testing.T) {
+	srv := faulttest.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	e := newEnv(t, rdb, testenv.MySQL(t))
+	ledgerEnv(t, e)
+	// A Redis started a moment ago looks restarted to the recovery (its
+	// uptime), which would drop its allotment as lost, a change of stock
+	// the ledger has no kind for: this Redis forgot nothing (stopped, not
+	// restarted), so trust it.
+	m := e.manager(t, WithLedger(), WithChunk(20), WithLowWater(5), WithBreaker(3, 200*time.Millisecond), WithTrustRestarts())
+	ctx := ctxT(t, time.Minute)
+	const sku = "o"
+	require.NoError(t, m.Init(ctx, sku, 200))
+
+	took := map[string]bool{}    // references of calls that took effect
+	unknown := map[string]bool{} // of calls whose outcome is unknown
+	n := 0
+	reduce := func(opts ...inventory.Option) error {
+		n++
+		ref := "call-" + strconv.Itoa(n)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := m.Reduce(cctx, sku, 1, append(opts, inventory.WithRef(ref))...)
+		switch {
+		case err == nil:
+			took[ref] = true
+		case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, ErrRedisUnreachable):
+		default:
+			unknown[ref] = true
+		}
+		return err
+	}
+	for i := range 30 {
+		var opts []inventory.Option
+		if i%2 == 0 {
+			opts = append(opts, inventory.WithKey("k"+strconv.Itoa(i)))
+		}
+		require.NoError(t, reduce(opts...))
+	}
+	_, err := m.Return(ctx, sku, 2, inventory.WithRef("refund"))
+	require.NoError(t, err)
+	took["refund"] = true
+	require.NoError(t, m.Reserve(ctx, "h1", []inventory.Line{{SKU: sku, Qty: 3}}, time.Minute))
+	require.NoError(t, m.Confirm(ctx, "h1"))
+
+	srv.Pause()
+	before := m.Fallbacks()
+	for m.Fallbacks()-before < 10 {
+		require.NoError(t, ctx.Err())
+		_ = reduce()
+	}
+	during, err := m.Entries(ctx, sku, 0, ledger.MaxPage)
+	require.NoError(t, err)
+	fallback := 0
+	for _, e := range during[1:] {
+		require.True(t, took[e.Ref] || unknown[e.Ref], "an entry read during the outage is the fallback's: %+v", e)
+		fallback++
+	}
+	require.Equal(t, ledger.Init, during[0].Kind)
+	require.Positive(t, fallback, "the fallback's moves are read during the outage")
+	srv.Resume()
+	for m.br.open() {
+		require.NoError(t, ctx.Err())
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 10 {
+		require.NoError(t, reduce())
+	}
+	require.NoError(t, m.Drain(ctx))
+
+	recs, _, _ := m.Recoveries()
+	require.NotEmpty(t, recs)
+	for _, r := range recs {
+		for _, d := range r.Drifts {
+			require.Zero(t, d.Lost, "recovery %+v", r)
+		}
+	}
+	st, err := ledger.Check(ctx, m, m, sku)
+	require.NoError(t, err, "the replay is the stock after the recovery")
+	all := entries(ctx, t, m, sku)
+	seen := map[string]int{}
+	for _, e := range all[1:] {
+		if e.Hold != "" {
+			continue
+		}
+		seen[e.Ref]++
+	}
+	for ref := range took {
+		assert.Equal(t, 1, seen[ref], "entries of %s, which took effect", ref)
+	}
+	for ref, c := range seen {
+		assert.True(t, took[ref] || (unknown[ref] && c == 1), "entries of %s: %d", ref, c)
+	}
+	t.Logf("%d entries (%d read during the outage, %d fallback calls); %d calls of unknown outcome; replayed to %+v",
+		len(all), len(during), m.Fallbacks()-before, len(unknown), st)
+}
+
+// entries reads the whole history of sku.
+func entries(ctx context.Context, t *testing.T, r ledger.Reader, sku string) []ledger.Entry {
+	t.Helper()
+	var out []ledger.Entry
+	for e, err := range ledger.History(ctx, r, sku, 0) {
+		require.NoError(t, err)
+		out = append(out, e)
+	}
+	return out
 }
