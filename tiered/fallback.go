@@ -329,7 +329,7 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 	if len(rows) > 0 {
 		if _, st, err := m.ledgerHead(ctx, tx, sku); err != nil {
 			return fmt.Errorf("ledger: %w", err)
-		} else if err := m.writeRows(ctx, tx, sku, st, rows); err != nil {
+		} else if err := m.writeRows(ctx, tx, sku, st, [][]lrow{rows}); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
@@ -142,6 +143,26 @@ func (m *Manager) settleArgs(ctx context.Context, r *record, op string, release 
 	return []any{"", ""}
 }
 
+// maxLedgerTx bounds the ledger records of one sync transaction (see
+// applyEntries); an entry that holds more is applied alone.
+const maxLedgerTx = 2048
+
+// ledgerPart returns how many of msgs, at least one, hold up to
+// maxLedgerTx ledger records together.
+func ledgerPart(msgs []redis.XMessage) int {
+	recs := 0
+	for i, msg := range msgs {
+		l, _ := msg.Values["l"].(string)
+		if l != "" {
+			recs += (strings.Count(l, "\n") + 1) / 4
+		}
+		if recs > maxLedgerTx && i > 0 {
+			return i
+		}
+	}
+	return len(msgs)
+}
+
 // lrow is a row of the ledger table about to be written.
 type lrow struct {
 	kind         ledger.Kind
@@ -170,50 +191,83 @@ func parseRecs(rows []lrow, l string, us int64) ([]lrow, error) {
 	return rows, nil
 }
 
-// syncedRows returns the ledger rows of fresh, the journal entries a sync
-// applies, of generation gen: a move of an older generation was undone by
-// the Init that started gen, and is not recorded (SQL does not apply it
-// either).
-func syncedRows(fresh []syncEntry, gen int64) []lrow {
-	var rows []lrow
+// syncedRows returns the ledger records of fresh, the journal entries a
+// sync applies, of generation gen, an entry's records together: a move of
+// an older generation was undone by the Init that started gen, and is not
+// recorded (SQL does not apply it either).
+func syncedRows(fresh []syncEntry, gen int64) [][]lrow {
+	var groups [][]lrow
 	for _, e := range fresh {
-		if e.gen == gen {
-			rows = append(rows, e.rows...)
+		if e.gen == gen && len(e.rows) > 0 {
+			groups = append(groups, e.rows)
 		}
 	}
-	return rows
+	return groups
 }
 
 // ledgerHead reads, in tx (which holds the SKU's row), the SKU's
-// generation and the stock after its last ledger row.
+// generation and the stock after its last ledger record.
 func (m *Manager) ledgerHead(ctx context.Context, tx *sqlx.Tx, sku string) (gen int64, st ledger.Stock, err error) {
 	err = tx.QueryRowxContext(ctx, m.q.lhead, sku).Scan(&gen, &st.Available, &st.Held, &st.Sold)
 	return gen, st, err
 }
 
-// maxLedgerRows bounds the rows of one INSERT (10 placeholders each).
-const maxLedgerRows = 500
+// Rows and positions: a row of the ledger table holds the records of one
+// journal entry (a merged batch's calls on the SKU, or one move), of one
+// fallback transaction, or an Init: up to rowRecs records, with the stock
+// after its last. Record i (from 0) of the row at pos p has position
+// p*rowRecs + i.
+const rowRecs = 1024
 
-// writeRows writes rows of sku in tx, the stock after each counted on from
-// st, a few hundred rows per INSERT.
-func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st ledger.Stock, rows []lrow) error {
-	for len(rows) > 0 {
-		n := min(len(rows), maxLedgerRows)
-		args := make([]any, 0, 10*n)
-		for _, r := range rows[:n] {
-			var err error
-			if st, err = st.Apply(r.kind, r.units); err != nil {
-				return err
+// maxLedgerRows bounds the rows of one INSERT (7 placeholders each).
+const maxLedgerRows = 256
+
+// writeRows writes the groups of records of sku in tx, each as one row
+// (or several, of up to rowRecs records), the stock after each counted on
+// from st, up to maxLedgerRows rows per INSERT.
+func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st ledger.Stock, gs [][]lrow) error {
+	var args []any
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, m.db.Rebind(m.q.linsert+groups7(n)), args...)
+		args, n = args[:0], 0
+		return err
+	}
+	var b strings.Builder
+	for _, g := range gs {
+		for len(g) > 0 {
+			part := g[:min(len(g), rowRecs)]
+			g = g[len(part):]
+			b.Reset()
+			for i, r := range part {
+				var err error
+				if st, err = st.Apply(r.kind, r.units); err != nil {
+					return err
+				}
+				if i > 0 {
+					b.WriteByte('\n')
+				}
+				b.WriteString(lrec(r.kind, r.units, r.key, r.ref, r.hd))
 			}
-			args = append(args, sku, string(r.kind), r.units, st.Available, st.Held, st.Sold, r.key, r.ref, r.hd, r.us)
+			args = append(args, sku, len(part), st.Available, st.Held, st.Sold, b.String(), part[0].us)
+			if n++; n == maxLedgerRows {
+				if err := flush(); err != nil {
+					return fmt.Errorf("ledger: %w", err)
+				}
+			}
 		}
-		if _, err := tx.ExecContext(ctx, m.db.Rebind(m.q.linsert+groups(n, 10)), args...); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		rows = rows[n:]
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
 }
+
+// groups7 returns n groups of seven placeholders.
+func groups7(n int) string { return groups(n, 7) }
 
 // syncLedger writes the ledger rows of fresh in the sync's tx.
 func (m *Manager) syncLedger(ctx context.Context, tx *sqlx.Tx, sku string, fresh []syncEntry) error {
@@ -237,12 +291,12 @@ func (m *Manager) initLedger(ctx context.Context, tx *sqlx.Tx, sku string, qty i
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	return m.writeRows(ctx, tx, sku, st, []lrow{{ledger.Init, qty, "", driver.Ref(ctx), "", time.Now().UnixMicro()}})
+	return m.writeRows(ctx, tx, sku, st, [][]lrow{{{ledger.Init, qty, "", driver.Ref(ctx), "", time.Now().UnixMicro()}}})
 }
 
-// Entries implements [ledger.Reader]: a page of sku's rows in SQL after
-// position after. It first syncs sku's journal (unless the circuit to
-// Redis is open), so that the page holds every move acknowledged before
+// Entries implements [ledger.Reader]: a page of sku's records in SQL
+// after position after. It first syncs sku's journal (unless the circuit
+// to Redis is open), so that the page holds every move acknowledged before
 // the call; a sync that fails fails the call.
 func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
 	if err := driver.ValidateSKU(sku); err != nil {
@@ -259,26 +313,65 @@ func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit in
 			return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
 		}
 	}
-	rows, err := m.db.QueryxContext(ctx, m.q.lpage, sku, after, limit)
+	out, err := m.readPage(ctx, sku, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
 	}
+	return out, nil
+}
+
+// readPage reads the records of sku after position after, up to limit:
+// from the row that holds after on, limit+1 rows at most (each row past
+// the first holds at least one record past after).
+func (m *Manager) readPage(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
+	rows, err := m.db.QueryxContext(ctx, m.q.lpage, sku, after/rowRecs, limit+1)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	out := make([]ledger.Entry, 0, min(limit, 64))
-	for rows.Next() {
-		e := ledger.Entry{SKU: sku}
-		var us int64
-		if err := rows.Scan(&e.Pos, &e.Kind, &e.Units, &e.After.Available, &e.After.Held, &e.After.Sold,
-			&e.Key, &e.Ref, &e.Hold, &us); err != nil {
-			return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+	for rows.Next() && len(out) < limit {
+		var pos, n, us int64
+		var st ledger.Stock
+		var recs string
+		if err := rows.Scan(&pos, &n, &st.Available, &st.Held, &st.Sold, &recs, &us); err != nil {
+			return nil, err
 		}
-		e.Time = time.UnixMicro(us)
-		out = append(out, e)
+		es, err := rowEntries(sku, pos, st, recs, us)
+		if err != nil || int64(len(es)) != n {
+			return nil, fmt.Errorf("row %d: %d records of %d (%v)", pos, len(es), n, err)
+		}
+		for _, e := range es {
+			if e.Pos > after && len(out) < limit {
+				out = append(out, e)
+			}
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
+	return out, rows.Err()
+}
+
+// rowEntries returns the entries of the ledger row at pos: its records,
+// each with its position and the stock after it, worked back from st, the
+// stock after the last (an Init is alone in its row).
+func rowEntries(sku string, pos int64, st ledger.Stock, recs string, us int64) ([]ledger.Entry, error) {
+	rs, err := parseRecs(nil, recs, us)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	es := make([]ledger.Entry, len(rs))
+	for i := len(rs) - 1; i >= 0; i-- {
+		r := rs[i]
+		es[i] = ledger.Entry{SKU: sku, Pos: pos*rowRecs + int64(i), Kind: r.kind, Units: r.units, After: st,
+			Key: r.key, Ref: r.ref, Hold: r.hd, Time: time.UnixMicro(us)}
+		if i > 0 {
+			d, err := ledger.Stock{}.Apply(r.kind, r.units)
+			if err != nil || r.kind == ledger.Init {
+				return nil, fmt.Errorf("record %d: %s (%v)", i, r.kind, err)
+			}
+			st = ledger.Stock{Available: st.Available - d.Available, Held: st.Held - d.Held, Sold: st.Sold - d.Sold}
+		}
+	}
+	return es, nil
 }
 
 // syncBeforeInit syncs sku's journal before an Init, so that the moves

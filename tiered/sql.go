@@ -62,58 +62,49 @@ type statements struct {
 }
 
 // The engine-neutral statements of the movement ledger, bound by engineSQL
-// (linsert at the call).
+// (linsert at the call). A row holds n records (recs, see ledger.go) and
+// the stock after the last (available, held, sold).
 const (
 	lheadSQL = `SELECT s.gen, COALESCE(v.available, 0), COALESCE(v.held, 0), COALESCE(v.sold, 0)
 		FROM {{p}}stock s LEFT JOIN {{p}}moves v ON v.pos = (SELECT MAX(pos) FROM {{p}}moves WHERE sku = s.sku)
 		WHERE s.sku = ?`
-	linsertSQL = `INSERT INTO {{p}}moves (sku, kind, units, available, held, sold, idem_key, caller_ref, hold_id, moved_at) VALUES `
-	lpageSQL   = `SELECT pos, kind, units, available, held, sold, idem_key, caller_ref, hold_id, moved_at FROM {{p}}moves
-		WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`
+	linsertSQL = `INSERT INTO {{p}}moves (sku, n, available, held, sold, recs, moved_at) VALUES `
+	lpageSQL   = `SELECT pos, n, available, held, sold, recs, moved_at FROM {{p}}moves
+		WHERE sku = ? AND pos >= ? ORDER BY pos LIMIT ?`
 )
 
 // lcreateSQL is each engine's movement ledger table: pos, an
-// auto-increment key; the stock after the row (available, held, sold);
-// moved_at in Unix µs.
+// auto-increment key; moved_at in Unix µs.
 var lcreateSQL = map[sqldialect.Engine][]string{
 	sqldialect.MySQL: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
 			pos BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
 			sku VARBINARY(255) NOT NULL,
-			kind VARBINARY(7) NOT NULL,
-			units BIGINT NOT NULL,
+			n INT NOT NULL,
 			available BIGINT NOT NULL,
 			held BIGINT NOT NULL,
 			sold BIGINT NOT NULL,
-			idem_key VARBINARY(255) NOT NULL,
-			caller_ref VARBINARY(255) NOT NULL,
-			hold_id VARBINARY(257) NOT NULL,
+			recs MEDIUMBLOB NOT NULL,
 			moved_at BIGINT NOT NULL,
 			KEY (sku, pos)
 		) ENGINE=InnoDB`},
 	sqldialect.Postgres: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
 			pos BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 			sku TEXT COLLATE "C" NOT NULL,
-			kind TEXT NOT NULL,
-			units BIGINT NOT NULL,
+			n INT NOT NULL,
 			available BIGINT NOT NULL,
 			held BIGINT NOT NULL,
 			sold BIGINT NOT NULL,
-			idem_key TEXT COLLATE "C" NOT NULL,
-			caller_ref TEXT COLLATE "C" NOT NULL,
-			hold_id TEXT COLLATE "C" NOT NULL,
+			recs TEXT NOT NULL,
 			moved_at BIGINT NOT NULL
 		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
 	sqldialect.SQLite: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
 			pos INTEGER PRIMARY KEY AUTOINCREMENT,
 			sku TEXT NOT NULL,
-			kind TEXT NOT NULL,
-			units INTEGER NOT NULL,
+			n INTEGER NOT NULL,
 			available INTEGER NOT NULL,
 			held INTEGER NOT NULL,
 			sold INTEGER NOT NULL,
-			idem_key TEXT NOT NULL,
-			caller_ref TEXT NOT NULL,
-			hold_id TEXT NOT NULL,
+			recs TEXT NOT NULL,
 			moved_at INTEGER NOT NULL
 		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
 }

@@ -131,9 +131,30 @@ type syncEntry struct {
 	rows    []lrow // with a ledger: the records of its moves (ledger.go)
 }
 
-// applyEntries applies msgs of sku in one transaction (applyTx), then
-// acknowledges and deletes them in one MULTI.
+// applyEntries applies msgs of sku a transaction at a time (applyPart):
+// all in one, or, with a ledger, a part of about maxLedgerTx records each,
+// so that a grant of the SKU, which waits for its row, never waits for
+// tens of thousands of ledger rows.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
+	total := 0
+	for len(msgs) > 0 {
+		n := len(msgs)
+		if m.cfg.ledgerOn {
+			n = ledgerPart(msgs)
+		}
+		k, err := m.applyPart(ctx, sku, stream, msgs[:n])
+		total += k
+		if err != nil {
+			return total, err
+		}
+		msgs = msgs[n:]
+	}
+	return total, nil
+}
+
+// applyPart applies msgs of sku in one transaction (applyTx), then
+// acknowledges and deletes them in one MULTI.
+func (m *Manager) applyPart(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
 	var fresh []syncEntry
 	var pairs []DoubleApply
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
