@@ -285,18 +285,9 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 	if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
 		return err
 	}
-	var ids []keyID
-	for _, c := range batch {
-		if c.Req.key != "" {
-			ids = append(ids, keyID{c.Req.dir, c.Req.key})
-		}
-	}
-	keys := map[keyID]keyRecord{}
-	if len(ids) > 0 {
-		var err error
-		if keys, err = m.findKeys(ctx, tx, sku, ids); err != nil {
-			return err
-		}
+	keys, err := m.fbKeys(ctx, tx, sku, batch)
+	if err != nil {
+		return err
 	}
 	now := time.Now().UnixMilli()
 	exp := now + m.cfg.keyTTL.Milliseconds()
@@ -326,18 +317,38 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 	if err := m.putKeys(ctx, tx, put); err != nil {
 		return err
 	}
-	if len(rows) > 0 {
-		if _, st, err := m.ledgerHead(ctx, tx, sku); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		} else if err := m.writeRows(ctx, tx, sku, st, [][]lrow{rows}); err != nil {
-			return err
+	if err := m.fbLedger(ctx, tx, sku, rows); err != nil || cur == pool {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
+	return err
+}
+
+// fbKeys reads in tx SQL's records of the keys of batch's keyed calls.
+func (m *Manager) fbKeys(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fbCall) (map[keyID]keyRecord, error) {
+	var ids []keyID
+	for _, c := range batch {
+		if c.Req.key != "" {
+			ids = append(ids, keyID{c.Req.dir, c.Req.key})
 		}
 	}
-	if cur == pool {
+	if len(ids) == 0 {
+		return map[keyID]keyRecord{}, nil
+	}
+	return m.findKeys(ctx, tx, sku, ids)
+}
+
+// fbLedger writes in tx the ledger rows of a fallback batch's moves, as
+// one row after the SKU's last.
+func (m *Manager) fbLedger(ctx context.Context, tx *sqlx.Tx, sku string, rows []lrow) error {
+	if len(rows) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
-	return err
+	_, st, err := m.ledgerHead(ctx, tx, sku)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return m.writeRows(ctx, tx, sku, st, [][]lrow{rows})
 }
 
 // fbRow is the ledger row of a fallback call that moved, at the time of

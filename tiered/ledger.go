@@ -82,8 +82,6 @@ var (
 // scripts, journal entries and SQL statements are those of before.
 func WithLedger() Option { return func(c *config) { c.ledgerOn = true } }
 
-var _ ledger.Reader = (*Manager)(nil)
-
 // lrec is a ledger record as the journal carries it (holds.lua): four
 // lines, "KIND UNITS", the key, the reference, the hold id.
 func lrec(kind ledger.Kind, units int64, key, ref, hold string) string {
@@ -294,32 +292,6 @@ func (m *Manager) initLedger(ctx context.Context, tx *sqlx.Tx, sku string, qty i
 	return m.writeRows(ctx, tx, sku, st, [][]lrow{{{ledger.Init, qty, "", driver.Ref(ctx), "", time.Now().UnixMicro()}}})
 }
 
-// Entries implements [ledger.Reader]: a page of sku's records in SQL
-// after position after. It first syncs sku's journal (unless the circuit
-// to Redis is open), so that the page holds every move acknowledged before
-// the call; a sync that fails fails the call.
-func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
-	if err := driver.ValidateSKU(sku); err != nil {
-		return nil, fmt.Errorf("tiered: %w", err)
-	}
-	if err := ledger.CheckPage(after, limit); err != nil {
-		return nil, err
-	}
-	if !m.cfg.ledgerOn {
-		return nil, ledger.ErrNotKept
-	}
-	if !m.br.open() {
-		if _, err := m.syncSKU(ctx, sku); err != nil {
-			return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
-		}
-	}
-	out, err := m.readPage(ctx, sku, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("tiered: ledger of %q: %w", sku, err)
-	}
-	return out, nil
-}
-
 // readPage reads the records of sku after position after, up to limit:
 // from the row that holds after on, limit+1 rows at most (each row past
 // the first holds at least one record past after).
@@ -372,16 +344,4 @@ func rowEntries(sku string, pos int64, st ledger.Stock, recs string, us int64) (
 		}
 	}
 	return es, nil
-}
-
-// syncBeforeInit syncs sku's journal before an Init, so that the moves
-// Redis made before it are recorded before its init row. It does nothing
-// without a ledger or while the circuit is open; a sync that fails is
-// left to the syncer (those moves are then recorded after the Init, and
-// not at all if of the older generation; see syncedRows).
-func (m *Manager) syncBeforeInit(ctx context.Context, sku string) {
-	if !m.cfg.ledgerOn || m.br.open() {
-		return
-	}
-	_, _ = m.syncSKU(ctx, sku)
 }

@@ -108,22 +108,15 @@ func decodeLines(s string) ([]inventory.Line, error) {
 
 // strs reads a script's array reply of strings and integers as strings.
 func strs(v any) ([]string, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) == 0 {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
-	}
-	out := make([]string, len(a))
-	for i, x := range a {
+	return replyOf(v, func(x any) (string, bool) {
 		switch x := x.(type) {
 		case string:
-			out[i] = x
+			return x, true
 		case int64:
-			out[i] = strconv.FormatInt(x, 10)
-		default:
-			return nil, fmt.Errorf("unexpected script reply %#v", v)
+			return strconv.FormatInt(x, 10), true
 		}
-	}
-	return out, nil
+		return "", false
+	})
 }
 
 // recordOp runs record.lua's op on r.
@@ -672,15 +665,7 @@ func (o orders) Sweep(ctx context.Context) (int, error) {
 			indexes = append(indexes, rediskeys.SlotSweepIndex(m.cfg.prefix, n))
 		}
 	}
-	total := 0
-	for _, index := range indexes {
-		n, err := m.sweepIndexed(ctx, index)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	return sumEach(ctx, indexes, m.sweepIndexed)
 }
 
 // sweepRounds bounds the rounds of one Sweep over one index.
@@ -700,12 +685,10 @@ func (m *Manager) sweepIndexed(ctx context.Context, index string) (int, error) {
 		if err != nil {
 			return total, withCtx(ctx, err)
 		}
-		for _, sku := range skus {
-			n, err := m.sweepSKU(ctx, sku)
-			total += n
-			if err != nil {
-				return total, err
-			}
+		n, err := sumEach(ctx, skus, m.sweepSKU)
+		total += n
+		if err != nil {
+			return total, err
 		}
 		if len(skus) < SweepBatch {
 			return total, nil

@@ -15,37 +15,21 @@ type statements struct {
 	create []string
 	drop   []string
 
-	// read returns pool, gen, last_grant of a SKU; lock does so FOR UPDATE.
-	read, lock string
-	// initUpsert sets a SKU's pool and starts a new generation; initGen
-	// reads the generation back in the same transaction; initGrants deletes
-	// the grants of older generations.
-	initUpsert, initGen, initGrants string
-	// grant takes units from the pool; grantRow records the grant;
-	// grantsAfter lists a generation's grants after an id.
-	grant, grantRow, grantsAfter string
+	// lock returns pool, gen, last_grant of a SKU FOR UPDATE (read, in
+	// sharedStatements, without the lock).
+	lock string
+	// initUpsert sets a SKU's pool and starts a new generation.
+	initUpsert string
 	// seen lists which of a SKU's journal entries are in the ledger, and
 	// record adds entries to it: each is followed by one placeholder group
 	// per entry (written with ?, see ledgerSQL), record then by recordEnd.
-	// apply adds synced moves (sold, returned, held) to the SKU's row of
-	// the entries' generation.
-	seen, record, recordEnd, apply string
+	seen, record, recordEnd string
 	// seenEntry finds a journal entry (sku, entry id) in the ledger, or
-	// below the SKU's prune mark; lose adds to the units Redis lost.
-	seenEntry, lose string
+	// below the SKU's prune mark.
+	seenEntry string
 	// mark reads a SKU's prune mark and locks its row (the first statement
-	// of a sync or prune transaction); setMark raises it; prune deletes the
-	// ledger rows below it. See prune.go.
-	mark, setMark, prune string
-	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
-	// and counts it in direct (net units SQL sold on its own).
-	direct string
-	// skus lists every SKU; totals reads the figures Reconcile and tests
-	// compare.
-	skus, totals string
-	// held reads the units SQL knows held (synced) and the generation;
-	// unhold forgets them (Reconcile, once Redis lost them).
-	held, unhold string
+	// of a sync or prune transaction). See prune.go.
+	mark string
 	// keysPut records idempotency keys (keys.go): followed by one
 	// placeholder group of seven per key (written with ?), then by
 	// keysPutEnd, which overwrites an expired record.
@@ -53,6 +37,9 @@ type statements struct {
 	// The engine-neutral statements of keys.go, written with ? and bound
 	// to the engine by engineSQL.
 	keyStatements
+	// The other statements that are the same on every engine, bound
+	// likewise.
+	sharedStatements
 	// The movement ledger's (ledger.go), run only WithLedger: lcreate
 	// creates its table; lhead reads a SKU's generation and the stock
 	// after its last row; linsert (followed by groups of ten placeholders,
@@ -107,6 +94,55 @@ var lcreateSQL = map[sqldialect.Engine][]string{
 			recs TEXT NOT NULL,
 			moved_at INTEGER NOT NULL
 		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
+}
+
+// sharedStatements are the statements that are the same on every engine,
+// written with ? and {{p}}, bound by engineSQL.
+type sharedStatements struct {
+	// read returns pool, gen, last_grant of a SKU.
+	read string
+	// initGen reads the generation back in Init's transaction; initGrants
+	// deletes the grants of older generations.
+	initGen, initGrants string
+	// grant takes units from the pool; grantRow records the grant;
+	// grantsAfter lists a generation's grants after an id.
+	grant, grantRow, grantsAfter string
+	// apply adds synced moves (sold, returned, held) to the SKU's row of
+	// the entries' generation; lose adds to the units Redis lost.
+	apply, lose string
+	// setMark raises a SKU's prune mark; prune deletes the ledger rows
+	// below it. See prune.go.
+	setMark, prune string
+	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
+	// and counts it in direct (net units SQL sold on its own).
+	direct string
+	// skus lists every SKU; totals reads the figures Reconcile and tests
+	// compare.
+	skus, totals string
+	// held reads the units SQL knows held (synced) and the generation;
+	// unhold forgets them (Reconcile, once Redis lost them).
+	held, unhold string
+}
+
+// sharedSQL is sharedStatements, with {{p}} for the table prefix.
+var sharedSQL = sharedStatements{
+	read:        `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
+	initGen:     `SELECT gen FROM {{p}}stock WHERE sku = ?`,
+	initGrants:  `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
+	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
+	setMark:     `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
+	prune:       `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
+	lose:        `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:       `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
+	direct:      `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
+	skus:        `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	held:        `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
+	unhold:      `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = ?`,
 }
 
 // keyStatements are the statements of the keys table and of the double
@@ -186,37 +222,17 @@ var mysqlSQL = statements{
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: ` ON DUPLICATE KEY UPDATE qty = VALUES(qty), rem = VALUES(rem), src = VALUES(src), expires_ms = VALUES(expires_ms)`,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
 		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, held = 0, gen = gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
 	seen:   `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record: `INSERT IGNORE INTO {{p}}synced (sku, entry_id, ms) VALUES `,
 	seenEntry: `SELECT 1 FROM (SELECT ? AS sku, ? AS id) x JOIN {{p}}stock s ON s.sku = x.sku
 		WHERE s.pruned_ms > CAST(SUBSTRING_INDEX(x.id, '-', 1) AS UNSIGNED)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = x.sku AND l.entry_id = x.id)`,
-	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = ?`,
+	mark: `SELECT pruned_ms FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 }
 
 // postgresSQL is the SQL for PostgreSQL. TEXT COLLATE "C" compares bytes.
@@ -266,18 +282,11 @@ var postgresSQL = statements{
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES ($1, $2, 0, 0, 1, 0)
 		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = $1`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = $1 AND gen < $2`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - $1, last_grant = $2 WHERE sku = $3 AND gen = $4`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
 
 	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
@@ -285,20 +294,7 @@ var postgresSQL = statements{
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = $1
 		AND (s.pruned_ms > split_part($2, '-', 1)::bigint
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = $1 AND l.entry_id = $2))`,
-	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = $1 WHERE sku = $2 AND pruned_ms < $3`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = $1 AND ms < $2`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2, held = held + $3 WHERE sku = $4 AND gen = $5`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = $1`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = $1 AND gen = $2`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = $1`,
+	mark: `SELECT pruned_ms FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 }
 
 // sqliteSQL is the SQL for SQLite (driver "sqlite", modernc.org/sqlite, or
@@ -354,18 +350,11 @@ var sqliteSQL = statements{
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
 		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
 	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
@@ -373,20 +362,7 @@ var sqliteSQL = statements{
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = ?1
 		AND (s.pruned_ms > CAST(substr(?2, 1, instr(?2, '-') - 1) AS INTEGER)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = ?1 AND l.entry_id = ?2))`,
-	mark:    `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pruned_ms`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = ?`,
+	mark: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pruned_ms`,
 }
 
 // identifier is what a table prefix may be: it begins a plain identifier.
@@ -400,17 +376,18 @@ func engineSQL(driver, prefix string) (statements, error) {
 		return statements{}, fmt.Errorf("tiered: %w", err)
 	}
 	s := map[sqldialect.Engine]statements{sqldialect.MySQL: mysqlSQL, sqldialect.Postgres: postgresSQL, sqldialect.SQLite: sqliteSQL}[eng]
-	s.keyStatements = keySQL
+	s.keyStatements, s.sharedStatements = keySQL, sharedSQL
 	s.lcreate, s.lhead, s.linsert, s.lpage = lcreateSQL[eng], lheadSQL, linsertSQL, lpageSQL
 	r := strings.NewReplacer("{{p}}", prefix)
-	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold,
-		&s.keysPut, &s.keysFind} {
+	for _, q := range []*string{&s.lock, &s.initUpsert, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.keysPut, &s.keysFind} {
 		*q = r.Replace(*q)
 	}
 	bind := sqlx.BindType(driver)
 	s.linsert = r.Replace(s.linsert)
-	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset, &s.lhead, &s.lpage} {
+	sh := &s.sharedStatements
+	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset, &s.lhead, &s.lpage,
+		&sh.read, &sh.initGen, &sh.initGrants, &sh.grant, &sh.grantRow, &sh.grantsAfter, &sh.apply, &sh.lose, &sh.setMark,
+		&sh.prune, &sh.direct, &sh.skus, &sh.totals, &sh.held, &sh.unhold} {
 		*q = sqlx.Rebind(bind, r.Replace(*q))
 	}
 	s.create = replaceAll(r, s.create)

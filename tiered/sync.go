@@ -26,15 +26,7 @@ func (m *Manager) Sync(ctx context.Context) (int, error) {
 	if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
 		return 0, fmt.Errorf("tiered: sync: list SKUs: %w", err)
 	}
-	total := 0
-	for _, sku := range skus {
-		n, err := m.syncSKU(ctx, sku)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	return sumEach(ctx, skus, m.syncSKU)
 }
 
 // syncSKU applies the journal of one SKU: entries of dead syncers, then
