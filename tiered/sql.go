@@ -175,11 +175,9 @@ var keySQL = keyStatements{
 	pairsReset: `UPDATE {{p}}stock SET doubled = 0, given_back = 0 WHERE sku = ?`,
 }
 
-// mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
-var mysqlSQL = statements{
-	create: []string{
-		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku VARBINARY(255) NOT NULL PRIMARY KEY,
+// stockColumns are the stock table's columns after sku (SQLite's with
+// INTEGER for BIGINT).
+const stockColumns = `
 			pool BIGINT NOT NULL CHECK (pool >= 0),
 			sold BIGINT NOT NULL DEFAULT 0,
 			returned BIGINT NOT NULL DEFAULT 0,
@@ -191,7 +189,13 @@ var mysqlSQL = statements{
 			pruned_ms BIGINT NOT NULL DEFAULT 0,
 			doubled BIGINT NOT NULL DEFAULT 0,
 			given_back BIGINT NOT NULL DEFAULT 0
-		) ENGINE=InnoDB`,
+		`
+
+// mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
+var mysqlSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku VARBINARY(255) NOT NULL PRIMARY KEY,` + stockColumns + `) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku VARBINARY(255) NOT NULL,
 			gen BIGINT NOT NULL,
@@ -239,19 +243,7 @@ var mysqlSQL = statements{
 var postgresSQL = statements{
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku TEXT COLLATE "C" NOT NULL PRIMARY KEY,
-			pool BIGINT NOT NULL CHECK (pool >= 0),
-			sold BIGINT NOT NULL DEFAULT 0,
-			returned BIGINT NOT NULL DEFAULT 0,
-			direct BIGINT NOT NULL DEFAULT 0,
-			lost BIGINT NOT NULL DEFAULT 0,
-			held BIGINT NOT NULL DEFAULT 0,
-			gen BIGINT NOT NULL,
-			last_grant BIGINT NOT NULL DEFAULT 0,
-			pruned_ms BIGINT NOT NULL DEFAULT 0,
-			doubled BIGINT NOT NULL DEFAULT 0,
-			given_back BIGINT NOT NULL DEFAULT 0
-		)`,
+			sku TEXT COLLATE "C" NOT NULL PRIMARY KEY,` + stockColumns + `)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT COLLATE "C" NOT NULL,
 			gen BIGINT NOT NULL,
@@ -306,19 +298,7 @@ var postgresSQL = statements{
 var sqliteSQL = statements{
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku TEXT NOT NULL PRIMARY KEY,
-			pool INTEGER NOT NULL CHECK (pool >= 0),
-			sold INTEGER NOT NULL DEFAULT 0,
-			returned INTEGER NOT NULL DEFAULT 0,
-			direct INTEGER NOT NULL DEFAULT 0,
-			lost INTEGER NOT NULL DEFAULT 0,
-			held INTEGER NOT NULL DEFAULT 0,
-			gen INTEGER NOT NULL,
-			last_grant INTEGER NOT NULL DEFAULT 0,
-			pruned_ms INTEGER NOT NULL DEFAULT 0,
-			doubled INTEGER NOT NULL DEFAULT 0,
-			given_back INTEGER NOT NULL DEFAULT 0
-		)`,
+			sku TEXT NOT NULL PRIMARY KEY,` + strings.ReplaceAll(stockColumns, "BIGINT", "INTEGER") + `)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT NOT NULL,
 			gen INTEGER NOT NULL,
