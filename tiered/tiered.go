@@ -48,7 +48,8 @@
 // journal), PREFIX:run (the run_id stamp of the restart fence) and
 // rediskeys' idempotency records under PREFIX. SQL tables:
 // TABLEPREFIXstock, TABLEPREFIXgrants, TABLEPREFIXsynced and TABLEPREFIXkeys (the
-// idempotency keys SQL knows, see [WithKeyedFallback]), on MariaDB/MySQL
+// idempotency keys SQL knows, see [WithKeyedFallback]), and with
+// [WithLedger] TABLEPREFIXmoves (the movement ledger), on MariaDB/MySQL
 // (driver "mysql"), PostgreSQL ("pgx" or "postgres") or SQLite ("sqlite",
 // modernc.org/sqlite, or "sqlite3"; in WAL mode with a busy timeout, as
 // SQLite has one writer at a time); [Manager.CreateTables]
@@ -145,6 +146,15 @@
 // allotment of a Redis that lost its state is not reused (a bounded
 // undersell, never an oversell): Reconcile records it as lost. Run it
 // after a Redis restart the breaker did not see.
+//
+// # Movement ledger
+//
+// [WithLedger] records every move that took effect: the journal entry a
+// script appends also carries its moves' records, the syncer writes them as
+// rows of TABLEPREFIXmoves in the transaction that applies the entry, and
+// the fallback and Init write theirs in their own; the Manager is a
+// [github.com/stockkit/inventory/ledger.Reader] (see WithLedger and
+// docs/ledger.md).
 //
 // # Merging
 //
