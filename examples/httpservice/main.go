@@ -249,7 +249,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fmt.Fprintf(stderr, "httpservice: -hold-ttl must lie in %v..%v and -reap must not be negative\n", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 		return nil, errUsage
 	}
-	if c.ledger && !slices.Contains(ledgerKeepers, c.strategy) || c.ledgerMaxLen < 0 {
+	if !c.ledgerFlagsOK() {
 		fmt.Fprintf(stderr, "httpservice: -ledger needs -strategy %s, and -ledger-max-len must not be negative\n", ledgerStrategies)
 		return nil, errUsage
 	}
@@ -258,6 +258,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errUsage
 	}
 	return &c, nil
+}
+
+// ledgerFlagsOK reports whether -ledger names a strategy that keeps a
+// ledger and -ledger-max-len is not negative.
+func (c *config) ledgerFlagsOK() bool {
+	return (!c.ledger || slices.Contains(ledgerKeepers, c.strategy)) && c.ledgerMaxLen >= 0
 }
 
 // run serves until ctx is done, then shuts the server down gracefully. It
@@ -412,11 +418,7 @@ type backends struct {
 func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) {
 	switch b.cfg.strategy {
 	case "luascript":
-		var opts []luascript.Option
-		if b.cfg.ledger {
-			opts = append(opts, luascript.WithLedger(b.cfg.ledgerMaxLen))
-		}
-		return luascript.New(b.redis(b.cfg.redis), opts...)
+		return luascript.New(b.redis(b.cfg.redis), b.luascriptOptions()...)
 	case "optimistic":
 		return b.sqlManager(ctx, func(db *sqlx.DB) (sqlManager, error) {
 			if b.cfg.ledger {
@@ -478,6 +480,14 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 
 // strategies are the values of -strategy.
 const strategies = "luascript, optimistic, rowlock, sqllock, redislock, redlock, zklock or tiered"
+
+// luascriptOptions are luascript's options: WithLedger with -ledger.
+func (b *backends) luascriptOptions() []luascript.Option {
+	if b.cfg.ledger {
+		return []luascript.Option{luascript.WithLedger(b.cfg.ledgerMaxLen)}
+	}
+	return nil
+}
 
 // ledgerKeepers are the strategies that keep a ledger with -ledger.
 var ledgerKeepers = []string{"optimistic", "rowlock", "luascript"}
