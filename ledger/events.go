@@ -206,8 +206,9 @@ func WithSKUThreshold(sku string, n int64) FeedOption {
 // SKUs are independent (a handler that keeps failing on one SKU holds back
 // that SKU only), with no order across SKUs. After a crash, a Feed made
 // with the same CursorStore carries on from the saved cursors: no event is
-// missed, and those delivered since the last Save come again with their
-// IDs. Changing a threshold changes the BelowThreshold events of the
+// missed (of the entries still kept: a trimmed stream or deleted rows
+// take theirs with them), and those delivered since the last Save come
+// again with their IDs. Changing a threshold changes the BelowThreshold events of the
 // entries not yet delivered only.
 //
 // Poll runs one pass, Run polls until its ctx is done. A Feed runs one
