@@ -225,16 +225,21 @@ func unknownOutcome(err error) bool {
 // retry calls op until it returns nil, an error that says what happened,
 // or ctx ends: for the setup and the reads of the checks.
 func (f *faultSale) retry(ctx context.Context, op func(context.Context) error) error {
-	for {
+	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
 		err := op(cctx)
 		cancel()
 		if !unknownOutcome(err) && !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
 			return err
 		}
-		sleepCtx(ctx, 20*time.Millisecond)
+		sleepCtx(ctx, backoff(attempt))
 	}
 }
+
+// backoff is the pause before the retry after attempt: from 20ms, doubled
+// up to 320ms, so that the buyers' retries leave the restarting server
+// (on the same cores, in a test) the CPU it needs.
+func backoff(attempt int) time.Duration { return 20 * time.Millisecond << min(attempt, 4) }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
@@ -281,7 +286,7 @@ func (f *faultSale) do(ctx context.Context, t *testing.T, c *faultCall, name str
 			return false
 		default:
 			f.failed.Add(1)
-			sleepCtx(ctx, 20*time.Millisecond)
+			sleepCtx(ctx, backoff(attempt))
 		}
 	}
 	return false
@@ -365,6 +370,7 @@ func (f *faultSale) buyer(ctx context.Context, t *testing.T, i int) {
 // run runs the sale and the fault, which strikes once a quarter of the
 // buyers are done.
 func (f *faultSale) run(ctx context.Context, t *testing.T) {
+	began := time.Now()
 	next := make(chan int)
 	var done atomic.Int64
 	faulted := make(chan struct{})
@@ -380,9 +386,14 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 						struck.Store(true)
 						go func() {
 							defer close(faulted)
+							t0 := time.Now()
 							f.cfg.Kill()
+							t1 := time.Now()
 							sleepCtx(ctx, f.cfg.Down)
+							t2 := time.Now()
 							f.cfg.Restart()
+							t.Logf("the fault struck %v after the sale began: Kill took %v, Restart %v",
+								t0.Sub(began).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
 						}()
 					})
 				}
@@ -394,6 +405,7 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
+	t.Logf("the sale ended %v after it began", time.Since(began).Round(time.Millisecond))
 	if !struck.Load() {
 		t.Fatal("inventorytest: the fault never struck (fewer than 4 buyers?)")
 	}
