@@ -415,25 +415,10 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 // check reads each SKU's history back and checks it against the calls
 // and the stock.
 func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult {
-	sold := map[string]int64{}
-	held := map[string]int64{}
 	replayed := map[string]ledger.Stock{}
 	res := LedgerFaultsResult{Attempts: int(f.attempts.Load()), Failed: int(f.failed.Load())}
 	for _, sku := range f.skus {
-		var es []ledger.Entry
-		err := f.retry(ctx, func(ctx context.Context) error {
-			es = es[:0]
-			for e, err := range ledger.History(ctx, f.m, sku, 0) {
-				if err != nil {
-					return err
-				}
-				es = append(es, e)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("history of %q: %v", sku, err)
-		}
+		es := f.history(ctx, t, sku)
 		res.Entries += len(es)
 		st, err := ledger.Replay(func(yield func(ledger.Entry, error) bool) {
 			for _, e := range es {
@@ -449,45 +434,16 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 			f.compareStock(ctx, t, sku, st)
 		}
 		for _, e := range es {
-			if e.Kind == ledger.Init {
-				continue
-			}
-			if f.matchEntry(t, e) {
+			if e.Kind != ledger.Init && f.matchEntry(t, e) {
 				res.Hidden++
 			}
 		}
 	}
-	for id, c := range f.calls {
-		if c.matched {
-			switch c.kind {
-			case ledger.Reduce, ledger.Confirm:
-				sold[c.sku]++
-			case ledger.Return:
-				sold[c.sku]--
-			case ledger.Reserve:
-				held[c.sku]++
-			}
-			if c.kind == ledger.Confirm || c.kind == ledger.Cancel {
-				held[c.sku]--
-			}
-		}
-		if c.took {
-			res.Moves++
-			if !c.matched {
-				res.Lost++
-				if !f.cfg.Lossy && res.Lost <= 10 {
-					t.Errorf("a move without its entry: %s (%s %s, attempts %v)", id, c.sku, c.kind, c.refs)
-				}
-			}
-		}
-	}
+	sold, held := f.tally(t, &res)
 	for sku, sum := range replayed {
 		if sum.Sold != sold[sku] || sum.Held != held[sku] {
 			t.Errorf("%s: the ledger says %d sold and %d held; the calls that took effect, %d and %d", sku, sum.Sold, sum.Held, sold[sku], held[sku])
 		}
-	}
-	if !f.cfg.Lossy && res.Lost > 10 {
-		t.Errorf("%d moves without their entry in all", res.Lost)
 	}
 	t.Logf("%d buyers, %d attempts, %d of them failed by the fault; %d moves known, %d of them without an entry; "+
 		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d entries on %d SKUs",
@@ -496,6 +452,63 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		t.Errorf("the fault failed no call: Kill did not strike mid-sale")
 	}
 	return res
+}
+
+// history reads the whole history of sku, again until the server answers.
+func (f *faultSale) history(ctx context.Context, t *testing.T, sku string) []ledger.Entry {
+	var es []ledger.Entry
+	err := f.retry(ctx, func(ctx context.Context) error {
+		es = es[:0]
+		for e, err := range ledger.History(ctx, f.m, sku, 0) {
+			if err != nil {
+				return err
+			}
+			es = append(es, e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("history of %q: %v", sku, err)
+	}
+	return es
+}
+
+// tally counts the moves that took effect into res, reports those without
+// an entry (unless Lossy), and returns the units the calls with an entry
+// sold and hold, per SKU.
+func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held map[string]int64) {
+	sold, held = map[string]int64{}, map[string]int64{}
+	for id, c := range f.calls {
+		if c.matched {
+			switch c.kind {
+			case ledger.Reduce:
+				sold[c.sku]++
+			case ledger.Return:
+				sold[c.sku]--
+			case ledger.Reserve:
+				held[c.sku]++
+			case ledger.Confirm:
+				sold[c.sku]++
+				held[c.sku]--
+			case ledger.Cancel:
+				held[c.sku]--
+			}
+		}
+		if !c.took {
+			continue
+		}
+		res.Moves++
+		if !c.matched {
+			res.Lost++
+			if !f.cfg.Lossy && res.Lost <= 10 {
+				t.Errorf("a move without its entry: %s (%s %s, attempts %v)", id, c.sku, c.kind, c.refs)
+			}
+		}
+	}
+	if !f.cfg.Lossy && res.Lost > 10 {
+		t.Errorf("%d moves without their entry in all", res.Lost)
+	}
+	return sold, held
 }
 
 // matchEntry matches e with its call; it reports whether that call is an
