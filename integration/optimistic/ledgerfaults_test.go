@@ -17,7 +17,7 @@ import (
 // was told of has its entry, no entry lacks its move, keyed retries are
 // recorded once, and each SKU replays to its stock.
 func TestLedgerServerKilled(t *testing.T) {
-	faulttest.SQLLedgerKilled(t, 200, func(t *testing.T, db *sqlx.DB) []faulttest.LedgerManager {
+	faulttest.SQLLedgerKilled(t, 100, func(t *testing.T, db *sqlx.DB) []faulttest.LedgerManager {
 		combining, err := optimistic.New(db, optimistic.WithLedger())
 		require.NoError(t, err)
 		single, err := optimistic.New(db, optimistic.WithLedger(), optimistic.WithSingleStatement())

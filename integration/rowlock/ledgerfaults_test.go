@@ -16,7 +16,7 @@ import (
 // has its entry, no entry lacks its move, keyed retries are recorded once,
 // and each SKU replays to its stock.
 func TestLedgerServerKilled(t *testing.T) {
-	faulttest.SQLLedgerKilled(t, 120, func(t *testing.T, db *sqlx.DB) []faulttest.LedgerManager {
+	faulttest.SQLLedgerKilled(t, 80, func(t *testing.T, db *sqlx.DB) []faulttest.LedgerManager {
 		m, err := rowlock.New(db, rowlock.WithLedger())
 		require.NoError(t, err)
 		return []faulttest.LedgerManager{m}
