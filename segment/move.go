@@ -21,9 +21,18 @@ var errMiss = errors.New("segment: the segment cannot fit the reduce")
 // fastTries is how many segments a Reduce tries before the SKU path.
 const fastTries = 2
 
-// reduce takes qty units of sku from one segment, or else through the SKU
-// path (see [Manager.whole]).
+// reduce takes qty units of sku: combined with the Manager's other
+// unkeyed Reduces of sku (combine.go), or alone.
 func (m *Manager) reduce(ctx context.Context, sku string, qty int64, key string) (int64, error) {
+	if key == "" {
+		return m.combined(ctx, sku, qty)
+	}
+	return m.alone(ctx, sku, qty, key)
+}
+
+// alone takes qty units of sku from one segment, or else through the SKU
+// path (see [Manager.whole]).
+func (m *Manager) alone(ctx context.Context, sku string, qty int64, key string) (int64, error) {
 	for range fastTries {
 		s, ok := m.pick(sku)
 		if !ok {
@@ -57,8 +66,9 @@ func (m *Manager) pick(sku string) (seg int, ok bool) {
 // exist); nothing changed.
 func (m *Manager) take(ctx context.Context, sku string, s int, qty int64, key string) (int64, error) {
 	var rem int64
+	m.prepare(ctx)
 	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, m.q.take, qty, sku, s, qty)
+		res, err := exec(ctx, tx, m.st.take, m.q.take, qty, sku, s, qty)
 		if err != nil {
 			return m.t.Err(ctx, "reduce", err)
 		}
@@ -69,7 +79,7 @@ func (m *Manager) take(ctx context.Context, sku string, s int, qty int64, key st
 			return errMiss
 		}
 		var segs int64
-		if err := tx.QueryRowxContext(ctx, m.q.total, sku).Scan(&rem, &segs); err != nil {
+		if err := queryRow(ctx, tx, m.st.total, m.q.total, sku).Scan(&rem, &segs); err != nil {
 			return m.t.Err(ctx, "reduce", err)
 		}
 		return m.record(ctx, tx, sku, driver.DirReduce, key, rem)

@@ -68,6 +68,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +78,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/sqlstore"
@@ -98,6 +101,9 @@ type Manager struct {
 	seg   string        // the segments table's name, unquoted
 	next  atomic.Uint64 // the rotation over segments
 	hints hints         // the segments each SKU was last seen to have empty
+	st    *stmts        // the hot statements, prepared on MySQL
+
+	comb *merge.Keyed[string, struct{}, int64, got] // the unkeyed Reduces of each SKU in flight (combine.go)
 }
 
 var _ inventory.StockManager = (*Manager)(nil)
@@ -152,6 +158,10 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	seg := s.Table[:min(len(s.Table), 63-len(Suffix))] + Suffix
 	m := &Manager{t: t, q: build(t.Engine, seg, s.Ledger), n: c.n, seg: seg}
 	m.hints.seed = maphash.MakeSeed()
+	m.next.Store(rand.Uint64()) // Managers of one SKU start their rotations apart
+	m.comb = merge.NewKeyed(maxBatch, m.sendBatch)
+	m.st = new(stmts)
+	runtime.AddCleanup(m, func(st *stmts) { st.close() }, m.st)
 	return m, nil
 }
 

@@ -1,0 +1,128 @@
+package segment
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/sqldialect"
+)
+
+// maxBatch is the most unkeyed Reduces of one SKU a Manager combines.
+const maxBatch = 128
+
+// got is the answer of one combined Reduce.
+type got struct {
+	rem int64
+	err error
+}
+
+// combined takes qty units of sku with the other unkeyed Reduces of the
+// SKU that this Manager has in flight: see sendBatch.
+func (m *Manager) combined(ctx context.Context, sku string, qty int64) (int64, error) {
+	a, err := m.comb.Do(ctx, sku, qty)
+	if err != nil {
+		return 0, err
+	}
+	return a.rem, a.err
+}
+
+// sendBatch takes the units of a batch of unkeyed Reduces of sku, in
+// arrival order, from one segment in one conditional UPDATE of their sum:
+// the first call's remaining is the sum read after the write plus the
+// units of the calls after it, and so on, as if they had run one by one.
+// When the segment cannot fit the batch, each call goes its own way
+// (other segments, then the SKU path), all at once.
+func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[int64, got]) {
+	var total int64
+	for _, c := range batch {
+		total += c.Req
+	}
+	s, ok := m.pick(sku)
+	err := errMiss
+	var rem int64
+	if ok {
+		rem, err = m.take(ctx, sku, s, total, "")
+		if errors.Is(err, errMiss) {
+			m.hints.mark(sku, s)
+		}
+	}
+	switch {
+	case err == nil:
+		for i := len(batch) - 1; i >= 0; i-- {
+			batch[i].Ans = got{rem: rem}
+			rem += batch[i].Req
+		}
+	case errors.Is(err, errMiss):
+		var wg sync.WaitGroup
+		for _, c := range batch {
+			wg.Go(func() {
+				rem, err := m.alone(c.Ctx, sku, c.Req, "")
+				c.Ans = got{rem, err}
+			})
+		}
+		wg.Wait()
+	default:
+		for _, c := range batch {
+			c.Ans = got{err: err}
+		}
+	}
+}
+
+// stmts are the hot statements, prepared once per pool on MySQL, whose
+// driver otherwise prepares, runs and closes a statement with arguments
+// each time (see sqlengine's prepared.go); nil elsewhere, or when the
+// prepare failed: the text runs instead.
+type stmts struct {
+	once        sync.Once
+	take, total *sql.Stmt
+}
+
+// prepare prepares the hot statements on MySQL, once; call it holding no
+// connection of the pool.
+func (m *Manager) prepare(ctx context.Context) {
+	if m.t.Engine != sqldialect.MySQL {
+		return
+	}
+	m.st.once.Do(func() {
+		take, err := m.t.DB.PrepareContext(context.WithoutCancel(ctx), m.q.take)
+		if err != nil {
+			return
+		}
+		total, err := m.t.DB.PrepareContext(context.WithoutCancel(ctx), m.q.total)
+		if err != nil {
+			_ = take.Close()
+			return
+		}
+		m.st.take, m.st.total = take, total
+	})
+}
+
+// exec runs stmt, prepared as p if it is, in tx.
+func exec(ctx context.Context, tx *sqlx.Tx, p *sql.Stmt, stmt string, args ...any) (sql.Result, error) {
+	if p != nil {
+		return tx.StmtContext(ctx, p).ExecContext(ctx, args...)
+	}
+	return tx.ExecContext(ctx, stmt, args...)
+}
+
+// queryRow runs stmt, prepared as p if it is, in tx.
+func queryRow(ctx context.Context, tx *sqlx.Tx, p *sql.Stmt, stmt string, args ...any) *sql.Row {
+	if p != nil {
+		return tx.StmtContext(ctx, p).QueryRowContext(ctx, args...)
+	}
+	return tx.QueryRowContext(ctx, stmt, args...)
+}
+
+// close closes the prepared statements, if any.
+func (st *stmts) close() {
+	for _, s := range []*sql.Stmt{st.take, st.total} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
