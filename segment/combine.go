@@ -46,7 +46,7 @@ func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch 
 	err := errMiss
 	var rem int64
 	if ok {
-		rem, err = m.take(ctx, sku, s, total, "")
+		rem, err = m.grab(ctx, sku, s, total)
 		if errors.Is(err, errMiss) {
 			m.hints.mark(sku, s)
 		}
@@ -73,13 +73,69 @@ func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch 
 	}
 }
 
+// grab takes qty units from segment s of sku in one autocommit statement
+// (no idempotency key to write with it), and returns the SKU's sum after
+// it: on PostgreSQL from the same statement (the other segments as of its
+// snapshot), elsewhere read by a second statement (a snapshot after the
+// write), or, should that read fail, the segment's own stock after the
+// write. errMiss means the segment could not fit it; nothing changed.
+func (m *Manager) grab(ctx context.Context, sku string, s int, qty int64) (int64, error) {
+	var rem int64
+	switch m.t.Engine {
+	case sqldialect.MySQL:
+		m.prepare(ctx)
+		var res sql.Result
+		var err error
+		if m.st.grab != nil {
+			res, err = m.st.grab.ExecContext(ctx, qty, sku, s, qty)
+		} else {
+			res, err = m.t.DB.ExecContext(ctx, m.q.grab, qty, sku, s, qty)
+		}
+		if err != nil {
+			return 0, m.t.Err(ctx, "reduce", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, m.t.Err(ctx, "reduce", err)
+		}
+		if n == 0 {
+			return 0, errMiss
+		}
+		if rem, err = res.LastInsertId(); err != nil {
+			return 0, m.t.Err(ctx, "reduce", err)
+		}
+	case sqldialect.Postgres:
+		err := m.t.DB.QueryRowContext(ctx, m.q.grab, qty, sku, s, qty, sku, s).Scan(&rem)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, errMiss
+		}
+		if err != nil {
+			return 0, m.t.Err(ctx, "reduce", err)
+		}
+		return rem, nil
+	default:
+		err := m.t.DB.QueryRowContext(ctx, m.q.grab, qty, sku, s, qty).Scan(&rem)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, errMiss
+		}
+		if err != nil {
+			return 0, m.t.Err(ctx, "reduce", err)
+		}
+	}
+	var sum, n int64
+	if err := m.t.DB.QueryRowContext(ctx, m.q.total, sku).Scan(&sum, &n); err == nil {
+		rem = sum
+	}
+	return rem, nil
+}
+
 // stmts are the hot statements, prepared once per pool on MySQL, whose
 // driver otherwise prepares, runs and closes a statement with arguments
 // each time (see sqlengine's prepared.go); nil elsewhere, or when the
 // prepare failed: the text runs instead.
 type stmts struct {
-	once        sync.Once
-	take, total *sql.Stmt
+	once              sync.Once
+	take, total, grab *sql.Stmt
 }
 
 // prepare prepares the hot statements on MySQL, once; call it holding no
@@ -98,7 +154,12 @@ func (m *Manager) prepare(ctx context.Context) {
 			_ = take.Close()
 			return
 		}
-		m.st.take, m.st.total = take, total
+		grab, err := m.t.DB.PrepareContext(context.WithoutCancel(ctx), m.q.grab)
+		if err != nil {
+			_, _ = take.Close(), total.Close()
+			return
+		}
+		m.st.take, m.st.total, m.st.grab = take, total, grab
 	})
 }
 
@@ -120,7 +181,7 @@ func queryRow(ctx context.Context, tx *sqlx.Tx, p *sql.Stmt, stmt string, args .
 
 // close closes the prepared statements, if any.
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.take, st.total} {
+	for _, s := range []*sql.Stmt{st.take, st.total, st.grab} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -19,6 +19,7 @@ const Suffix = "_segments"
 type statements struct {
 	create []string // the segments table
 	take   string   // take qty from one segment, if it has them
+	grab   string   // take, autocommit, returning the segment's stock after (MySQL: through LAST_INSERT_ID) or, on PostgreSQL, the SKU's sum
 	total  string   // the sum of a SKU's segments and their count
 	peek   string   // total, and the remaining of an unexpired key
 	lock   []string // lock every segment row of a SKU, then read them in seg order
@@ -47,6 +48,14 @@ func build(eng sqldialect.Engine, seg, keys string) statements {
 		peek: `SELECT ` + sum + `, COUNT(*), (SELECT remaining FROM ` + keys +
 			` WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?) FROM ` + seg + ` WHERE sku = ?`,
 		clear: `DELETE FROM ` + seg + ` WHERE sku = ? AND seg >= ?`,
+	}
+	s.grab = `UPDATE ` + seg + ` SET available = available - ? WHERE sku = ? AND seg = ? AND available >= ? RETURNING available`
+	switch eng {
+	case sqldialect.MySQL:
+		s.grab = `UPDATE ` + seg + ` SET available = LAST_INSERT_ID(available - ?) WHERE sku = ? AND seg = ? AND available >= ?`
+	case sqldialect.Postgres: // one statement: the others' sum as of its snapshot, and the segment after the write
+		s.grab = `WITH u AS (` + strings.TrimSuffix(s.grab, ` RETURNING available`) + ` RETURNING available)
+SELECT u.available + (SELECT ` + sum + ` FROM ` + seg + ` WHERE sku = ? AND seg <> ?) FROM u`
 	}
 	read := `SELECT seg, available FROM ` + seg + ` WHERE sku = ? ORDER BY seg`
 	switch eng {
@@ -79,7 +88,7 @@ func build(eng sqldialect.Engine, seg, keys string) statements {
 		s.upsert = `INSERT INTO ` + seg + ` (sku, seg, available) VALUES %s ON CONFLICT (sku, seg) DO UPDATE SET available = excluded.available`
 	}
 	if eng == sqldialect.Postgres {
-		s.take, s.total, s.peek, s.clear = rebind(s.take), rebind(s.total), rebind(s.peek), rebind(s.clear)
+		s.take, s.total, s.peek, s.clear, s.grab = rebind(s.take), rebind(s.total), rebind(s.peek), rebind(s.clear), rebind(s.grab)
 		for i := range s.lock {
 			s.lock[i] = rebind(s.lock[i])
 		}
