@@ -8,6 +8,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
 )
@@ -35,8 +38,8 @@ func (m *Manager) combined(ctx context.Context, sku string, qty int64) (int64, e
 // arrival order, from one segment in one conditional UPDATE of their sum:
 // the first call's remaining is the sum read after the write plus the
 // units of the calls after it, and so on, as if they had run one by one.
-// When the segment cannot fit the batch, each call goes its own way
-// (other segments, then the SKU path), all at once.
+// When the segment cannot fit the batch, the batch takes the SKU path at
+// once (see wholeBatch).
 func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[int64, got]) {
 	var total int64
 	for _, c := range batch {
@@ -58,16 +61,58 @@ func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch 
 			rem += batch[i].Req
 		}
 	case errors.Is(err, errMiss):
-		var wg sync.WaitGroup
-		for _, c := range batch {
-			wg.Go(func() {
-				rem, err := m.alone(c.Ctx, sku, c.Req, "")
-				c.Ans = got{rem, err}
-			})
-		}
-		wg.Wait()
+		m.wholeBatch(ctx, sku, batch)
 	default:
 		for _, c := range batch {
+			c.Ans = got{err: err}
+		}
+	}
+}
+
+// wholeBatch is the SKU path of a batch: a snapshot read of the SKU's sum
+// refuses every call when it fits none of them, with no lock; otherwise
+// one transaction locks every segment row of sku, serves the calls in
+// order while the sum fits them (a call it cannot fit is refused with the
+// sum as it stands), and writes the new stock back spread evenly.
+func (m *Manager) wholeBatch(ctx context.Context, sku string, batch []*merge.Call[int64, got]) {
+	least := batch[0].Req
+	for _, c := range batch {
+		least = min(least, c.Req)
+	}
+	if rem, err := m.peek(ctx, sku, least, ""); err != nil {
+		for _, c := range batch {
+			c.Ans = got{rem, err}
+		}
+		if errors.Is(err, inventory.ErrInsufficientStock) {
+			for _, c := range batch { // every call's own refusal
+				c.Ans.err = m.t.Check(sku, driver.DirReduce, rem, c.Req)
+			}
+		}
+		return
+	}
+	ans := make([]got, len(batch))
+	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
+		segs, sum, err := m.lock(ctx, tx, sku)
+		if err != nil {
+			return err
+		}
+		took := false
+		for i, c := range batch {
+			if err := m.t.Check(sku, driver.DirReduce, sum, c.Req); err != nil {
+				ans[i] = got{sum, err}
+				continue
+			}
+			sum -= c.Req
+			ans[i], took = got{rem: sum}, true
+		}
+		if !took {
+			return nil
+		}
+		return m.write(ctx, tx, sku, segs, sum)
+	})
+	for i, c := range batch {
+		c.Ans = ans[i]
+		if err != nil {
 			c.Ans = got{err: err}
 		}
 	}
