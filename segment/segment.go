@@ -14,19 +14,25 @@
 // evenly over the N rows (and deletes any further rows an Init with more
 // segments left); Get returns their sum.
 //
-// A Reduce picks a segment by a rotation of its Manager's, skipping the
-// segments it last saw empty, and takes the units from it with one
-// conditional UPDATE (available = available - n WHERE available >= n),
-// with its idempotency key in the same transaction when keyed. If the
-// segment cannot fit it, the Reduce tries one other segment, and then
-// takes the SKU path: a snapshot read of the SKU's sum refuses it when the
-// whole SKU cannot fit it (no lock taken); otherwise one transaction locks
-// every segment row of the SKU in segment order, decides on their sum, and
-// writes the SKU's new stock back spread evenly over its segments
-// (rebalancing). So a Reduce is refused only when the SKU as a whole cannot
-// fit it at that moment, never because its segment ran dry; a Reduce
-// larger than any one segment takes from several, all or nothing; and a
-// drained segment is refilled by the next Reduce that misses it.
+// The unkeyed Reduces of one SKU that a Manager has in flight combine
+// (as optimistic's do): while one batch of the SKU is being written, the
+// calls that arrive queue up, and the next batch takes them all, up to
+// 128. A batch picks a segment by a rotation of its Manager's (Managers
+// start theirs at random), skipping the segments it last saw empty, and
+// takes its units from it in one autocommit conditional UPDATE
+// (available = available - n WHERE available >= n). If that segment
+// cannot fit the batch, the batch takes the SKU path: a snapshot read of
+// the SKU's sum refuses every call it cannot fit, with no lock; otherwise
+// one transaction locks every segment row of the SKU in segment order,
+// serves the calls in order while the sum fits them, and writes the SKU's
+// new stock back spread evenly over its segments (rebalancing). A keyed
+// Reduce runs alone: one transaction takes its units from one segment and
+// writes its key; if the segment cannot fit it, it tries one other
+// segment, then the SKU path as above. So a Reduce is refused only when
+// the SKU as a whole cannot fit it at that moment, never because its
+// segment ran dry; a Reduce larger than any one segment takes from
+// several, all or nothing; and a drained segment is refilled by the next
+// Reduce that misses it. docs/segments.md gives the measured costs.
 //
 // A Return takes the SKU path: it locks the segment rows, checks the
 // SKU's sum against [inventory.MaxStock] and writes the new stock back
@@ -46,15 +52,20 @@
 // Get returns the sum of the SKU's segments as of one statement's snapshot:
 // a value the stock had at a moment during the call. A Reduce or Return
 // that took the SKU path, and every refusal, return the stock exactly as
-// it was after (or, refused, at) the call's moment. A Reduce that took
-// its units from one segment returns the sum read in its transaction
-// after its write: its own segment after it, the others as committed when
-// the read ran. That value is at least 0 and at most the stock before the
-// call; with no call overlapping it is exact. But it is not linearizable:
-// two overlapping Reduces may return the same remaining value, and a
-// remaining of 0 does not prove the SKU sold out (nor one above 0 that it
-// has stock left); only an ErrInsufficientStock, or Get, says what is
-// there. The conformance suite runs with
+// it was after (or, refused, at) the call's moment under the SKU's lock
+// or in one snapshot. A Reduce that took its units from one segment
+// returns a sum read with or after its write: on PostgreSQL the other
+// segments as of the write's own snapshot, elsewhere a snapshot read
+// right after the write (in a keyed call's transaction, before its
+// commit), less, in a batch, the units of the calls combined after it. It
+// is at least 0 and, with no Return or Init overlapping, below the stock
+// before the call; with no call overlapping it is exact. But it is not
+// linearizable: two overlapping Reduces may return the same remaining
+// value, and a remaining of 0 does not prove the SKU sold out (nor one
+// above 0 that it has stock left); only an ErrInsufficientStock, or Get,
+// says what is there. (Should the read of the sum fail after the write
+// took effect, the call returns its segment's own stock, a lower bound.)
+// The conformance suite runs with
 // inventorytest.Config.RemainingNotLinearizable set for this reason.
 //
 // # Not in this package (yet)

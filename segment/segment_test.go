@@ -46,12 +46,16 @@ func bounded(t testing.TB, d time.Duration) context.Context {
 }
 
 // TestConformance runs the public suite with 8 segments (the flash sale
-// sells 100 units to 2,000 keyed buyers, the last unit included) and with
-// one, on every engine.
+// sells 100 units to 2,000 keyed buyers, the last unit included) on every
+// engine, and with one segment, where the remaining value is
+// linearizable, on PostgreSQL.
 func TestConformance(t *testing.T) {
 	for _, n := range []int{segment.DefaultSegments, 1} {
 		t.Run(fmt.Sprintf("segments=%d", n), func(t *testing.T) {
 			sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+				if n == 1 && db.DriverName() != "pgx" {
+					return // one engine is enough for the degenerate layout
+				}
 				s := schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
 					RemainingNotLinearizable: n > 1,
@@ -116,17 +120,13 @@ func TestNoFalseSoldOut(t *testing.T) {
 // its call through another Manager, which lands on another segment: the
 // repeat is a duplicate of a sale or a refusal, never a second sale.
 func TestManagers(t *testing.T) {
-	for _, e := range sqltest.Engines[:3] {
+	for _, e := range sqltest.Engines[:2] { // the server engines: SQLite's file is one pool's
 		t.Run(e.Name, func(t *testing.T) {
 			db := e.Open(t)
 			s := schema(t, db)
 			ms := []*segment.Manager{newManager(t, db, s)}
 			for range 3 {
-				other := db
-				if e.Name != "sqlite" { // SQLite's file is the test's own: one pool
-					other = e.Open(t)
-				}
-				ms = append(ms, newManager(t, other, s))
+				ms = append(ms, newManager(t, e.Open(t), s))
 			}
 			ctx := bounded(t, 3*time.Minute)
 			sku := testenv.Prefix()

@@ -106,6 +106,8 @@ func BenchmarkSegments(b *testing.B) {
 				})
 				sg.stop()
 				bg.stop()
+				b.Logf("%s, %s: ErrContention retried: segment %s, optimistic %s; load %s",
+					engineNames[e.Name], r.variant, sg.contentionNote(), bg.contentionNote(), loadavg())
 			}
 		})
 	}
