@@ -219,6 +219,8 @@ type Manager struct {
 	maxAttempts int
 	abandon     time.Duration // see WithAbandonGrace
 	pending     pendingOrders // orders whose expired lines are not to be released yet
+	name        string        // WithName
+	ledger      LedgerStore   // the Store, when it keeps a movement ledger; nil otherwise (ledger.go)
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }
@@ -276,7 +278,10 @@ func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
 	case c.badAttempts != nil:
 		return nil, fmt.Errorf("%w: %s: %w", inventory.ErrInvalidArgument, name, c.badAttempts)
 	}
-	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon}
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon, name: cmp.Or(c.name, "lockmgr")}
+	if ls, ok := s.(LedgerStore); ok && ls.KeepsLedger() {
+		m.ledger = ls
+	}
 	m.face = front.New(c.name, (*backend)(m), nil)
 	return m, nil
 }
@@ -329,6 +334,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir driver
 	if err != nil {
 		return cur, true, err
 	}
+	ctx = m.note(ctx, Note{Kind: moveKind(dir), Units: qty, Key: key, Ref: driver.Ref(ctx)})
 	return m.write(ctx, lease, sku, version, next, dir, key)
 }
 

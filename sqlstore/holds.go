@@ -171,10 +171,10 @@ func (h *holds) HoldsOf(ctx context.Context, q sqlx.QueryerContext, sku string, 
 
 // HoldLine records the line (sku, id) -> qty, expiring at expires, and
 // sets sku's stock to newStock if its version is still version, in one
-// transaction (caller's savepoint, or its own). ok=false: the version
-// moved or sku is gone, nothing written. An existing line is
-// ErrDuplicate.
-func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, version, newStock int64, id string, qty int64, expires time.Time) (ok bool, err error) {
+// transaction (caller's savepoint, or its own), with mv, if not nil, in
+// the movement ledger. ok=false: the version moved or sku is gone, nothing
+// written. An existing line is ErrDuplicate.
+func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, version, newStock int64, id string, qty int64, expires time.Time, mv *sqlengine.Move) (ok bool, err error) {
 	err = h.t.Atomic(ctx, caller, "hold", func(tx *sqlx.Tx) error {
 		n, err := sqlengine.Rows(tx.ExecContext(ctx, h.q.holdLine, id, sku, qty, expires.UnixMicro()))
 		if err != nil {
@@ -187,7 +187,10 @@ func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, versi
 		if err == nil && !ok {
 			return errStale
 		}
-		return err
+		if err != nil || mv == nil {
+			return err
+		}
+		return h.t.WriteMoves(ctx, tx, []sqlengine.Move{*mv})
 	})
 	if errors.Is(err, errStale) {
 		return false, nil
@@ -200,8 +203,12 @@ var errStale = errors.New("sqlstore: stale version")
 
 // Unhold deletes the line (sku, id) and, unless sold, gives its qty back
 // to sku's stock (capped at MaxStock), in one transaction; it returns the
-// qty, or 0 when there is no such line.
-func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sold bool) (qty int64, err error) {
+// qty, or 0 when there is no such line. With mv not nil it records mv in
+// the movement ledger, its units the line's qty and its Available the
+// stock after: a sold line then writes the stock row too (moving its
+// version on), so that the row is locked while the entry is written, as
+// every entry of the SKU is.
+func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sold bool, mv *sqlengine.Move) (qty int64, err error) {
 	err = h.t.Atomic(ctx, caller, "unhold", func(tx *sqlx.Tx) error {
 		qty = 0
 		err := tx.QueryRowxContext(ctx, h.q.lockLine, id, sku).Scan(&qty)
@@ -214,17 +221,39 @@ func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sol
 		if _, err := tx.ExecContext(ctx, h.q.dropLine, id, sku); err != nil {
 			return h.t.Err(ctx, "unhold", err)
 		}
-		if !sold {
-			if _, err := tx.ExecContext(ctx, h.q.give, qty, inventory.MaxStock, sku); err != nil {
+		if !sold || mv != nil {
+			give := qty
+			if sold {
+				give = 0
+			}
+			if _, err := tx.ExecContext(ctx, h.q.give, give, inventory.MaxStock, sku); err != nil {
 				return h.t.Err(ctx, "unhold", err)
 			}
 		}
-		return nil
+		if mv == nil {
+			return nil
+		}
+		return h.move(ctx, tx, sku, qty, *mv)
 	})
 	if err != nil {
 		return 0, err
 	}
 	return qty, nil
+}
+
+// move writes mv, the entry of a line of qty units of sku, through tx,
+// with the stock after it read back (the stock row is tx's: it wrote it);
+// a SKU gone meanwhile records nothing.
+func (h *holds) move(ctx context.Context, tx *sqlx.Tx, sku string, qty int64, mv sqlengine.Move) error {
+	after, err := h.t.GetOn(ctx, tx, sku)
+	if errors.Is(err, inventory.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mv.Units, mv.Available = qty, after
+	return h.t.WriteMoves(ctx, tx, []sqlengine.Move{mv})
 }
 
 // orderRow is an order record as the orders table has it; times are Unix
