@@ -13,6 +13,7 @@ import (
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/sqlstore"
@@ -54,5 +55,39 @@ func TestLedger(t *testing.T) {
 				},
 			})
 		})
+	}
+}
+
+// TestLedgerInTx: over sqlstore.InTx, the entries commit and roll back
+// with the caller's transaction.
+func TestLedgerInTx(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		c := testenv.Redis(t)
+		s, err := sqlstore.New(db, sqlstore.WithSchema(sqltest.Schema(t, db)), sqlstore.WithLedger())
+		require.NoError(t, err)
+		require.NoError(t, s.CreateTables(context.Background()))
+		prefix := lockPrefix(t, c)
+		m := newManager(t, c, s, redislock.WithPrefix(prefix))
+		sqltest.LedgerInTx(t, db, m, func(tx *sqlx.Tx) inventory.StockManager {
+			return newManager(t, c, s.InTx(tx), redislock.WithPrefix(prefix))
+		})
+	})
+}
+
+// TestLedgerOff: over a store without its WithLedger, the Manager is no
+// ledger.Reader that keeps one: Entries fails with ledger.ErrNotKept, after
+// checking its arguments.
+func TestLedgerOff(t *testing.T) {
+	c := testenv.Redis(t)
+	rs, err := redisstore.New(c, redisstore.WithPrefix(testenv.RedisPrefix(t, c)))
+	require.NoError(t, err)
+	ss, err := sqlstore.New(sqltest.Open(t, "sqlite"))
+	require.NoError(t, err)
+	for _, s := range []redislock.Store{rs, ss} {
+		m := newManager(t, c, s, redislock.WithPrefix(lockPrefix(t, c)))
+		_, err := m.Entries(context.Background(), "sku", 0, 1)
+		require.ErrorIs(t, err, ledger.ErrNotKept)
+		_, err = m.Entries(context.Background(), "sku", 0, 0)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 	}
 }
