@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -29,98 +30,64 @@ type holdStatements struct {
 	dueOrders, pruneOrders                                          string
 }
 
-// holdSQL is the statements of each engine. MariaDB/MySQL has INSERT
+// sharedHoldSQL is the statements the engines have in common: each
+// engine's (holdSQL) are these with those it writes otherwise.
+var sharedHoldSQL = holdStatements{
+	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
+				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
+				EXISTS (SELECT 1 FROM {{.Holds}} h
+					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
+	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
+			ON CONFLICT DO NOTHING`,
+	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
+			FOR UPDATE`,
+	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
+	give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
+			WHERE {{.SKU}} = ?`,
+	createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
+			ON CONFLICT DO NOTHING`,
+	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+			WHERE id = ?`,
+	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+			WHERE id = ?
+			FOR UPDATE`,
+	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
+			WHERE id = ?`,
+	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
+	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
+	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
+			ORDER BY due_at LIMIT ?`,
+}
+
+// holdSQL returns the statements of engine e. MariaDB/MySQL has INSERT
 // IGNORE where the others have ON CONFLICT DO NOTHING, no bounded DELETE
 // but LIMIT (PostgreSQL goes through ctid, SQLite through rowid), and
 // SQLite, without row locks, locks with an UPDATE that changes nothing
 // (see sqldialect's sqlite.go).
-var holdSQL = map[sqldialect.Engine]holdStatements{
-	sqldialect.MySQL: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`,
-		lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
-			FOR UPDATE`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?
-			FOR UPDATE`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`,
-	},
-	sqldialect.Postgres: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
-			ON CONFLICT DO NOTHING`,
-		lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
-			FOR UPDATE`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
-			ON CONFLICT DO NOTHING`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?
-			FOR UPDATE`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}}
-			WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000))`,
-	},
-	sqldialect.SQLite: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
-			ON CONFLICT DO NOTHING`,
-		lockLine: `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
-			RETURNING qty`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = MIN({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
-			ON CONFLICT DO NOTHING`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `UPDATE {{.Orders}} SET id = id WHERE id = ?
-			RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}}
-			WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`,
-	},
+func holdSQL(e sqldialect.Engine) holdStatements {
+	q := sharedHoldSQL
+	switch e {
+	case sqldialect.MySQL:
+		q.holdLine = `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`
+		q.createOrder = `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`
+		q.pruneOrders = `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`
+	case sqldialect.Postgres:
+		q.holdsOf = strings.Replace(q.holdsOf, "COALESCE(SUM(h.qty), 0)", "COALESCE(SUM(h.qty), 0)::BIGINT", 1)
+		q.pruneOrders = `DELETE FROM {{.Orders}}
+			WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000))`
+	case sqldialect.SQLite:
+		q.lockLine = `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
+			RETURNING qty`
+		q.give = strings.Replace(q.give, "LEAST(", "MIN(", 1)
+		q.lockOrder = `UPDATE {{.Orders}} SET id = id WHERE id = ?
+			RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`
+		q.pruneOrders = `DELETE FROM {{.Orders}}
+			WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`
+	}
+	return q
 }
 
 // holds runs a Store's hold statements over t's schema.
@@ -131,7 +98,7 @@ type holds struct {
 
 // newHolds builds the hold statements of t's engine over t's schema.
 func newHolds(t *sqlengine.Tables) *holds {
-	src := holdSQL[t.Engine]
+	src := holdSQL(t.Engine)
 	h := &holds{t: t}
 	for _, f := range []struct{ dst, src *string }{
 		{&h.q.holdsOf, &src.holdsOf}, {&h.q.holdLine, &src.holdLine}, {&h.q.lockLine, &src.lockLine},
