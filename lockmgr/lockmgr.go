@@ -33,6 +33,10 @@
 // calls and holds are built from per-SKU steps. Over a plain Store the
 // order calls fail with an error wrapping errors.ErrUnsupported.
 //
+// A Store that is a [LedgerStore] keeping a movement ledger (package
+// ledger) makes the Manager a ledger.Reader: the Store writes each entry
+// with the write it records, as the [Note] in the write's ctx says.
+//
 // The Manager calls a Store only with valid SKUs (1..255 bytes of UTF-8,
 // no control characters), quantities already checked against 0..MaxStock,
 // and keys valid as SKUs are (1..MaxSKULen bytes), or "" for no key: a Store

@@ -21,6 +21,11 @@
 // A Store is also a [github.com/stockkit/inventory/lockmgr.HoldStore]: the
 // lock strategies over it take orders (see holds.go for its keys).
 //
+// With [WithLedger] it keeps the movement ledger of package
+// [github.com/stockkit/inventory/ledger] in luascript's per-SKU stream,
+// written by the script of each write (moves.go). It is not the
+// idempotency keys, which this package's docs also call a ledger.
+//
 // The client is any [redis.UniversalClient]: a plain client, a failover
 // (Sentinel) client or a Redis Cluster client. Every key of one SKU carries
 // the same hash tag, so the script's keys share a cluster slot.

@@ -28,6 +28,11 @@
 // microseconds on the database's clock. The orders table holds the order
 // records of the lock strategies (see below).
 //
+// With [WithLedger] the Store also keeps the movement ledger of package
+// [github.com/stockkit/inventory/ledger] in the table optimistic and
+// rowlock keep it in (the stock table's name followed by "_moves"): every
+// write of stock records its entry in its own transaction (moves.go).
+//
 // [Store.CreateTables] creates the tables, as named by the schema, if they
 // are absent; run it again after upgrading to a version with more tables.
 //
