@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,8 +102,11 @@ func scan(t *testing.T, ctx context.Context, c redis.UniversalClient, match stri
 	t.Helper()
 	var keys []string
 	if cc, ok := c.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // the masters are asked at once
 		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 			ks, err := n.Keys(ctx, match).Result()
+			mu.Lock()
+			defer mu.Unlock()
 			keys = append(keys, ks...)
 			return err
 		}))
