@@ -33,6 +33,10 @@
 // calls and holds are built from per-SKU steps. Over a plain Store the
 // order calls fail with an error wrapping errors.ErrUnsupported.
 //
+// A Store that is a [LedgerStore] keeping a movement ledger (package
+// ledger) makes the Manager a ledger.Reader: the Store writes each entry
+// with the write it records, as the [Note] in the write's ctx says.
+//
 // The Manager calls a Store only with valid SKUs (1..255 bytes of UTF-8,
 // no control characters), quantities already checked against 0..MaxStock,
 // and keys valid as SKUs are (1..MaxSKULen bytes), or "" for no key: a Store
@@ -219,6 +223,8 @@ type Manager struct {
 	maxAttempts int
 	abandon     time.Duration // see WithAbandonGrace
 	pending     pendingOrders // orders whose expired lines are not to be released yet
+	name        string        // WithName
+	ledger      LedgerStore   // the Store, when it keeps a movement ledger; nil otherwise (ledger.go)
 
 	beforeWrite func(sku string) // test hook: runs between the checks and the write
 }
@@ -276,7 +282,10 @@ func NewManager(l Locker, s Store, opts ...Option) (*Manager, error) {
 	case c.badAttempts != nil:
 		return nil, fmt.Errorf("%w: %s: %w", inventory.ErrInvalidArgument, name, c.badAttempts)
 	}
-	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon}
+	m := &Manager{locker: l, store: s, maxAttempts: c.maxAttempts, abandon: c.abandon, name: cmp.Or(c.name, "lockmgr")}
+	if ls, ok := s.(LedgerStore); ok && ls.KeepsLedger() {
+		m.ledger = ls
+	}
 	m.face = front.New(c.name, (*backend)(m), nil)
 	return m, nil
 }
@@ -329,6 +338,7 @@ func (m *Manager) attempt(ctx context.Context, sku string, qty int64, dir driver
 	if err != nil {
 		return cur, true, err
 	}
+	ctx = m.note(ctx, Note{Kind: moveKind(dir), Units: qty, Key: key, Ref: driver.Ref(ctx)})
 	return m.write(ctx, lease, sku, version, next, dir, key)
 }
 

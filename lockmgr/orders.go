@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // AbandonGrace is how long after its TTL an incomplete order (a Reserve
@@ -152,6 +153,9 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 	if err != nil {
 		return err
 	}
+	// Each line's CompareAndSet records a return with the call's key
+	// (returnAttempt sets the units), not the line key of its own.
+	ctx = m.note(ctx, Note{Kind: ledger.Return, Key: key, Ref: driver.Ref(ctx)})
 	if key == "" {
 		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
 		return err
@@ -352,7 +356,12 @@ func (m *Manager) returnAttempt(ctx context.Context, hs HoldStore, l inventory.L
 		return false, nil // the version check would catch it; go round
 	default:
 	}
-	ok, err := hs.CompareAndSet(ctx, l.SKU, version, cur+l.Qty, driver.DirReturn, key)
+	wctx := ctx
+	if n, ok := NoteOf(ctx); ok && m.ledger != nil {
+		n.Units = l.Qty
+		wctx = WithNote(ctx, n)
+	}
+	ok, err := hs.CompareAndSet(wctx, l.SKU, version, cur+l.Qty, driver.DirReturn, key)
 	switch {
 	case errors.Is(err, inventory.ErrDuplicate):
 		return true, nil
@@ -447,7 +456,9 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 // stay held until the order is abandoned (the abandon grace after its
 // TTL), and the error says so without claiming that nothing changed.
 func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, cause error) error {
+	ref := driver.Ref(ctx) // the call giving back is the one that took
 	err := m.giveBack(ctx, func(ctx context.Context) error {
+		ctx = m.note(ctx, unholdNote(id, OrderHeld, false, ref))
 		for _, l := range lines {
 			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
 				return fmt.Errorf("line %q: %w", l.SKU, err)
@@ -532,6 +543,11 @@ func (m *Manager) holdAttempt(ctx context.Context, hs HoldStore, l inventory.Lin
 	if m.beforeWrite != nil {
 		m.beforeWrite(l.SKU)
 	}
+	if m.ledger != nil {
+		n := holdNote(ctx, id)
+		n.Units = l.Qty
+		ctx = WithNote(ctx, n)
+	}
 	ok, err := hs.Hold(ctx, l.SKU, version, cur-l.Qty, id, l.Qty, expires)
 	switch {
 	case errors.Is(err, inventory.ErrDuplicate):
@@ -584,7 +600,7 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	case errors.Is(err, inventory.ErrNotFound):
 		// No order: the line outlived an order given up as abandoned
 		// while its Reserve still ran.
-		return hs.Unhold(ctx, sku, id, false)
+		return hs.Unhold(m.note(ctx, unholdNote(id, OrderExpired, false, "")), sku, id, false)
 	case err != nil:
 		return 0, err
 	case o.State == OrderHeld:
@@ -597,7 +613,8 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 		m.pending.put(id, time.Now().Add(again))
 		return 0, nil
 	}
-	n, err := hs.Unhold(ctx, sku, id, o.State == OrderConfirmed)
+	sold := o.State == OrderConfirmed
+	n, err := hs.Unhold(m.note(ctx, unholdNote(id, o.State, sold, "")), sku, id, sold)
 	if err == nil && len(o.Lines) == 1 && !o.Done {
 		// Its only line: the order is released.
 		_, _, _ = hs.UpdateOrder(ctx, id, StepFinish)
@@ -688,8 +705,9 @@ func (m *Manager) finishOrder(ctx context.Context, hs HoldStore, o Order) (finis
 		return false, nil
 	}
 	sold := o.State == OrderConfirmed
+	uctx := m.note(ctx, unholdNote(o.ID, o.State, sold, ""))
 	for _, l := range o.Lines {
-		if _, err := m.unhold(ctx, hs, l.SKU, o.ID, sold); err != nil {
+		if _, err := m.unhold(uctx, hs, l.SKU, o.ID, sold); err != nil {
 			return false, unsettled(fmt.Sprintf("the order is %s; settling its line %q failed (a repeat of the call, or Sweep after the TTL, settles it)", o.State, l.SKU), err)
 		}
 	}

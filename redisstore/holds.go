@@ -18,6 +18,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/lockmgr"
 )
 
@@ -40,16 +41,10 @@ import (
 // record expires after the key TTL. Every time is the Redis TIME of the
 // server that holds the key.
 
-//go:embed holds.lua
-var holdsLua string
-
 //go:embed orders.lua
 var ordersLua string
 
-var (
-	holdsScript  = rediskeys.NewScript(holdsLua)
-	ordersScript = rediskeys.NewScript(ordersLua)
-)
+var ordersScript = rediskeys.NewScript(ordersLua)
 
 var _ lockmgr.HoldStore = (*Store)(nil)
 
@@ -100,7 +95,7 @@ func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, vers
 	if err := driver.ValidateSKU(sku); err != nil {
 		return 0, 0, 0, nil, err
 	}
-	cmd, err := s.eval(ctx, holdsScript, false, s.holdKeys(sku), "read", max)
+	cmd, err := s.eval(ctx, s.script, false, s.holdKeys(sku), "read", max)
 	if err != nil {
 		return 0, 0, 0, nil, fmt.Errorf("redisstore: read holds of %q: %w", sku, err)
 	}
@@ -136,7 +131,11 @@ func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, i
 	if newStock < 0 || newStock > inventory.MaxStock || qty < 1 || qty > inventory.MaxStock {
 		return false, fmt.Errorf("%w: redisstore: hold %d leaving %d", inventory.ErrInvalidArgument, qty, newStock)
 	}
-	cmd, err := s.eval(ctx, holdsScript, true, s.holdKeys(sku), "hold", version, newStock, id, qty, expires.UnixMilli())
+	args := []any{"hold", version, newStock, id, qty, expires.UnixMilli()}
+	if s.ledgerOn {
+		args = s.entryArgs(ctx, args, lockmgr.Note{Kind: ledger.Reserve, Hold: id})
+	}
+	cmd, err := s.eval(ctx, s.script, true, s.holdKeys(sku), args...)
 	if err != nil {
 		return false, fmt.Errorf("redisstore: hold %q for %q: %w", sku, id, err)
 	}
@@ -158,7 +157,15 @@ func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, e
 	if sold {
 		flag = "1"
 	}
-	cmd, err := s.eval(ctx, holdsScript, true, s.holdKeys(sku), "unhold", id, flag, inventory.MaxStock)
+	args := []any{"unhold", id, flag, inventory.MaxStock}
+	if s.ledgerOn {
+		def := lockmgr.Note{Kind: ledger.Cancel, Hold: id}
+		if sold {
+			def.Kind = ledger.Confirm
+		}
+		args = s.entryArgs(ctx, args, def)
+	}
+	cmd, err := s.eval(ctx, s.script, true, s.holdKeys(sku), args...)
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: unhold %q for %q: %w", sku, id, err)
 	}

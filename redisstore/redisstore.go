@@ -21,6 +21,11 @@
 // A Store is also a [github.com/stockkit/inventory/lockmgr.HoldStore]: the
 // lock strategies over it take orders (see holds.go for its keys).
 //
+// With [WithLedger] it keeps the movement ledger of package
+// [github.com/stockkit/inventory/ledger] in luascript's per-SKU stream,
+// written by the script of each write (moves.go). It is not the
+// idempotency keys, which this package's docs also call a ledger.
+//
 // The client is any [redis.UniversalClient]: a plain client, a failover
 // (Sentinel) client or a Redis Cluster client. Every key of one SKU carries
 // the same hash tag, so the script's keys share a cluster slot.
@@ -40,17 +45,23 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/redisledger"
+	"github.com/stockkit/inventory/ledger"
+	"github.com/stockkit/inventory/lockmgr"
 )
 
-//go:embed cas.lua
-var casLua string
+//go:embed stock.lua
+var stockLua string
 
-var casScript = rediskeys.NewScript(casLua)
+// stockScript is the writes of a SKU (stock.lua) of a Store without a
+// movement ledger; one with a ledger has its own (moves.go).
+var stockScript = rediskeys.NewScript(redisledger.Off + stockLua)
 
 // Store keeps stock in Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	config
+	script *rediskeys.Script // stock.lua, with the ledger's head WithLedger
 }
 
 type config struct {
@@ -58,7 +69,9 @@ type config struct {
 	keyTTL         time.Duration
 	replicas       int
 	replicaTimeout time.Duration
-	replicasSet    bool // WithReplicas was given
+	replicasSet    bool  // WithReplicas was given
+	ledgerOn       bool  // WithLedger was given
+	ledgerMaxLen   int64 // its retention
 }
 
 // Option configures a Store. Options follow the rule of the root package
@@ -102,7 +115,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := rediskeys.ValidateOptions("redisstore", c.prefix, c.keyTTL, c.replicasSet, c.replicas, c.replicaTimeout); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, config: c}, nil
+	s := &Store{client: client, config: c, script: stockScript}
+	if c.ledgerOn {
+		if err := redisledger.CheckMaxLen("redisstore", c.ledgerMaxLen); err != nil {
+			return nil, err
+		}
+		s.script = rediskeys.NewScript(redisledger.Head(c.ledgerMaxLen) + stockLua)
+	}
+	return s, nil
 }
 
 // Init sets the stock of sku to qty, creating the SKU if absent. It does not
@@ -112,6 +132,12 @@ func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 		return err
 	}
 	key := rediskeys.Stock(s.prefix, sku)
+	if s.ledgerOn {
+		if _, err := s.eval(ctx, s.script, true, []string{key}, "init", qty, string(ledger.Init), "", "", ""); err != nil {
+			return fmt.Errorf("redisstore: init %q: %w", sku, err)
+		}
+		return nil
+	}
 	if s.replicas == 0 {
 		if err := s.client.Set(ctx, key, qty, 0).Err(); err != nil {
 			return fmt.Errorf("redisstore: init %q: %w", sku, err)
@@ -216,7 +242,15 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 		keys = append(keys, rediskeys.Key(s.prefix, sku, dir, key))
 		mode = "key"
 	}
-	res, acked, err := s.run(ctx, keys, []any{version, newStock, s.keyTTL.Milliseconds(), mode})
+	args := []any{"cas", version, newStock, s.keyTTL.Milliseconds(), mode}
+	if s.ledgerOn {
+		def := lockmgr.Note{Kind: ledger.Reduce, Key: key, Ref: driver.Ref(ctx)}
+		if dir == driver.DirReturn {
+			def.Kind = ledger.Return
+		}
+		args = s.entryArgs(ctx, args, def)
+	}
+	res, acked, err := s.run(ctx, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %s %q: write: %w", dir, sku, err)
 	}
@@ -245,7 +279,7 @@ func (s *Store) checkReplicas(acked int64) error {
 // same connection; it returns the script's reply and how many replicas
 // acknowledged.
 func (s *Store) run(ctx context.Context, keys []string, args []any) (int64, int64, error) {
-	cmd, acked, err := casScript.Run(ctx, s.client, s.replicas, s.replicaTimeout, keys, args...)
+	cmd, acked, err := s.script.Run(ctx, s.client, s.replicas, s.replicaTimeout, keys, args...)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -107,7 +107,7 @@ func TestCompareAndSet(t *testing.T) {
 	})
 }
 
-func TestLedger(t *testing.T) {
+func TestIdempotencyKeys(t *testing.T) {
 	servers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		s, _ := newStore(t, c)
@@ -151,13 +151,13 @@ func TestLedger(t *testing.T) {
 	})
 }
 
-// TestLedgerExpires: the key TTL is 100 ms, or longer when the PTTL came
+// TestIdempotencyKeysExpire: the key TTL is 100 ms, or longer when the PTTL came
 // too late to find the entry still there.
-func TestLedgerExpires(t *testing.T) {
-	testenv.TTLRounds(t, 100*time.Millisecond, 2*time.Second, func(keyTTL time.Duration) bool { return ledgerExpires(t, keyTTL) })
+func TestIdempotencyKeysExpire(t *testing.T) {
+	testenv.TTLRounds(t, 100*time.Millisecond, 2*time.Second, func(keyTTL time.Duration) bool { return keysExpire(t, keyTTL) })
 }
 
-func ledgerExpires(t *testing.T, keyTTL time.Duration) bool {
+func keysExpire(t *testing.T, keyTTL time.Duration) bool {
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	s, prefix := newStore(t, c, redisstore.WithKeyTTL(keyTTL))

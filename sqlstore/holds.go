@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -29,98 +30,64 @@ type holdStatements struct {
 	dueOrders, pruneOrders                                          string
 }
 
-// holdSQL is the statements of each engine. MariaDB/MySQL has INSERT
+// sharedHoldSQL is the statements the engines have in common: each
+// engine's (holdSQL) are these with those it writes otherwise.
+var sharedHoldSQL = holdStatements{
+	holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
+				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
+				EXISTS (SELECT 1 FROM {{.Holds}} h
+					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
+			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
+	holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
+			ON CONFLICT DO NOTHING`,
+	lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
+			FOR UPDATE`,
+	dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
+	give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
+			WHERE {{.SKU}} = ?`,
+	createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
+			ON CONFLICT DO NOTHING`,
+	order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+			WHERE id = ?`,
+	lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
+			WHERE id = ?
+			FOR UPDATE`,
+	setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
+			WHERE id = ?`,
+	dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
+	forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
+	dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
+			ORDER BY due_at LIMIT ?`,
+}
+
+// holdSQL returns the statements of engine e. MariaDB/MySQL has INSERT
 // IGNORE where the others have ON CONFLICT DO NOTHING, no bounded DELETE
 // but LIMIT (PostgreSQL goes through ctid, SQLite through rowid), and
 // SQLite, without row locks, locks with an UPDATE that changes nothing
 // (see sqldialect's sqlite.go).
-var holdSQL = map[sqldialect.Engine]holdStatements{
-	sqldialect.MySQL: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`,
-		lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
-			FOR UPDATE`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?
-			FOR UPDATE`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`,
-	},
-	sqldialect.Postgres: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
-			ON CONFLICT DO NOTHING`,
-		lockLine: `SELECT qty FROM {{.Holds}} WHERE hold_id = ? AND sku = ? AND state = 'held'
-			FOR UPDATE`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = LEAST({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
-			ON CONFLICT DO NOTHING`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?
-			FOR UPDATE`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}}
-			WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000))`,
-	},
-	sqldialect.SQLite: {
-		holdsOf: `SELECT t.{{.Stock}}, t.{{.Version}},
-				(SELECT COALESCE(SUM(h.qty), 0) FROM {{.Holds}} h WHERE h.sku = t.{{.SKU}} AND h.state = 'held'),
-				EXISTS (SELECT 1 FROM {{.Holds}} h
-					WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-			FROM {{.Table}} t WHERE t.{{.SKU}} = ?`,
-		holdLine: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)
-			ON CONFLICT DO NOTHING`,
-		lockLine: `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
-			RETURNING qty`,
-		dropLine: `DELETE FROM {{.Holds}} WHERE hold_id = ? AND sku = ?`,
-		give: `UPDATE {{.Table}} SET {{.Stock}} = MIN({{.Stock}} + ?, ?), {{.Version}} = {{.Version}} + 1
-			WHERE {{.SKU}} = ?`,
-		createOrder: `INSERT INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
-			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)
-			ON CONFLICT DO NOTHING`,
-		order: `SELECT order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}} FROM {{.Orders}}
-			WHERE id = ?`,
-		lockOrder: `UPDATE {{.Orders}} SET id = id WHERE id = ?
-			RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`,
-		setOrder: `UPDATE {{.Orders}} SET state = ?, complete = ?, done = ?, due_at = ?, kept_until = ?
-			WHERE id = ?`,
-		dropOrder:   `DELETE FROM {{.Orders}} WHERE id = ?`,
-		forgetOrder: `DELETE FROM {{.Orders}} WHERE id = ? AND done = 1 AND kept_until <= {{.Now}}`,
-		dueOrders: `SELECT id FROM {{.Orders}} WHERE done = 0 AND due_at <= {{.Now}}
-			ORDER BY due_at LIMIT ?`,
-		pruneOrders: `DELETE FROM {{.Orders}}
-			WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`,
-	},
+func holdSQL(e sqldialect.Engine) holdStatements {
+	q := sharedHoldSQL
+	switch e {
+	case sqldialect.MySQL:
+		q.holdLine = `INSERT IGNORE INTO {{.Holds}} (hold_id, sku, qty, state, expires_at) VALUES (?, ?, ?, 'held', ?)`
+		q.createOrder = `INSERT IGNORE INTO {{.Orders}} (id, order_lines, state, expires_at, abandon_at, due_at, complete, done)
+			VALUES (?, ?, 'held', {{.Now}} + ?, {{.Now}} + ?, {{.Now}} + ?, 0, 0)`
+		q.pruneOrders = `DELETE FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000`
+	case sqldialect.Postgres:
+		q.holdsOf = strings.Replace(q.holdsOf, "COALESCE(SUM(h.qty), 0)", "COALESCE(SUM(h.qty), 0)::BIGINT", 1)
+		q.pruneOrders = `DELETE FROM {{.Orders}}
+			WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000))`
+	case sqldialect.SQLite:
+		q.lockLine = `UPDATE {{.Holds}} SET qty = qty WHERE hold_id = ? AND sku = ? AND state = 'held'
+			RETURNING qty`
+		q.give = strings.Replace(q.give, "LEAST(", "MIN(", 1)
+		q.lockOrder = `UPDATE {{.Orders}} SET id = id WHERE id = ?
+			RETURNING order_lines, state, expires_at, abandon_at, complete, done, kept_until, {{.Now}}`
+		q.pruneOrders = `DELETE FROM {{.Orders}}
+			WHERE rowid IN (SELECT rowid FROM {{.Orders}} WHERE done = 1 AND kept_until <= {{.Now}} LIMIT 1000)`
+	}
+	return q
 }
 
 // holds runs a Store's hold statements over t's schema.
@@ -131,7 +98,7 @@ type holds struct {
 
 // newHolds builds the hold statements of t's engine over t's schema.
 func newHolds(t *sqlengine.Tables) *holds {
-	src := holdSQL[t.Engine]
+	src := holdSQL(t.Engine)
 	h := &holds{t: t}
 	for _, f := range []struct{ dst, src *string }{
 		{&h.q.holdsOf, &src.holdsOf}, {&h.q.holdLine, &src.holdLine}, {&h.q.lockLine, &src.lockLine},
@@ -171,10 +138,10 @@ func (h *holds) HoldsOf(ctx context.Context, q sqlx.QueryerContext, sku string, 
 
 // HoldLine records the line (sku, id) -> qty, expiring at expires, and
 // sets sku's stock to newStock if its version is still version, in one
-// transaction (caller's savepoint, or its own). ok=false: the version
-// moved or sku is gone, nothing written. An existing line is
-// ErrDuplicate.
-func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, version, newStock int64, id string, qty int64, expires time.Time) (ok bool, err error) {
+// transaction (caller's savepoint, or its own), with mv, if not nil, in
+// the movement ledger. ok=false: the version moved or sku is gone, nothing
+// written. An existing line is ErrDuplicate.
+func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, version, newStock int64, id string, qty int64, expires time.Time, mv *sqlengine.Move) (ok bool, err error) {
 	err = h.t.Atomic(ctx, caller, "hold", func(tx *sqlx.Tx) error {
 		n, err := sqlengine.Rows(tx.ExecContext(ctx, h.q.holdLine, id, sku, qty, expires.UnixMicro()))
 		if err != nil {
@@ -187,7 +154,10 @@ func (h *holds) HoldLine(ctx context.Context, caller *sqlx.Tx, sku string, versi
 		if err == nil && !ok {
 			return errStale
 		}
-		return err
+		if err != nil || mv == nil {
+			return err
+		}
+		return h.t.WriteMoves(ctx, tx, []sqlengine.Move{*mv})
 	})
 	if errors.Is(err, errStale) {
 		return false, nil
@@ -200,8 +170,12 @@ var errStale = errors.New("sqlstore: stale version")
 
 // Unhold deletes the line (sku, id) and, unless sold, gives its qty back
 // to sku's stock (capped at MaxStock), in one transaction; it returns the
-// qty, or 0 when there is no such line.
-func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sold bool) (qty int64, err error) {
+// qty, or 0 when there is no such line. With mv not nil it records mv in
+// the movement ledger, its units the line's qty and its Available the
+// stock after: a sold line then writes the stock row too (moving its
+// version on), so that the row is locked while the entry is written, as
+// every entry of the SKU is.
+func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sold bool, mv *sqlengine.Move) (qty int64, err error) {
 	err = h.t.Atomic(ctx, caller, "unhold", func(tx *sqlx.Tx) error {
 		qty = 0
 		err := tx.QueryRowxContext(ctx, h.q.lockLine, id, sku).Scan(&qty)
@@ -214,17 +188,39 @@ func (h *holds) Unhold(ctx context.Context, caller *sqlx.Tx, sku, id string, sol
 		if _, err := tx.ExecContext(ctx, h.q.dropLine, id, sku); err != nil {
 			return h.t.Err(ctx, "unhold", err)
 		}
-		if !sold {
-			if _, err := tx.ExecContext(ctx, h.q.give, qty, inventory.MaxStock, sku); err != nil {
+		if !sold || mv != nil {
+			give := qty
+			if sold {
+				give = 0
+			}
+			if _, err := tx.ExecContext(ctx, h.q.give, give, inventory.MaxStock, sku); err != nil {
 				return h.t.Err(ctx, "unhold", err)
 			}
 		}
-		return nil
+		if mv == nil {
+			return nil
+		}
+		return h.move(ctx, tx, sku, qty, *mv)
 	})
 	if err != nil {
 		return 0, err
 	}
 	return qty, nil
+}
+
+// move writes mv, the entry of a line of qty units of sku, through tx,
+// with the stock after it read back (the stock row is tx's: it wrote it);
+// a SKU gone meanwhile records nothing.
+func (h *holds) move(ctx context.Context, tx *sqlx.Tx, sku string, qty int64, mv sqlengine.Move) error {
+	after, err := h.t.GetOn(ctx, tx, sku)
+	if errors.Is(err, inventory.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mv.Units, mv.Available = qty, after
+	return h.t.WriteMoves(ctx, tx, []sqlengine.Move{mv})
 }
 
 // orderRow is an order record as the orders table has it; times are Unix

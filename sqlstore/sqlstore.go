@@ -28,6 +28,11 @@
 // microseconds on the database's clock. The orders table holds the order
 // records of the lock strategies (see below).
 //
+// With [WithLedger] the Store also keeps the movement ledger of package
+// [github.com/stockkit/inventory/ledger] in the table optimistic and
+// rowlock keep it in (the stock table's name followed by "_moves"): every
+// write of stock records its entry in its own transaction (moves.go).
+//
 // [Store.CreateTables] creates the tables, as named by the schema, if they
 // are absent; run it again after upgrading to a version with more tables.
 //
@@ -118,6 +123,7 @@ func (s *Store) q() sqlx.ExtContext {
 type config struct {
 	schema Schema
 	ttl    time.Duration
+	moves  bool // WithLedger
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -143,7 +149,7 @@ func New(db *sqlx.DB, opts ...Option) (*Store, error) {
 			o(&c)
 		}
 	}
-	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "sqlstore", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
+	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "sqlstore", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, Moves: c.moves})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +170,9 @@ func (s *Store) CreateTables(ctx context.Context) error {
 func (s *Store) Init(ctx context.Context, sku string, qty int64) error {
 	if err := driver.ValidateInit(sku, qty); err != nil {
 		return err
+	}
+	if s.t.Ledgered() {
+		return s.initMoved(ctx, sku, qty)
 	}
 	return s.t.InitOn(ctx, s.q(), sku, qty)
 }
@@ -208,11 +217,16 @@ func (s *Store) CompareAndSet(ctx context.Context, sku string, version, newStock
 	if newStock < 0 || newStock > inventory.MaxStock {
 		return false, fmt.Errorf("sqlstore: %w: new stock %d outside 0..%d", inventory.ErrInvalidArgument, newStock, inventory.MaxStock)
 	}
+	if key != "" {
+		if err := validateKey(sku, dir, key); err != nil {
+			return false, err
+		}
+	}
+	if s.t.Ledgered() {
+		return s.casMoved(ctx, sku, version, newStock, dir, key)
+	}
 	if key == "" {
 		return s.t.Set(ctx, s.q(), sku, version, newStock)
-	}
-	if err := validateKey(sku, dir, key); err != nil {
-		return false, err
 	}
 	err = s.t.Atomic(ctx, s.tx, "compare-and-set", func(tx *sqlx.Tx) error {
 		if ok, err = s.t.Set(ctx, tx, sku, version, newStock); err != nil || !ok {
@@ -246,12 +260,12 @@ func (s *Store) ReadHolds(ctx context.Context, sku string, max int) (stock, vers
 
 // Hold implements [lockmgr.HoldStore].
 func (s *Store) Hold(ctx context.Context, sku string, version, newStock int64, id string, qty int64, expires time.Time) (bool, error) {
-	return s.h.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires)
+	return s.h.HoldLine(ctx, s.tx, sku, version, newStock, id, qty, expires, s.holdMove(ctx, sku, id, qty, newStock))
 }
 
 // Unhold implements [lockmgr.HoldStore].
 func (s *Store) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
-	return s.h.Unhold(ctx, s.tx, sku, id, sold)
+	return s.h.Unhold(ctx, s.tx, sku, id, sold, s.unholdMove(ctx, sku, id, sold))
 }
 
 // Held implements [lockmgr.HoldStore].
