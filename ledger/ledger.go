@@ -1,5 +1,7 @@
 // Package ledger is the movement ledger a Manager keeps when asked to
-// (optimistic.WithLedger, rowlock.WithLedger): one [Entry] per move that
+// (optimistic.WithLedger, rowlock.WithLedger, luascript.WithLedger,
+// tiered.WithLedger, and the lock strategies through
+// sqlstore.WithLedger or redisstore.WithLedger): one [Entry] per move that
 // took effect, written in the same atomic step as the move, so that "why
 // is this SKU at 3?" has an answer after the idempotency keys have
 // expired.
