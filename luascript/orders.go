@@ -2,9 +2,7 @@ package luascript
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -218,12 +216,6 @@ func (m *Manager) stockLines(lines []inventory.Line) string {
 	return b.String()
 }
 
-func newNonce() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 func (m *Manager) newOrder(kind, id, nonce string, gs []slotLines) *order {
 	o := &order{kind: kind, id: id, rec: rediskeys.Order(m.prefix, kind, id), nonce: nonce, groups: gs}
 	for i := range o.groups {
@@ -314,7 +306,7 @@ func (b *backend) MoveLines(ctx context.Context, lines []inventory.Line, dir dri
 // under an order record.
 func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inventory.Line, key string) error {
 	gs := m.bySlot(lines)
-	kind, id := kindUnkeyed, newNonce()
+	kind, id := kindUnkeyed, rediskeys.NewNonce()
 	if key != "" {
 		kind, id = kindKeyed, string(dir)+":"+key
 	}
@@ -325,7 +317,7 @@ func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inven
 	if m.oneStep(gs, recKind, id) {
 		return m.linesInOneScript(ctx, dir, lines, key, kind, id)
 	}
-	return m.linesByParts(ctx, m.newOrder(kind, id, newNonce(), gs), dir, lines, key)
+	return m.linesByParts(ctx, m.newOrder(kind, id, rediskeys.NewNonce(), gs), dir, lines, key)
 }
 
 // linesInOneScript moves lines in one script, which also records key (of
@@ -536,7 +528,7 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 		rec := rediskeys.Order(m.prefix, kindHold, id)
 		keys := m.lineKeys(lines, rec, m.index(gs[0]))
 		args := lineArgs("reserve", lines, ttl.Milliseconds(), m.keyTTL.Milliseconds(),
-			newNonce(), m.stockLines(lines), rediskeys.EncodeLines(lines))
+			rediskeys.NewNonce(), m.stockLines(lines), rediskeys.EncodeLines(lines))
 		return m.moveStep(ctx, keys, args, lines, driver.DirReduce, func(st string) error {
 			if st == "dup" {
 				return inventory.ErrDuplicate
@@ -544,7 +536,7 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 			return nil
 		})
 	}
-	o := m.newOrder(kindHold, id, newNonce(), gs)
+	o := m.newOrder(kindHold, id, rediskeys.NewNonce(), gs)
 	if err := m.begin(ctx, o, ttl, "hold", lines); err != nil {
 		return err
 	}

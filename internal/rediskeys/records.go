@@ -1,6 +1,8 @@
 package rediskeys
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,4 +40,12 @@ func DecodeLines(s string) ([]inventory.Line, error) {
 func Remaining(rec string) (int64, error) {
 	digits, _, _ := strings.Cut(rec, ":")
 	return strconv.ParseInt(digits, 10, 64)
+}
+
+// NewNonce returns 16 random hex digits: the nonce of one attempt of an
+// order, which names its record's attempt and its parts (see [Part]).
+func NewNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
