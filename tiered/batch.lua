@@ -9,6 +9,9 @@
 -- ARGV[1]  low-water mark: below it a Reduce asks for a refill
 -- ARGV[2]  how long a refill request stands before another may be asked, ms
 -- ARGV[3]  how long to keep a key's record, ms
+-- ARGV[4]  with LEDGER only: r, the index before the calls' ledger
+--          records: the record of the call at position i is ARGV[r + i]
+--          (see holds.lua), and the SKUs' items end at ARGV[r]
 -- then per SKU m, the number of its items, and m items of two values, c
 -- and q: c > 0 is a run of c unkeyed calls that each take q units (q > 0
 -- for a Reduce, -q for a Return); c = 0 is one keyed call that takes q, its
@@ -41,6 +44,12 @@ local lw, rto, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local max = 9007199254740991
 local out, nout, ex, nex = {}, 0, {}, 0
 local i, j, k = 0, 4, 0 -- the call's position, ARGV's next, KEYS' last
+local recs, last_arg = 0, #ARGV
+if LEDGER then
+  recs, j = tonumber(ARGV[4]), 5
+  last_arg = recs
+end
+local moved -- with LEDGER: the positions of the SKU's calls that moved
 local now
 local a, p, g, sold, last, lastv -- the SKU's, as its calls move
 local keyed -- the SKU's keyed moves, as its calls move (keyitem)
@@ -90,12 +99,15 @@ local function step(q, rec)
   if q > 0 then
     sold, last, lastv = sold + q, i, a + p
   end
+  if LEDGER then
+    moved[#moved + 1] = i
+  end
   if rec then
     keyed[#keyed + 1] = keyitem(rec, q, a + p)
   end
 end
 
-while j <= #ARGV do
+while j <= last_arg do
   local m = tonumber(ARGV[j])
   local state, journal = KEYS[k + 1], KEYS[k + 2]
   k = k + 2
@@ -121,7 +133,7 @@ while j <= #ARGV do
       end
     end
   else
-    a, p, g, sold, last, keyed = tonumber(h[1]), tonumber(h[2]), h[4], 0, 0, {}
+    a, p, g, sold, last, keyed, moved = tonumber(h[1]), tonumber(h[2]), h[4], 0, 0, {}, {}
     local a0 = a
     out[nout] = a + p
     for t = j + 1, j + 2 * m, 2 do
@@ -132,6 +144,11 @@ while j <= #ARGV do
       elseif (q > 0 and c * q <= a) or (q < 0 and -c * q <= max - a - p) then
         -- every call of the run fits: they move at once
         a, i = a - c * q, i + c
+        if LEDGER then
+          for x = i - c + 1, i do
+            moved[#moved + 1] = x
+          end
+        end
         if q > 0 then
           sold, last, lastv = sold + c * q, i, a + p
         end
@@ -163,6 +180,13 @@ while j <= #ARGV do
       local entry = {'n', h[3], 'd', string.format('%.0f', a0 - a), 's', string.format('%.0f', sold)}
       if #keyed > 0 then
         entry[7], entry[8] = 'k', table.concat(keyed, '\n')
+      end
+      if LEDGER then
+        local l = {}
+        for x = 1, #moved do
+          l[x] = ARGV[recs + moved[x]]
+        end
+        entry[#entry + 1], entry[#entry + 2] = 'l', table.concat(l, '\n')
       end
       redis.call('XADD', journal, '*', unpack(entry))
     end

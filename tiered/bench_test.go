@@ -2,12 +2,14 @@ package tiered
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -148,6 +150,92 @@ func BenchmarkRedisCost(b *testing.B) {
 			b.ReportMetric(ratios[len(ratios)/2], "script-tiered/luascript")
 			b.ReportMetric(ratios[0], "min")
 			b.ReportMetric(ratios[len(ratios)-1], "max")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkLedger compares a Manager with WithLedger against one without,
+// each on its own keys and tables of one private redis-server (no
+// persistence) and MariaDB, each with its syncer running (Run): g
+// goroutines Reduce one unit of one hot SKU, keyed or not, with a
+// reference each (which only the ledger records), in alternating rounds
+// of a fixed time, who goes first alternating. Chunks of a million units
+// keep the grants (which wait for the SKU's row in SQL, held by the
+// syncer's transaction) out of most rounds. Metrics: the median ratio
+// of Reduces per second on/off over the rounds, with min and max, and
+// each side's median Reduces per second. Run it with -benchtime=1x;
+// quote it with the load average (uptime) of the run.
+func BenchmarkLedger(b *testing.B) {
+	ctx := context.Background()
+	srv := faulttest.StartRedis(b, "--appendonly", "no")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 256, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { c.Close() })
+	db := testenv.MySQL(b)
+	const sku, g, rounds, roundTime = "hot", 64, 10, 500 * time.Millisecond
+	side := func(name string, opts ...Option) *Manager {
+		m, err := New(c, db, append([]Option{WithPrefix(name), WithTablePrefix(testenv.Prefix() + "_"),
+			WithChunk(1_000_000), WithLowWater(500_000)}, opts...)...)
+		require.NoError(b, err)
+		require.NoError(b, m.CreateTables(ctx))
+		require.NoError(b, m.Init(ctx, sku, inventory.MaxStock))
+		syncCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = m.Run(syncCtx) }()
+		b.Cleanup(func() { stop(); <-done; m.Close(); _ = m.dropTables(context.Background()) })
+		return m
+	}
+	on, off := side("on", WithLedger()), side("off")
+	var seq atomic.Int64
+	round := func(m *Manager, keyed bool) float64 {
+		// Cancelled, not a deadline: the breaker counts a call cut by its
+		// deadline as a failure of Redis, and would open.
+		rctx, cancel := context.WithCancel(ctx)
+		defer time.AfterFunc(roundTime, cancel).Stop()
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range g {
+			wg.Go(func() {
+				for rctx.Err() == nil {
+					i := strconv.FormatInt(seq.Add(1), 10)
+					opts := []inventory.Option{inventory.WithRef("order " + i)}
+					if keyed {
+						opts = append(opts, inventory.WithKey("buyer-"+i))
+					}
+					if _, err := m.Reduce(rctx, sku, 1, opts...); err == nil {
+						n.Add(1)
+					} else if rctx.Err() == nil && !errors.Is(err, context.Canceled) {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return float64(n.Load()) / time.Since(start).Seconds()
+	}
+	for _, keyed := range []bool{false, true} {
+		b.Run("keyed="+strconv.FormatBool(keyed), func(b *testing.B) {
+			var ratios, ons, offs []float64
+			for i := 0; i < b.N; i++ {
+				for r := range rounds {
+					var a, z float64
+					if r%2 == 0 {
+						a, z = round(on, keyed), round(off, keyed)
+					} else {
+						z, a = round(off, keyed), round(on, keyed)
+					}
+					ratios, ons, offs = append(ratios, a/z), append(ons, a), append(offs, z)
+					b.Logf("round %d: on %.0f/s, off %.0f/s; stalls so far: on %d, off %d", r, a, z, on.Stalls(), off.Stalls())
+				}
+			}
+			med := func(v []float64) float64 { sort.Float64s(v); return v[len(v)/2] }
+			b.ReportMetric(med(ratios), "on/off")
+			b.ReportMetric(ratios[0], "min")
+			b.ReportMetric(ratios[len(ratios)-1], "max")
+			b.ReportMetric(med(ons), "on-ops/s")
+			b.ReportMetric(med(offs), "off-ops/s")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

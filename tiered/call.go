@@ -66,33 +66,50 @@ func (m *Manager) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 
 // ints reads a script's array reply of integers and decimal strings.
 func ints(v any) ([]int64, error) {
+	return replyOf(v, func(x any) (int64, bool) {
+		switch x := x.(type) {
+		case int64:
+			return x, true
+		case string:
+			// An idempotency record: its digits before any ':'.
+			if i := strings.IndexByte(x, ':'); i >= 0 {
+				x = x[:i]
+			}
+			n, err := strconv.ParseInt(x, 10, 64)
+			return n, err == nil
+		}
+		return 0, false
+	})
+}
+
+// replyOf reads a script's non-empty array reply, each element with
+// conv.
+func replyOf[T any](v any, conv func(any) (T, bool)) ([]T, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) == 0 {
 		return nil, fmt.Errorf("unexpected script reply %#v", v)
 	}
-	r := make([]int64, len(a))
+	out := make([]T, len(a))
 	for i, x := range a {
-		switch x := x.(type) {
-		case int64:
-			r[i] = x
-		case string:
-			// An idempotency record: its digits before any ':'.
-			n := len(x)
-			for j := range x {
-				if x[j] == ':' {
-					n = j
-					break
-				}
-			}
-			var err error
-			if r[i], err = strconv.ParseInt(x[:n], 10, 64); err != nil {
-				return nil, fmt.Errorf("unexpected script reply %#v: %w", v, err)
-			}
-		default:
+		if out[i], ok = conv(x); !ok {
 			return nil, fmt.Errorf("unexpected script reply %#v", v)
 		}
 	}
-	return r, nil
+	return out, nil
+}
+
+// sumEach calls f on each of xs in turn and adds up the counts it
+// returns, up to the first error.
+func sumEach(ctx context.Context, xs []string, f func(context.Context, string) (int, error)) (int, error) {
+	total := 0
+	for _, x := range xs {
+		n, err := f(ctx, x)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // checkReplicas returns an error when WithReplicas asked for more replicas

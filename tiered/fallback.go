@@ -16,6 +16,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // ErrRedisUnreachable is wrapped by the error of a keyed Reduce or Return
@@ -204,6 +205,7 @@ type (
 		qty int64
 		dir driver.Direction
 		key string // "" when unkeyed
+		ref string // with a ledger: the call's reference
 	}
 	fbAns struct {
 		rem int64
@@ -240,7 +242,7 @@ func (m *Manager) fallback(ctx context.Context, sku string, qty int64, dir drive
 	// that every caller may leave at its deadline. One whose batch was
 	// taken may yet take effect, as any call that ends with its context
 	// may have.
-	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir, key: key})
+	a, err := m.fb.Do(ctx, sku, fbReq{qty: qty, dir: dir, key: key, ref: driver.Ref(ctx)})
 	if err != nil {
 		return 0, fmt.Errorf("tiered: %s %q in SQL: %w (%w)", dir, sku, err, ErrFallback)
 	}
@@ -283,23 +285,15 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 	if err := tx.QueryRowxContext(ctx, m.q.lock, sku).Scan(&pool, &gen, &last); err != nil {
 		return err
 	}
-	var ids []keyID
-	for _, c := range batch {
-		if c.Req.key != "" {
-			ids = append(ids, keyID{c.Req.dir, c.Req.key})
-		}
-	}
-	keys := map[keyID]keyRecord{}
-	if len(ids) > 0 {
-		var err error
-		if keys, err = m.findKeys(ctx, tx, sku, ids); err != nil {
-			return err
-		}
+	keys, err := m.fbKeys(ctx, tx, sku, batch)
+	if err != nil {
+		return err
 	}
 	now := time.Now().UnixMilli()
 	exp := now + m.cfg.keyTTL.Milliseconds()
 	cur := pool
 	var put []any
+	var rows []lrow // with a ledger
 	for _, c := range batch {
 		id := keyID{c.Req.dir, c.Req.key}
 		if r, ok := keys[id]; ok && r.expires > now {
@@ -307,7 +301,10 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 			continue
 		}
 		moved := false
-		if cur, moved = fbDecide(sku, c, cur); !moved || c.Req.key == "" {
+		if cur, moved = fbDecide(sku, c, cur); moved && m.cfg.ledgerOn {
+			rows = append(rows, fbRow(c.Req))
+		}
+		if !moved || c.Req.key == "" {
 			continue
 		}
 		keys[id] = keyRecord{rem: cur, src: srcSQL, expires: exp}
@@ -317,11 +314,51 @@ func (m *Manager) fbTx(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fb
 		}
 		put = append(put, sku, string(c.Req.dir), c.Req.key, take, cur, srcSQL, exp)
 	}
-	if err := m.putKeys(ctx, tx, put); err != nil || cur == pool {
+	if err := m.putKeys(ctx, tx, put); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
+	if err := m.fbLedger(ctx, tx, sku, rows); err != nil || cur == pool {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, m.q.direct, cur-pool, cur-pool, sku)
 	return err
+}
+
+// fbKeys reads in tx SQL's records of the keys of batch's keyed calls.
+func (m *Manager) fbKeys(ctx context.Context, tx *sqlx.Tx, sku string, batch []*fbCall) (map[keyID]keyRecord, error) {
+	var ids []keyID
+	for _, c := range batch {
+		if c.Req.key != "" {
+			ids = append(ids, keyID{c.Req.dir, c.Req.key})
+		}
+	}
+	if len(ids) == 0 {
+		return map[keyID]keyRecord{}, nil
+	}
+	return m.findKeys(ctx, tx, sku, ids)
+}
+
+// fbLedger writes in tx the ledger rows of a fallback batch's moves, as
+// one row after the SKU's last.
+func (m *Manager) fbLedger(ctx context.Context, tx *sqlx.Tx, sku string, rows []lrow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, st, err := m.ledgerHead(ctx, tx, sku)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return m.writeRows(ctx, tx, sku, st, [][]lrow{rows})
+}
+
+// fbRow is the ledger row of a fallback call that moved, at the time of
+// the Go clock (the fallback's own).
+func fbRow(c fbReq) lrow {
+	kind := ledger.Reduce
+	if c.dir == driver.DirReturn {
+		kind = ledger.Return
+	}
+	return lrow{kind, c.qty, c.key, c.ref, "", time.Now().UnixMicro()}
 }
 
 // fbDecide decides c on a pool of cur units, setting its answer, and
@@ -354,6 +391,9 @@ func fbDecide(sku string, c *fbCall, cur int64) (int64, bool) {
 // the batch then returns. The batch is atomic, so its calls' remaining
 // stocks are those of the batch's order.
 func (m *Manager) fbFast(ctx context.Context, sku string, batch []*fbCall) (done bool, err error) {
+	if m.cfg.ledgerOn { // its rows are written by the transaction
+		return false, nil
+	}
 	var total int64
 	for _, c := range batch {
 		if c.Req.dir != driver.DirReduce || c.Req.key != "" {

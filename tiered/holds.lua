@@ -9,6 +9,9 @@
 -- them back, selling it (Confirm) does not. Each change is journaled with
 -- the SKU's generation n, d (units taken from a), s (units sold) and h
 -- (change of held units), so that returned == s + h - d.
+-- LEDGER (set by the line each script begins with, see ledger.go): the
+-- journal entry also carries l, the ledger records of its moves, four
+-- lines each: "KIND UNITS", the key, the reference, the hold id.
 
 local function hnow()
   local t = redis.call('TIME')
@@ -46,6 +49,7 @@ local function release_due(state, journal, now)
   end
   local all = redis.call('HGETALL', state)
   local sum, dead, nx, gen = 0, {}, nil, nil
+  local recs = {} -- with LEDGER: the expire records of holds (parts of kind h)
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 'n' then
@@ -56,6 +60,12 @@ local function release_due(state, journal, now)
         if dl <= now then
           sum = sum + q
           dead[#dead + 1] = f
+          if LEDGER then
+            local kind, id = string.match(f, '^P:[^:]*:(%a):(.*)$')
+            if kind == 'h' then
+              recs[#recs + 1] = 'expire ' .. fmt(q) .. '\n\n\n' .. id
+            end
+          end
         elseif not nx or dl < nx then
           nx = dl
         end
@@ -68,7 +78,11 @@ local function release_due(state, journal, now)
   if sum > 0 then
     redis.call('HINCRBY', state, 'a', fmt(sum))
     redis.call('HINCRBY', state, 'h', fmt(-sum))
-    redis.call('XADD', journal, '*', 'n', gen, 'd', fmt(-sum), 's', '0', 'h', fmt(-sum))
+    if #recs > 0 then
+      redis.call('XADD', journal, '*', 'n', gen, 'd', fmt(-sum), 's', '0', 'h', fmt(-sum), 'l', table.concat(recs, '\n'))
+    else
+      redis.call('XADD', journal, '*', 'n', gen, 'd', fmt(-sum), 's', '0', 'h', fmt(-sum))
+    end
   end
   if nx then
     redis.call('HSET', state, 'x', fmt(nx))

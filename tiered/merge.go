@@ -39,7 +39,7 @@ var (
 	batchFile string
 
 	// move.lua and batch.lua after the hold helpers they call.
-	moveLua, batchLua       = holdsLua + moveFile, holdsLua + batchFile
+	moveLua, batchLua       = plainHead + holdsLua + moveFile, plainHead + holdsLua + batchFile
 	moveScript, batchScript = rediskeys.NewScript(moveLua), rediskeys.NewScript(batchLua)
 )
 
@@ -48,6 +48,7 @@ type req struct {
 	sku, key string
 	qty      int64
 	dir      driver.Direction
+	rec      string // with a ledger: the call's record (ledger.go)
 }
 
 // take is the units req takes from the allotment: negative for a Return.
@@ -121,7 +122,13 @@ func (m *Manager) one(ctx context.Context, c req) reply {
 		keys = append(keys, rediskeys.Key(m.cfg.prefix, c.sku, c.dir, c.key))
 		args = append(args, m.cfg.keyTTL.Milliseconds())
 	}
-	cmd, acked, err := moveScript.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, keys, args...)
+	if m.cfg.ledgerOn {
+		if c.key == "" {
+			args = append(args, "")
+		}
+		args = append(args, c.rec)
+	}
+	cmd, acked, err := m.sc.move.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, keys, args...)
 	m.result(ctx, err)
 	if err != nil {
 		return reply{err: withCtx(ctx, err)}
@@ -165,7 +172,7 @@ func (m *Manager) run(batch calls) {
 	defer cancel()
 	b := m.encode(batch)
 	defer batchBufs.Put(b)
-	cmd, acked, err := batchScript.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, b.keys, b.args...)
+	cmd, acked, err := m.sc.batch.Run(ctx, m.rdb, m.cfg.replicas, m.cfg.replicaTO, b.keys, b.args...)
 	m.result(ctx, err)
 	if err != nil {
 		err = withCtx(ctx, err)
@@ -201,11 +208,20 @@ func (m *Manager) encode(batch calls) *batchBuf {
 	b.group(batch)
 	b.keys = b.keys[:0]
 	b.args = append(b.args[:0], m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), m.cfg.keyTTL.Milliseconds())
+	if m.cfg.ledgerOn {
+		b.args = append(b.args, 0) // where the records begin, set below
+	}
 	from := 0
 	for s, sku := range b.skus {
 		b.keys = append(b.keys, m.stateKey(sku), m.journalKey(sku))
 		m.encodeSKU(b, batch, b.order[from:b.ends[s]])
 		from = b.ends[s]
+	}
+	if m.cfg.ledgerOn { // the calls' records, by position
+		b.args[3] = len(b.args)
+		for _, i := range b.order {
+			b.args = append(b.args, batch[i].Req.rec)
+		}
 	}
 	return b
 }

@@ -10,7 +10,10 @@
 -- ARGV[2]  the same negated (the change to a)
 -- ARGV[3]  low-water mark: below it a Reduce asks for a refill
 -- ARGV[4]  how long a refill request stands before another may be asked, ms
--- ARGV[5]  if the call has a key: how long to keep its record, ms
+-- ARGV[5]  if the call has a key: how long to keep its record, ms ('' for
+--          none when ARGV[6] follows)
+-- ARGV[6]  with LEDGER: the call's ledger record (see holds.lua), in the
+--          journal entry's l
 -- Returns {0, remaining, refill (1 or 0), g} once moved; {1, remaining} when
 -- refused (fewer units than asked, or a Return past MaxStock); {2, g, a} when
 -- the allotment is short but SQL may have units (grant, then call again);
@@ -26,7 +29,7 @@ end
 if h[6] and release_due(KEYS[1], KEYS[2], hnow()) > 0 then
   h = redis.call('HMGET', KEYS[1], 'a', 'p', 'n', 'g', 'r', 'x')
 end
-local keyed = ARGV[5] ~= nil
+local keyed = ARGV[5] ~= nil and ARGV[5] ~= ''
 if keyed then
   local first = redis.call('GET', KEYS[3])
   if first then
@@ -47,8 +50,14 @@ end
 local na = redis.call('HINCRBY', KEYS[1], 'a', ARGV[2])
 local rem = string.format('%.0f', na + p)
 if keyed then
-  redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1], 'k', keyitem(KEYS[3], q, na + p))
+  if LEDGER then
+    redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1], 'k', keyitem(KEYS[3], q, na + p), 'l', ARGV[6])
+  else
+    redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1], 'k', keyitem(KEYS[3], q, na + p))
+  end
   redis.call('SET', KEYS[3], rem, 'PX', ARGV[5])
+elseif LEDGER then
+  redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1], 'l', ARGV[6])
 else
   redis.call('XADD', KEYS[2], '*', 'n', h[3], 'd', ARGV[1])
 end

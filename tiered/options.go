@@ -43,6 +43,7 @@ type config struct {
 	replicasSet         bool
 	trustRestarts       bool
 	keyed               keyedConfig // keys.go
+	ledgerOn            bool        // WithLedger (ledger.go)
 }
 
 // Option configures [New]. A nil Option is ignored; an out-of-range value

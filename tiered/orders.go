@@ -17,6 +17,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/ledger"
 )
 
 var (
@@ -25,7 +26,7 @@ var (
 	//go:embed record.lua
 	recordLua string
 
-	partsScript  = rediskeys.NewScript(holdsLua + partsFile)
+	partsScript  = rediskeys.NewScript(plainHead + holdsLua + partsFile)
 	recordScript = rediskeys.NewScript(recordLua)
 )
 
@@ -107,22 +108,15 @@ func decodeLines(s string) ([]inventory.Line, error) {
 
 // strs reads a script's array reply of strings and integers as strings.
 func strs(v any) ([]string, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) == 0 {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
-	}
-	out := make([]string, len(a))
-	for i, x := range a {
+	return replyOf(v, func(x any) (string, bool) {
 		switch x := x.(type) {
 		case string:
-			out[i] = x
+			return x, true
 		case int64:
-			out[i] = strconv.FormatInt(x, 10)
-		default:
-			return nil, fmt.Errorf("unexpected script reply %#v", v)
+			return strconv.FormatInt(x, 10), true
 		}
-	}
-	return out, nil
+		return "", false
+	})
 }
 
 // recordOp runs record.lua's op on r.
@@ -214,7 +208,7 @@ func (m *Manager) cluster() bool {
 // part runs parts.lua's op on sku's part field.
 func (m *Manager) part(ctx context.Context, sku, op, field string, args ...any) ([]int64, error) {
 	keys := []string{m.stateKey(sku), m.journalKey(sku), m.sweepIndex(sku)}
-	cmd, _, err := partsScript.Run(ctx, m.rdb, 0, 0, keys, append([]any{op, field}, args...)...)
+	cmd, _, err := m.sc.parts.Run(ctx, m.rdb, 0, 0, keys, append([]any{op, field}, args...)...)
 	m.result(ctx, err)
 	if err != nil {
 		return nil, withCtx(ctx, err)
@@ -231,9 +225,9 @@ const (
 	codeGone   = 7
 )
 
-// holdLine holds line l under field until deadline, granting from SQL or
-// warming up as a Reduce does.
-func (m *Manager) holdLine(ctx context.Context, l inventory.Line, field string, deadline int64) error {
+// holdLine holds line l under r's part until its deadline, granting from
+// SQL or warming up as a Reduce does.
+func (m *Manager) holdLine(ctx context.Context, l inventory.Line, rc *record) error {
 	if m.cluster() { // Sweep visits the sweep index of the slots named here
 		err := m.rdb.ZAdd(ctx, rediskeys.SweepSlots(m.cfg.prefix), redis.Z{Member: rediskeys.Slot(l.SKU)}).Err()
 		if err != nil {
@@ -242,7 +236,8 @@ func (m *Manager) holdLine(ctx context.Context, l inventory.Line, field string, 
 	}
 	stalled := false
 	for range m.cfg.attempts {
-		r, err := m.part(ctx, l.SKU, "hold", field, l.Qty, deadline, m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), l.SKU)
+		args := append([]any{l.Qty, rc.deadline, m.cfg.lowWater, m.cfg.refillTO.Milliseconds(), l.SKU}, m.holdArgs(ctx, rc, l.Qty)...)
+		r, err := m.part(ctx, l.SKU, "hold", rc.field(), args...)
 		if err != nil {
 			return fmt.Errorf("hold %q: %w", l.SKU, err)
 		}
@@ -276,7 +271,7 @@ func (m *Manager) holdLine(ctx context.Context, l inventory.Line, field string, 
 // nothing behind.
 func (m *Manager) holdAll(ctx context.Context, r *record) error {
 	for i, l := range r.lines {
-		if err := m.holdLine(ctx, l, r.field(), r.deadline); err != nil {
+		if err := m.holdLine(ctx, l, r); err != nil {
 			undo := *r
 			undo.lines = r.lines[:i+1] // the failed line's hold may have taken effect
 			m.abandon(ctx, &undo)
@@ -291,16 +286,18 @@ func (m *Manager) holdAll(ctx context.Context, r *record) error {
 func (m *Manager) abandon(ctx context.Context, r *record) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.refillTO)
 	defer cancel()
-	_ = m.settle(ctx, r, "release")
+	_ = m.settle(ctx, r, "release", ledger.Expire)
 	_ = m.drop(ctx, r)
 }
 
 // settle sells or releases (op) every part of r; a part gone was settled
-// before.
-func (m *Manager) settle(ctx context.Context, r *record, op string) error {
+// before. A hold's part released is recorded in the ledger as release
+// (Cancel or Expire).
+func (m *Manager) settle(ctx context.Context, r *record, op string, release ledger.Kind) error {
 	var errs []error
+	args := m.settleArgs(ctx, r, op, release)
 	for _, l := range r.lines {
-		if _, err := m.part(ctx, l.SKU, op, r.field()); err != nil {
+		if _, err := m.part(ctx, l.SKU, op, r.field(), args...); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", op, l.SKU, err))
 		}
 	}
@@ -417,7 +414,7 @@ func (m *Manager) commit(ctx context.Context, r *record, from []string) error {
 		if st == stConfirmed {
 			return fmt.Errorf("%w: hold %q is confirmed", inventory.ErrDuplicate, r.id)
 		}
-		if err := m.settle(ctx, r, "release"); err != nil {
+		if err := m.settle(ctx, r, "release", ledger.Expire); err != nil {
 			return err
 		}
 		return inventory.ErrHoldReleased
@@ -428,11 +425,11 @@ func (m *Manager) commit(ctx context.Context, r *record, from []string) error {
 	}
 	switch {
 	case moved:
-		return m.settle(ctx, r, "sell") // on failure Sweep sells them
+		return m.settle(ctx, r, "sell", "") // on failure Sweep sells them
 	case st == stConfirmed:
 		return fmt.Errorf("%w: hold %q is confirmed", inventory.ErrDuplicate, r.id)
 	}
-	if err := m.settle(ctx, r, "release"); err != nil {
+	if err := m.settle(ctx, r, "release", ledger.Expire); err != nil {
 		return err
 	}
 	return inventory.ErrHoldReleased
@@ -452,7 +449,7 @@ func (o orders) Cancel(ctx context.Context, id string) error {
 	if st == stConfirmed {
 		return inventory.ErrHoldConfirmed
 	}
-	return m.settle(ctx, r, "release")
+	return m.settle(ctx, r, "release", ledger.Cancel)
 }
 
 // Held implements the backend of [inventory.OrderManager.Held]: the units
@@ -603,7 +600,7 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 		return err
 	}
 	for _, l := range lines {
-		_, err := m.move(ctx, l.SKU, l.Qty, driver.DirReturn, linesKey(r.nonce))
+		_, err := m.moveAs(ctx, l.SKU, l.Qty, driver.DirReturn, linesKey(r.nonce), key)
 		if err != nil && !errors.Is(err, inventory.ErrDuplicate) {
 			return err
 		}
@@ -668,15 +665,7 @@ func (o orders) Sweep(ctx context.Context) (int, error) {
 			indexes = append(indexes, rediskeys.SlotSweepIndex(m.cfg.prefix, n))
 		}
 	}
-	total := 0
-	for _, index := range indexes {
-		n, err := m.sweepIndexed(ctx, index)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	return sumEach(ctx, indexes, m.sweepIndexed)
 }
 
 // sweepRounds bounds the rounds of one Sweep over one index.
@@ -696,12 +685,10 @@ func (m *Manager) sweepIndexed(ctx context.Context, index string) (int, error) {
 		if err != nil {
 			return total, withCtx(ctx, err)
 		}
-		for _, sku := range skus {
-			n, err := m.sweepSKU(ctx, sku)
-			total += n
-			if err != nil {
-				return total, err
-			}
+		n, err := sumEach(ctx, skus, m.sweepSKU)
+		total += n
+		if err != nil {
+			return total, err
 		}
 		if len(skus) < SweepBatch {
 			return total, nil
@@ -714,7 +701,7 @@ func (m *Manager) sweepIndexed(ctx context.Context, index string) (int, error) {
 // Confirm died.
 func (m *Manager) sweepSKU(ctx context.Context, sku string) (int, error) {
 	keys := []string{m.stateKey(sku), m.journalKey(sku), m.sweepIndex(sku)}
-	cmd, _, err := partsScript.Run(ctx, m.rdb, 0, 0, keys, "sweep", "", PinGrace.Milliseconds(), sku)
+	cmd, _, err := m.sc.parts.Run(ctx, m.rdb, 0, 0, keys, "sweep", "", PinGrace.Milliseconds(), sku)
 	m.result(ctx, err)
 	if err != nil {
 		return 0, fmt.Errorf("sweep %q: %w", sku, withCtx(ctx, err))
@@ -758,6 +745,6 @@ func (m *Manager) settlePinned(ctx context.Context, sku, field string) error {
 	if st == stConfirmed {
 		op = "sell"
 	}
-	_, err = m.part(ctx, sku, op, field)
+	_, err = m.part(ctx, sku, op, field, m.settleArgs(ctx, r, op, ledger.Expire)...)
 	return err
 }

@@ -11,9 +11,13 @@
 --          {0, remaining, refill, g} once held; {1, remaining} when refused;
 --          {2, g, a} when the allotment is short but SQL may have units;
 --          {6} when the part exists already.
+--          With LEDGER, ARGV[8]: the hold's ledger record ('' for none).
 -- pin      Returns {0} once pinned (it no longer expires by itself), {7}
 --          when the part is gone (released, or sold).
 -- sell, release  Settle the part: {0} once settled, {7} when it is gone.
+--          With LEDGER, ARGV[3] the ledger kind of the move ('' for none)
+--          and ARGV[4] the rest of its record after the units (the key,
+--          the reference, the hold id; see holds.lua).
 -- check    ARGV[3] units to return: {0, remaining} when they fit below
 --          MaxStock, {1, remaining} otherwise.
 -- sweep    ARGV[3] grace (ms), ARGV[4] the SKU: {0, released, field...}:
@@ -74,7 +78,11 @@ if op == 'hold' then
     redis.call('HSET', state, 'x', ARGV[4])
   end
   redis.call('ZADD', index, 'LT', ARGV[4], ARGV[7])
-  redis.call('XADD', journal, '*', 'n', gen, 'd', ARGV[3], 's', '0', 'h', ARGV[3])
+  if LEDGER and ARGV[8] and ARGV[8] ~= '' then
+    redis.call('XADD', journal, '*', 'n', gen, 'd', ARGV[3], 's', '0', 'h', ARGV[3], 'l', ARGV[8])
+  else
+    redis.call('XADD', journal, '*', 'n', gen, 'd', ARGV[3], 's', '0', 'h', ARGV[3])
+  end
   local refill = 0
   if na < tonumber(ARGV[5]) and p > 0 and (not h[4] or now - tonumber(h[4]) >= tonumber(ARGV[6])) then
     redis.call('HSET', state, 'r', fmt(now))
@@ -103,12 +111,15 @@ elseif op == 'sell' or op == 'release' then
     redis.call('HINCRBY', state, 'k', -1)
   end
   redis.call('HINCRBY', state, 'h', fmt(-q))
-  if op == 'sell' then
-    redis.call('XADD', journal, '*', 'n', gen, 'd', '0', 's', fmt(q), 'h', fmt(-q))
-  else
+  local entry = {'n', gen, 'd', '0', 's', fmt(q), 'h', fmt(-q)}
+  if op == 'release' then
     redis.call('HINCRBY', state, 'a', fmt(q))
-    redis.call('XADD', journal, '*', 'n', gen, 'd', fmt(-q), 's', '0', 'h', fmt(-q))
+    entry[4], entry[6] = fmt(-q), '0'
   end
+  if LEDGER and ARGV[3] and ARGV[3] ~= '' then
+    entry[9], entry[10] = 'l', ARGV[3] .. ' ' .. fmt(q) .. '\n' .. ARGV[4]
+  end
+  redis.call('XADD', journal, '*', unpack(entry))
   return {0}
 elseif op == 'check' then
   local h = redis.call('HMGET', state, 'a', 'p')

@@ -15,28 +15,104 @@ type statements struct {
 	create []string
 	drop   []string
 
-	// read returns pool, gen, last_grant of a SKU; lock does so FOR UPDATE.
-	read, lock string
-	// initUpsert sets a SKU's pool and starts a new generation; initGen
-	// reads the generation back in the same transaction; initGrants deletes
-	// the grants of older generations.
-	initUpsert, initGen, initGrants string
-	// grant takes units from the pool; grantRow records the grant;
-	// grantsAfter lists a generation's grants after an id.
-	grant, grantRow, grantsAfter string
+	// lock returns pool, gen, last_grant of a SKU FOR UPDATE (read, in
+	// sharedStatements, without the lock).
+	lock string
+	// initUpsert sets a SKU's pool and starts a new generation.
+	initUpsert string
 	// seen lists which of a SKU's journal entries are in the ledger, and
 	// record adds entries to it: each is followed by one placeholder group
 	// per entry (written with ?, see ledgerSQL), record then by recordEnd.
-	// apply adds synced moves (sold, returned, held) to the SKU's row of
-	// the entries' generation.
-	seen, record, recordEnd, apply string
+	seen, record, recordEnd string
 	// seenEntry finds a journal entry (sku, entry id) in the ledger, or
-	// below the SKU's prune mark; lose adds to the units Redis lost.
-	seenEntry, lose string
+	// below the SKU's prune mark.
+	seenEntry string
 	// mark reads a SKU's prune mark and locks its row (the first statement
-	// of a sync or prune transaction); setMark raises it; prune deletes the
-	// ledger rows below it. See prune.go.
-	mark, setMark, prune string
+	// of a sync or prune transaction). See prune.go.
+	mark string
+	// keysPut records idempotency keys (keys.go): followed by one
+	// placeholder group of seven per key (written with ?), then by
+	// keysPutEnd, which overwrites an expired record.
+	keysPut, keysPutEnd string
+	// The engine-neutral statements of keys.go, written with ? and bound
+	// to the engine by engineSQL.
+	keyStatements
+	// The other statements that are the same on every engine, bound
+	// likewise.
+	sharedStatements
+	// The movement ledger's (ledger.go), run only WithLedger: lcreate
+	// creates its table; lhead reads a SKU's generation and the stock
+	// after its last row; linsert (followed by groups of ten placeholders,
+	// written ?) writes rows; lpage reads a page.
+	lcreate               []string
+	lhead, linsert, lpage string
+}
+
+// The engine-neutral statements of the movement ledger, bound by engineSQL
+// (linsert at the call). A row holds n records (recs, see ledger.go) and
+// the stock after the last (available, held, sold).
+const (
+	lheadSQL = `SELECT s.gen, COALESCE(v.available, 0), COALESCE(v.held, 0), COALESCE(v.sold, 0)
+		FROM {{p}}stock s LEFT JOIN {{p}}moves v ON v.pos = (SELECT MAX(pos) FROM {{p}}moves WHERE sku = s.sku)
+		WHERE s.sku = ?`
+	linsertSQL = `INSERT INTO {{p}}moves (sku, n, available, held, sold, recs, moved_at) VALUES `
+	lpageSQL   = `SELECT pos, n, available, held, sold, recs, moved_at FROM {{p}}moves
+		WHERE sku = ? AND pos >= ? ORDER BY pos LIMIT ?`
+)
+
+// lcreateSQL is each engine's movement ledger table: pos, an
+// auto-increment key; moved_at in Unix µs.
+var lcreateSQL = map[sqldialect.Engine][]string{
+	sqldialect.MySQL: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			sku VARBINARY(255) NOT NULL,
+			n INT NOT NULL,
+			available BIGINT NOT NULL,
+			held BIGINT NOT NULL,
+			sold BIGINT NOT NULL,
+			recs MEDIUMBLOB NOT NULL,
+			moved_at BIGINT NOT NULL,
+			KEY (sku, pos)
+		) ENGINE=InnoDB`},
+	sqldialect.Postgres: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			sku TEXT COLLATE "C" NOT NULL,
+			n INT NOT NULL,
+			available BIGINT NOT NULL,
+			held BIGINT NOT NULL,
+			sold BIGINT NOT NULL,
+			recs TEXT NOT NULL,
+			moved_at BIGINT NOT NULL
+		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
+	sqldialect.SQLite: {`CREATE TABLE IF NOT EXISTS {{p}}moves (
+			pos INTEGER PRIMARY KEY AUTOINCREMENT,
+			sku TEXT NOT NULL,
+			n INTEGER NOT NULL,
+			available INTEGER NOT NULL,
+			held INTEGER NOT NULL,
+			sold INTEGER NOT NULL,
+			recs TEXT NOT NULL,
+			moved_at INTEGER NOT NULL
+		)`, `CREATE INDEX IF NOT EXISTS {{p}}moves_by_sku ON {{p}}moves (sku, pos)`},
+}
+
+// sharedStatements are the statements that are the same on every engine,
+// written with ? and {{p}}, bound by engineSQL.
+type sharedStatements struct {
+	// read returns pool, gen, last_grant of a SKU.
+	read string
+	// initGen reads the generation back in Init's transaction; initGrants
+	// deletes the grants of older generations.
+	initGen, initGrants string
+	// grant takes units from the pool; grantRow records the grant;
+	// grantsAfter lists a generation's grants after an id.
+	grant, grantRow, grantsAfter string
+	// apply adds synced moves (sold, returned, held) to the SKU's row of
+	// the entries' generation; lose adds to the units Redis lost.
+	apply, lose string
+	// setMark raises a SKU's prune mark; prune deletes the ledger rows
+	// below it. See prune.go.
+	setMark, prune string
 	// direct moves the pool by a fallback call (Reduce: -q, Return: q)
 	// and counts it in direct (net units SQL sold on its own).
 	direct string
@@ -46,13 +122,27 @@ type statements struct {
 	// held reads the units SQL knows held (synced) and the generation;
 	// unhold forgets them (Reconcile, once Redis lost them).
 	held, unhold string
-	// keysPut records idempotency keys (keys.go): followed by one
-	// placeholder group of seven per key (written with ?), then by
-	// keysPutEnd, which overwrites an expired record.
-	keysPut, keysPutEnd string
-	// The engine-neutral statements of keys.go, written with ? and bound
-	// to the engine by engineSQL.
-	keyStatements
+}
+
+// sharedSQL is sharedStatements, with {{p}} for the table prefix.
+var sharedSQL = sharedStatements{
+	read:        `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
+	initGen:     `SELECT gen FROM {{p}}stock WHERE sku = ?`,
+	initGrants:  `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
+	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
+	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
+	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
+	setMark:     `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
+	prune:       `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
+	lose:        `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
+	apply:       `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
+	direct:      `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
+	skus:        `SELECT sku FROM {{p}}stock ORDER BY sku`,
+	held:        `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
+	unhold:      `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
+	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
+			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
+		FROM {{p}}stock s WHERE s.sku = ?`,
 }
 
 // keyStatements are the statements of the keys table and of the double
@@ -85,11 +175,9 @@ var keySQL = keyStatements{
 	pairsReset: `UPDATE {{p}}stock SET doubled = 0, given_back = 0 WHERE sku = ?`,
 }
 
-// mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
-var mysqlSQL = statements{
-	create: []string{
-		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku VARBINARY(255) NOT NULL PRIMARY KEY,
+// stockColumns are the stock table's columns after sku (SQLite's with
+// INTEGER for BIGINT).
+const stockColumns = `
 			pool BIGINT NOT NULL CHECK (pool >= 0),
 			sold BIGINT NOT NULL DEFAULT 0,
 			returned BIGINT NOT NULL DEFAULT 0,
@@ -101,7 +189,13 @@ var mysqlSQL = statements{
 			pruned_ms BIGINT NOT NULL DEFAULT 0,
 			doubled BIGINT NOT NULL DEFAULT 0,
 			given_back BIGINT NOT NULL DEFAULT 0
-		) ENGINE=InnoDB`,
+		`
+
+// mysqlSQL is the SQL for MariaDB and MySQL. VARBINARY compares bytes.
+var mysqlSQL = statements{
+	create: []string{
+		`CREATE TABLE IF NOT EXISTS {{p}}stock (
+			sku VARBINARY(255) NOT NULL PRIMARY KEY,` + stockColumns + `) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku VARBINARY(255) NOT NULL,
 			gen BIGINT NOT NULL,
@@ -128,60 +222,28 @@ var mysqlSQL = statements{
 			KEY (sku, expires_ms)
 		) ENGINE=InnoDB`,
 	},
-	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys, {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: ` ON DUPLICATE KEY UPDATE qty = VALUES(qty), rem = VALUES(rem), src = VALUES(src), expires_ms = VALUES(expires_ms)`,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
 		ON DUPLICATE KEY UPDATE pool = VALUES(pool), sold = 0, returned = 0, direct = 0, lost = 0, held = 0, gen = gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
 	seen:   `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record: `INSERT IGNORE INTO {{p}}synced (sku, entry_id, ms) VALUES `,
 	seenEntry: `SELECT 1 FROM (SELECT ? AS sku, ? AS id) x JOIN {{p}}stock s ON s.sku = x.sku
 		WHERE s.pruned_ms > CAST(SUBSTRING_INDEX(x.id, '-', 1) AS UNSIGNED)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = x.sku AND l.entry_id = x.id)`,
-	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = ?`,
+	mark: `SELECT pruned_ms FROM {{p}}stock WHERE sku = ? FOR UPDATE`,
 }
 
 // postgresSQL is the SQL for PostgreSQL. TEXT COLLATE "C" compares bytes.
 var postgresSQL = statements{
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku TEXT COLLATE "C" NOT NULL PRIMARY KEY,
-			pool BIGINT NOT NULL CHECK (pool >= 0),
-			sold BIGINT NOT NULL DEFAULT 0,
-			returned BIGINT NOT NULL DEFAULT 0,
-			direct BIGINT NOT NULL DEFAULT 0,
-			lost BIGINT NOT NULL DEFAULT 0,
-			held BIGINT NOT NULL DEFAULT 0,
-			gen BIGINT NOT NULL,
-			last_grant BIGINT NOT NULL DEFAULT 0,
-			pruned_ms BIGINT NOT NULL DEFAULT 0,
-			doubled BIGINT NOT NULL DEFAULT 0,
-			given_back BIGINT NOT NULL DEFAULT 0
-		)`,
+			sku TEXT COLLATE "C" NOT NULL PRIMARY KEY,` + stockColumns + `)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT COLLATE "C" NOT NULL,
 			gen BIGINT NOT NULL,
@@ -208,22 +270,15 @@ var postgresSQL = statements{
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
-	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys`},
+	drop:       []string{`DROP TABLE IF EXISTS {{p}}stock, {{p}}grants, {{p}}synced, {{p}}keys, {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1`,
 	lock: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES ($1, $2, 0, 0, 1, 0)
 		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = $1`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = $1 AND gen < $2`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - $1, last_grant = $2 WHERE sku = $3 AND gen = $4`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES ($1, $2, $3, $4)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = $1 AND gen = $2 AND grant_id > $3 ORDER BY grant_id`,
 
 	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
@@ -231,20 +286,7 @@ var postgresSQL = statements{
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = $1
 		AND (s.pruned_ms > split_part($2, '-', 1)::bigint
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = $1 AND l.entry_id = $2))`,
-	mark:    `SELECT pruned_ms FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = $1 WHERE sku = $2 AND pruned_ms < $3`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = $1 AND ms < $2`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + $1 WHERE sku = $2 AND gen = $3`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + $1, returned = returned + $2, held = held + $3 WHERE sku = $4 AND gen = $5`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + $1, direct = direct - $2 WHERE sku = $3`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = $1`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = $1 AND gen = $2`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = $1`,
+	mark: `SELECT pruned_ms FROM {{p}}stock WHERE sku = $1 FOR UPDATE`,
 }
 
 // sqliteSQL is the SQL for SQLite (driver "sqlite", modernc.org/sqlite, or
@@ -256,19 +298,7 @@ var postgresSQL = statements{
 var sqliteSQL = statements{
 	create: []string{
 		`CREATE TABLE IF NOT EXISTS {{p}}stock (
-			sku TEXT NOT NULL PRIMARY KEY,
-			pool INTEGER NOT NULL CHECK (pool >= 0),
-			sold INTEGER NOT NULL DEFAULT 0,
-			returned INTEGER NOT NULL DEFAULT 0,
-			direct INTEGER NOT NULL DEFAULT 0,
-			lost INTEGER NOT NULL DEFAULT 0,
-			held INTEGER NOT NULL DEFAULT 0,
-			gen INTEGER NOT NULL,
-			last_grant INTEGER NOT NULL DEFAULT 0,
-			pruned_ms INTEGER NOT NULL DEFAULT 0,
-			doubled INTEGER NOT NULL DEFAULT 0,
-			given_back INTEGER NOT NULL DEFAULT 0
-		)`,
+			sku TEXT NOT NULL PRIMARY KEY,` + strings.ReplaceAll(stockColumns, "BIGINT", "INTEGER") + `)`,
 		`CREATE TABLE IF NOT EXISTS {{p}}grants (
 			sku TEXT NOT NULL,
 			gen INTEGER NOT NULL,
@@ -296,22 +326,15 @@ var sqliteSQL = statements{
 		`CREATE INDEX IF NOT EXISTS {{p}}keys_expiry ON {{p}}keys (sku, expires_ms)`,
 	},
 	drop: []string{`DROP TABLE IF EXISTS {{p}}stock`, `DROP TABLE IF EXISTS {{p}}grants`, `DROP TABLE IF EXISTS {{p}}synced`,
-		`DROP TABLE IF EXISTS {{p}}keys`},
+		`DROP TABLE IF EXISTS {{p}}keys`, `DROP TABLE IF EXISTS {{p}}moves`},
 	keysPut:    `INSERT INTO {{p}}keys (sku, dir, k, qty, rem, src, expires_ms) VALUES `,
 	keysPutEnd: keysUpsert,
 
-	read: `SELECT pool, gen, last_grant FROM {{p}}stock WHERE sku = ?`,
 	lock: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pool, gen, last_grant`,
 
 	initUpsert: `INSERT INTO {{p}}stock (sku, pool, sold, returned, gen, last_grant) VALUES (?, ?, 0, 0, 1, 0)
 		ON CONFLICT (sku) DO UPDATE SET pool = excluded.pool, sold = 0, returned = 0, direct = 0, lost = 0, held = 0,
 			gen = {{p}}stock.gen + 1, last_grant = 0`,
-	initGen:    `SELECT gen FROM {{p}}stock WHERE sku = ?`,
-	initGrants: `DELETE FROM {{p}}grants WHERE sku = ? AND gen < ?`,
-
-	grant:       `UPDATE {{p}}stock SET pool = pool - ?, last_grant = ? WHERE sku = ? AND gen = ?`,
-	grantRow:    `INSERT INTO {{p}}grants (sku, gen, grant_id, qty) VALUES (?, ?, ?, ?)`,
-	grantsAfter: `SELECT grant_id, qty FROM {{p}}grants WHERE sku = ? AND gen = ? AND grant_id > ? ORDER BY grant_id`,
 
 	seen:      `SELECT entry_id FROM {{p}}synced WHERE sku = ? AND entry_id IN `,
 	record:    `INSERT INTO {{p}}synced (sku, entry_id, ms) VALUES `,
@@ -319,20 +342,7 @@ var sqliteSQL = statements{
 	seenEntry: `SELECT 1 FROM {{p}}stock s WHERE s.sku = ?1
 		AND (s.pruned_ms > CAST(substr(?2, 1, instr(?2, '-') - 1) AS INTEGER)
 			OR EXISTS (SELECT 1 FROM {{p}}synced l WHERE l.sku = ?1 AND l.entry_id = ?2))`,
-	mark:    `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pruned_ms`,
-	setMark: `UPDATE {{p}}stock SET pruned_ms = ? WHERE sku = ? AND pruned_ms < ?`,
-	prune:   `DELETE FROM {{p}}synced WHERE sku = ? AND ms < ?`,
-	lose:    `UPDATE {{p}}stock SET lost = lost + ? WHERE sku = ? AND gen = ?`,
-	apply:   `UPDATE {{p}}stock SET sold = sold + ?, returned = returned + ?, held = held + ? WHERE sku = ? AND gen = ?`,
-
-	direct: `UPDATE {{p}}stock SET pool = pool + ?, direct = direct - ? WHERE sku = ?`,
-
-	skus:   `SELECT sku FROM {{p}}stock ORDER BY sku`,
-	held:   `SELECT held, gen FROM {{p}}stock WHERE sku = ?`,
-	unhold: `UPDATE {{p}}stock SET held = 0 WHERE sku = ? AND gen = ?`,
-	totals: `SELECT s.pool, s.sold, s.returned, s.direct, s.lost, s.gen, s.last_grant,
-			(SELECT COALESCE(SUM(g.qty), 0) FROM {{p}}grants g WHERE g.sku = s.sku AND g.gen = s.gen)
-		FROM {{p}}stock s WHERE s.sku = ?`,
+	mark: `UPDATE {{p}}stock SET gen = gen WHERE sku = ? RETURNING pruned_ms`,
 }
 
 // identifier is what a table prefix may be: it begins a plain identifier.
@@ -346,19 +356,23 @@ func engineSQL(driver, prefix string) (statements, error) {
 		return statements{}, fmt.Errorf("tiered: %w", err)
 	}
 	s := map[sqldialect.Engine]statements{sqldialect.MySQL: mysqlSQL, sqldialect.Postgres: postgresSQL, sqldialect.SQLite: sqliteSQL}[eng]
-	s.keyStatements = keySQL
+	s.keyStatements, s.sharedStatements = keySQL, sharedSQL
+	s.lcreate, s.lhead, s.linsert, s.lpage = lcreateSQL[eng], lheadSQL, linsertSQL, lpageSQL
 	r := strings.NewReplacer("{{p}}", prefix)
-	for _, q := range []*string{&s.read, &s.lock, &s.initUpsert, &s.initGen, &s.initGrants, &s.grant, &s.grantRow,
-		&s.grantsAfter, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.setMark, &s.prune, &s.lose, &s.apply, &s.direct, &s.skus, &s.totals, &s.held, &s.unhold,
-		&s.keysPut, &s.keysFind} {
+	for _, q := range []*string{&s.lock, &s.initUpsert, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.keysPut, &s.keysFind} {
 		*q = r.Replace(*q)
 	}
 	bind := sqlx.BindType(driver)
-	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset} {
+	s.linsert = r.Replace(s.linsert)
+	sh := &s.sharedStatements
+	for _, q := range []*string{&s.keysExpire, &s.keysLive, &s.pairs, &s.pairsRead, &s.pairsReset, &s.lhead, &s.lpage,
+		&sh.read, &sh.initGen, &sh.initGrants, &sh.grant, &sh.grantRow, &sh.grantsAfter, &sh.apply, &sh.lose, &sh.setMark,
+		&sh.prune, &sh.direct, &sh.skus, &sh.totals, &sh.held, &sh.unhold} {
 		*q = sqlx.Rebind(bind, r.Replace(*q))
 	}
 	s.create = replaceAll(r, s.create)
 	s.drop = replaceAll(r, s.drop)
+	s.lcreate = replaceAll(r, s.lcreate)
 	return s, nil
 }
 

@@ -30,6 +30,7 @@ type stock struct{ m *Manager }
 // repeat the Init.
 func (b stock) Init(ctx context.Context, sku string, qty int64) error {
 	m := b.m
+	m.syncBeforeInit(ctx, sku)
 	var gen int64
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, m.q.initUpsert, sku, qty); err != nil {
@@ -38,8 +39,10 @@ func (b stock) Init(ctx context.Context, sku string, qty int64) error {
 		if err := tx.QueryRowxContext(ctx, m.q.initGen, sku).Scan(&gen); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, m.q.initGrants, sku, gen)
-		return err
+		if _, err := tx.ExecContext(ctx, m.q.initGrants, sku, gen); err != nil || !m.cfg.ledgerOn {
+			return err
+		}
+		return m.initLedger(ctx, tx, sku, qty)
 	})
 	if err != nil {
 		return fmt.Errorf("tiered: init %q in SQL: %w", sku, err)
@@ -93,10 +96,16 @@ func (b stock) Move(ctx context.Context, sku string, qty int64, dir driver.Direc
 }
 
 func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
+	return m.moveAs(ctx, sku, qty, dir, key, key)
+}
+
+// moveAs is move, recorded in the ledger with key lkey (a ReturnLines
+// moves each line with a key of its own, and records the call's).
+func (m *Manager) moveAs(ctx context.Context, sku string, qty int64, dir driver.Direction, key, lkey string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("tiered: %s %q: %w", dir, sku, err)
 	}
-	c := req{sku: sku, key: key, qty: qty, dir: dir}
+	c := req{sku: sku, key: key, qty: qty, dir: dir, rec: m.moveRec(ctx, dir, qty, lkey)}
 	stalled := false
 	for range m.cfg.attempts {
 		if m.br.open() {

@@ -26,15 +26,7 @@ func (m *Manager) Sync(ctx context.Context) (int, error) {
 	if err := m.db.SelectContext(ctx, &skus, m.q.skus); err != nil {
 		return 0, fmt.Errorf("tiered: sync: list SKUs: %w", err)
 	}
-	total := 0
-	for _, sku := range skus {
-		n, err := m.syncSKU(ctx, sku)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	return sumEach(ctx, skus, m.syncSKU)
 }
 
 // syncSKU applies the journal of one SKU: entries of dead syncers, then
@@ -128,11 +120,33 @@ type syncEntry struct {
 	ms, gen int64
 	mv      entryMove
 	keys    []keyMove
+	rows    []lrow // with a ledger: the records of its moves (ledger.go)
 }
 
-// applyEntries applies msgs of sku in one transaction (applyTx), then
-// acknowledges and deletes them in one MULTI.
+// applyEntries applies msgs of sku a transaction at a time (applyPart):
+// all in one, or, with a ledger, a part of about maxLedgerTx records each,
+// so that a grant of the SKU, which waits for its row, never waits for
+// tens of thousands of ledger rows.
 func (m *Manager) applyEntries(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
+	total := 0
+	for len(msgs) > 0 {
+		n := len(msgs)
+		if m.cfg.ledgerOn {
+			n = ledgerPart(msgs)
+		}
+		k, err := m.applyPart(ctx, sku, stream, msgs[:n])
+		total += k
+		if err != nil {
+			return total, err
+		}
+		msgs = msgs[n:]
+	}
+	return total, nil
+}
+
+// applyPart applies msgs of sku in one transaction (applyTx), then
+// acknowledges and deletes them in one MULTI.
+func (m *Manager) applyPart(ctx context.Context, sku, stream string, msgs []redis.XMessage) (int, error) {
 	var fresh []syncEntry
 	var pairs []DoubleApply
 	err := m.tx(ctx, func(tx *sqlx.Tx) error {
@@ -195,6 +209,9 @@ func (m *Manager) applyTx(ctx context.Context, tx *sqlx.Tx, sku string, msgs []r
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := m.syncLedger(ctx, tx, sku, fresh); err != nil {
+		return nil, nil, err
+	}
 	byGen := map[int64]*entryMove{}
 	for _, e := range fresh {
 		mv := byGen[e.gen]
@@ -226,14 +243,16 @@ func (m *Manager) readEntries(sku string, msgs []redis.XMessage, mark int64) ([]
 		gen, mv, err := entryMoves(msg.Values)
 		ms, err2 := entryMS(msg.ID)
 		keys, err3 := entryKeys(msg.Values)
-		if err := errors.Join(err, err2, err3); err != nil {
+		l, _ := msg.Values["l"].(string)
+		rows, err4 := parseRecs(nil, l, ms*1000)
+		if err := errors.Join(err, err2, err3, err4); err != nil {
 			return nil, fmt.Errorf("journal entry %s of %q is malformed: %v (%w)", msg.ID, sku, msg.Values, err)
 		}
 		if ms < mark {
 			m.ledger.belowMark.Add(1)
 			continue
 		}
-		fresh = append(fresh, syncEntry{msg.ID, ms, gen, mv, keys})
+		fresh = append(fresh, syncEntry{msg.ID, ms, gen, mv, keys, rows})
 	}
 	return fresh, nil
 }

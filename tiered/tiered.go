@@ -48,7 +48,8 @@
 // journal), PREFIX:run (the run_id stamp of the restart fence) and
 // rediskeys' idempotency records under PREFIX. SQL tables:
 // TABLEPREFIXstock, TABLEPREFIXgrants, TABLEPREFIXsynced and TABLEPREFIXkeys (the
-// idempotency keys SQL knows, see [WithKeyedFallback]), on MariaDB/MySQL
+// idempotency keys SQL knows, see [WithKeyedFallback]), and with
+// [WithLedger] TABLEPREFIXmoves (the movement ledger), on MariaDB/MySQL
 // (driver "mysql"), PostgreSQL ("pgx" or "postgres") or SQLite ("sqlite",
 // modernc.org/sqlite, or "sqlite3"; in WAL mode with a busy timeout, as
 // SQLite has one writer at a time); [Manager.CreateTables]
@@ -145,6 +146,15 @@
 // allotment of a Redis that lost its state is not reused (a bounded
 // undersell, never an oversell): Reconcile records it as lost. Run it
 // after a Redis restart the breaker did not see.
+//
+// # Movement ledger
+//
+// [WithLedger] records every move that took effect: the journal entry a
+// script appends also carries its moves' records, the syncer writes them as
+// rows of TABLEPREFIXmoves in the transaction that applies the entry, and
+// the fallback and Init write theirs in their own; the Manager is a
+// [github.com/stockkit/inventory/ledger.Reader] (see WithLedger and
+// docs/ledger.md).
 //
 // # Merging
 //
@@ -250,6 +260,7 @@ type Manager struct {
 	rdb      redis.UniversalClient
 	db       *sqlx.DB
 	q        statements         // sql.go
+	sc       scripts            // the scripts that move stock, with or without a ledger (ledger.go)
 	cfg      config             // options.go
 	consumer string             // this Manager's name in the syncers' consumer group
 	bg       context.Context    // the background work's, ended by Close
@@ -303,6 +314,10 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 	bg, stop := context.WithCancel(context.Background())
 	m := &Manager{rdb: rdb, db: db, q: q, cfg: c, consumer: hex.EncodeToString(id), bg: bg, stop: stop,
 		grantState: grantState{flights: map[string]chan struct{}{}, demand: map[string]int64{}}}
+	m.sc = plainScripts
+	if c.ledgerOn {
+		m.sc = ledgerScripts
+	}
 	m.Front = front.New("tiered", backend{stock{m}, orders{m}}, nil)
 	m.br.init(c.brFailures, c.brOpen, m.startRecovery)
 	m.watch = watch(rdb, m)
@@ -315,7 +330,11 @@ func New(rdb redis.UniversalClient, db *sqlx.DB, opts ...Option) (*Manager, erro
 
 // CreateTables creates the SQL tables if they are absent.
 func (m *Manager) CreateTables(ctx context.Context) error {
-	for _, s := range m.q.create {
+	create := m.q.create
+	if m.cfg.ledgerOn {
+		create = append(create[:len(create):len(create)], m.q.lcreate...)
+	}
+	for _, s := range create {
 		if _, err := m.db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("tiered: create tables: %w", err)
 		}
