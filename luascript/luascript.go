@@ -56,8 +56,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -358,8 +356,7 @@ func (m *Manager) refused(qty int64, dir driver.Direction, cur int64) (int64, er
 // duplicate is the outcome of a call whose key was recorded as rec: the
 // remaining stock, then, from older writers, ":" and more.
 func (m *Manager) duplicate(key, rec string, acked int64) (int64, error) {
-	digits, _, _ := strings.Cut(rec, ":")
-	n, err := strconv.ParseInt(digits, 10, 64)
+	n, err := rediskeys.Remaining(rec)
 	if err != nil {
 		return 0, fmt.Errorf("key %q holds %q: %w", key, rec, err)
 	}

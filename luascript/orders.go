@@ -2,9 +2,7 @@ package luascript
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -208,40 +206,14 @@ func (m *Manager) withRef(ctx context.Context, args []any, key string) []any {
 	return append(args, key, driver.Ref(ctx))
 }
 
-// skuLines encodes lines as "QTY SKU\n" each; stockLines as "QTY STOCKKEY\n".
-func skuLines(lines []inventory.Line) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.WriteString(strconv.FormatInt(l.Qty, 10) + " " + l.SKU + "\n")
-	}
-	return b.String()
-}
-
+// stockLines encodes lines as "QTY STOCKKEY\n" each (an order record's
+// lines are rediskeys.EncodeLines).
 func (m *Manager) stockLines(lines []inventory.Line) string {
 	var b strings.Builder
 	for _, l := range lines {
 		b.WriteString(strconv.FormatInt(l.Qty, 10) + " " + rediskeys.Stock(m.prefix, l.SKU) + "\n")
 	}
 	return b.String()
-}
-
-func parseLines(s string) ([]inventory.Line, error) {
-	var lines []inventory.Line
-	for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
-		q, sku, ok := strings.Cut(l, " ")
-		n, err := strconv.ParseInt(q, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("order record holds a bad line %q", l)
-		}
-		lines = append(lines, inventory.Line{SKU: sku, Qty: n})
-	}
-	return lines, nil
-}
-
-func newNonce() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func (m *Manager) newOrder(kind, id, nonce string, gs []slotLines) *order {
@@ -334,7 +306,7 @@ func (b *backend) MoveLines(ctx context.Context, lines []inventory.Line, dir dri
 // under an order record.
 func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inventory.Line, key string) error {
 	gs := m.bySlot(lines)
-	kind, id := kindUnkeyed, newNonce()
+	kind, id := kindUnkeyed, rediskeys.NewNonce()
 	if key != "" {
 		kind, id = kindKeyed, string(dir)+":"+key
 	}
@@ -345,7 +317,7 @@ func (m *Manager) lines(ctx context.Context, dir driver.Direction, lines []inven
 	if m.oneStep(gs, recKind, id) {
 		return m.linesInOneScript(ctx, dir, lines, key, kind, id)
 	}
-	return m.linesByParts(ctx, m.newOrder(kind, id, newNonce(), gs), dir, lines, key)
+	return m.linesByParts(ctx, m.newOrder(kind, id, rediskeys.NewNonce(), gs), dir, lines, key)
 }
 
 // linesInOneScript moves lines in one script, which also records key (of
@@ -358,16 +330,33 @@ func (m *Manager) linesInOneScript(ctx context.Context, dir driver.Direction, li
 		keyed = "1"
 	}
 	args := m.withRef(ctx, lineArgs("lines", lines, string(dir), m.keyTTL.Milliseconds(), keyed), key)
+	return m.moveStep(ctx, keys, args, lines, dir, func(st string) error {
+		switch st {
+		case "dup":
+			return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
+		case "busy":
+			return fmt.Errorf("%w: a call with key %q is under way", inventory.ErrContention, key)
+		}
+		return nil
+	})
+}
+
+// moveStep runs a step of the orders script that moves lines in direction
+// dir (a call in one script, a part of an order, a Reserve in one script)
+// and returns its error: nil when it replied "ok", what other says of its
+// status when not nil (the statuses of that step alone), else the refusal
+// of "short" or "notfound" (refusalErr).
+func (m *Manager) moveStep(ctx context.Context, keys []string, args []any, lines []inventory.Line, dir driver.Direction,
+	other func(st string) error) error {
 	res, st, err := m.eval(ctx, keys, args...)
 	switch {
 	case err != nil:
 		return err
 	case st == "ok":
 		return nil
-	case st == "dup":
-		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
-	case st == "busy":
-		return fmt.Errorf("%w: a call with key %q is under way", inventory.ErrContention, key)
+	}
+	if err := other(st); err != nil {
+		return err
 	}
 	return refusalErr(res, st, lines, dir)
 }
@@ -415,7 +404,7 @@ func (m *Manager) linesByParts(ctx context.Context, o *order, dir driver.Directi
 func (m *Manager) begin(ctx context.Context, o *order, ttl time.Duration, recKind string, lines []inventory.Line) error {
 	for range 3 {
 		res, st, err := m.eval(ctx, []string{o.rec}, "begin", o.nonce, ttl.Milliseconds(), m.keyTTL.Milliseconds(),
-			skuLines(lines), recKind, o.kind+":"+o.id)
+			rediskeys.EncodeLines(lines), recKind, o.kind+":"+o.id)
 		switch {
 		case err != nil:
 			return err
@@ -459,7 +448,7 @@ func (m *Manager) orderFromRecord(rec string, nonce, sl, ki any) (*order, error)
 	if n == "" || !ok {
 		return nil, fmt.Errorf("order record %s is incomplete", rec)
 	}
-	lines, err := parseLines(s)
+	lines, err := rediskeys.DecodeLines(s)
 	if err != nil {
 		return nil, err
 	}
@@ -483,16 +472,12 @@ func (m *Manager) makePart(ctx context.Context, o *order, i int, kind string, tt
 	keys := m.lineKeys(g.lines, g.part, m.index(g))
 	args := m.withRef(ctx, lineArgs("part", g.lines, kind, ttl.Milliseconds(), o.nonce,
 		m.stockLines(g.lines), o.rec, primary), o.callKey())
-	res, st, err := m.eval(ctx, keys, args...)
-	switch {
-	case err != nil:
-		return err
-	case st == "ok":
+	return m.moveStep(ctx, keys, args, g.lines, dir, func(st string) error {
+		if st == "exists" {
+			return fmt.Errorf("%w: part %s exists", inventory.ErrContention, g.part)
+		}
 		return nil
-	case st == "exists":
-		return fmt.Errorf("%w: part %s exists", inventory.ErrContention, g.part)
-	}
-	return refusalErr(res, st, g.lines, dir)
+	})
 }
 
 // unwind gives back the parts of o from 0 to i (part i may or may not have
@@ -542,19 +527,16 @@ func (m *Manager) reserve(ctx context.Context, id string, lines []inventory.Line
 		}
 		rec := rediskeys.Order(m.prefix, kindHold, id)
 		keys := m.lineKeys(lines, rec, m.index(gs[0]))
-		res, st, err := m.eval(ctx, keys, lineArgs("reserve", lines, ttl.Milliseconds(), m.keyTTL.Milliseconds(),
-			newNonce(), m.stockLines(lines), skuLines(lines))...)
-		switch {
-		case err != nil:
-			return err
-		case st == "ok":
+		args := lineArgs("reserve", lines, ttl.Milliseconds(), m.keyTTL.Milliseconds(),
+			rediskeys.NewNonce(), m.stockLines(lines), rediskeys.EncodeLines(lines))
+		return m.moveStep(ctx, keys, args, lines, driver.DirReduce, func(st string) error {
+			if st == "dup" {
+				return inventory.ErrDuplicate
+			}
 			return nil
-		case st == "dup":
-			return inventory.ErrDuplicate
-		}
-		return refusalErr(res, st, lines, driver.DirReduce)
+		})
 	}
-	o := m.newOrder(kindHold, id, newNonce(), gs)
+	o := m.newOrder(kindHold, id, rediskeys.NewNonce(), gs)
 	if err := m.begin(ctx, o, ttl, "hold", lines); err != nil {
 		return err
 	}

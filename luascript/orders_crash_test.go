@@ -55,7 +55,7 @@ func newCrash(t *testing.T) *crash {
 }
 
 func (x *crash) order(kind, id string) *order {
-	return x.m.newOrder(kind, id, newNonce(), x.m.bySlot(x.lines))
+	return x.m.newOrder(kind, id, rediskeys.NewNonce(), x.m.bySlot(x.lines))
 }
 
 func (x *crash) levels(avail0, held0, avail1, held1 int64) {

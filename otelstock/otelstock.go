@@ -92,6 +92,7 @@
 package otelstock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -326,28 +327,20 @@ func countsFor(in *instruments, meter metric.Meter) (*counts, error) {
 // far (an operation in flight from its first call on).
 func newCounts(meter metric.Meter, strategy string) (*counts, metric.Registration, error) {
 	var err error
-	mk := func(e error) {
-		if err == nil && e != nil {
-			err = fmt.Errorf("otelstock: %w", e)
-		}
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, e := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		err = cmp.Or(err, e)
+		return c
 	}
-	calls, e := meter.Int64ObservableCounter(MetricOperations, metric.WithUnit("{operation}"),
-		metric.WithDescription("Stock calls, by operation and outcome."))
-	mk(e)
+	calls := counter(MetricOperations, "{operation}", "Stock calls, by operation and outcome.")
 	active, e := meter.Int64ObservableUpDownCounter(MetricActiveOperations, metric.WithUnit("{operation}"),
 		metric.WithDescription("Stock calls in flight."))
-	mk(e)
-	units, e := meter.Int64ObservableCounter(MetricUnits, metric.WithUnit("{unit}"),
-		metric.WithDescription("Units moved by stock calls that took effect, by direction."))
-	mk(e)
-	held, e := meter.Int64ObservableCounter(MetricHeldUnits, metric.WithUnit("{unit}"),
-		metric.WithDescription("Units put on hold by Reserve calls that took effect."))
-	mk(e)
-	released, e := meter.Int64ObservableCounter(MetricReleasedHolds, metric.WithUnit("{hold}"),
-		metric.WithDescription("Expired holds released by Sweep calls."))
-	mk(e)
+	err = cmp.Or(err, e)
+	units := counter(MetricUnits, "{unit}", "Units moved by stock calls that took effect, by direction.")
+	held := counter(MetricHeldUnits, "{unit}", "Units put on hold by Reserve calls that took effect.")
+	released := counter(MetricReleasedHolds, "{hold}", "Expired holds released by Sweep calls.")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("otelstock: %w", err)
 	}
 	no := len(outcome.All)
 	c := &counts{calls: make([]atomic.Int64, int(numOps)*no)}
@@ -426,10 +419,10 @@ func Wrap(m inventory.StockManager, opts ...Option) (inventory.StockManager, err
 		return nil, fmt.Errorf("%w: otelstock: nil tracer provider", inventory.ErrInvalidArgument)
 	case c.mp == nil:
 		return nil, fmt.Errorf("%w: otelstock: nil meter provider", inventory.ErrInvalidArgument)
-	case c.named && c.strategy == "":
-		return nil, fmt.Errorf("%w: otelstock: empty strategy name", inventory.ErrInvalidArgument)
-	case !c.named:
-		c.strategy = unwrap.Strategy(m)
+	}
+	var err error
+	if c.strategy, err = unwrap.Name("otelstock", m, c.strategy, c.named); err != nil {
+		return nil, err
 	}
 	if err := c.backend(); err != nil {
 		return nil, err

@@ -95,37 +95,39 @@ type config struct {
 	minDelay, maxDelay time.Duration
 	redsyncOpts        []redsync.Option
 	maxAttempts        int
-	err                error
 }
 
-func (c *config) refuse(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: redlock: "+format, append([]any{inventory.ErrInvalidArgument}, args...)...)
+// check returns the error of the first option out of range; the acquire
+// timeout is lockkit.NewQueuedLocker's to check.
+func (c *config) check() error {
+	var bad string
+	switch {
+	case driver.ValidateSKU(c.prefix) != nil || len(c.prefix) > 64:
+		bad = fmt.Sprintf("key prefix %q must be 1..64 bytes of UTF-8 without control characters", c.prefix)
+	case c.expiry < 10*time.Millisecond:
+		bad = fmt.Sprintf("expiry %v is below 10ms", c.expiry)
+	case c.minDelay <= 0 || c.maxDelay < c.minDelay:
+		bad = fmt.Sprintf("retry delay %v..%v: want 0 < lo <= hi", c.minDelay, c.maxDelay)
+	case c.maxAttempts < 1:
+		bad = fmt.Sprintf("max attempts %d is below 1", c.maxAttempts)
+	default:
+		return nil
 	}
+	return fmt.Errorf("%w: redlock: %s", inventory.ErrInvalidArgument, bad)
 }
 
 // WithPrefix sets the prefix of the lock keys: the lock on a SKU is the key
 // prefix+SKU on every node. It must be 1..64 bytes of UTF-8 without control
 // characters. The default is [DefaultPrefix], "inv:redlock:".
 func WithPrefix(prefix string) Option {
-	return func(c *config) {
-		if driver.ValidateSKU(prefix) != nil || len(prefix) > 64 {
-			c.refuse("key prefix %q must be 1..64 bytes of UTF-8 without control characters", prefix)
-		}
-		c.prefix = prefix
-	}
+	return func(c *config) { c.prefix = prefix }
 }
 
 // WithExpiry sets how long a lock lives on the nodes unless extended. A
 // holder extends it every third of d, so d bounds how long a crashed
 // holder blocks its SKU. The default is [DefaultExpiry], 8s.
 func WithExpiry(d time.Duration) Option {
-	return func(c *config) {
-		if d < 10*time.Millisecond {
-			c.refuse("expiry %v is below 10ms", d)
-		}
-		c.expiry = d
-	}
+	return func(c *config) { c.expiry = d }
 }
 
 // WithAcquireTimeout bounds how long one call waits for its lock before it
@@ -133,12 +135,7 @@ func WithExpiry(d time.Duration) Option {
 // reached, the nodes' error). The ctx of the call bounds it too. The
 // default is [DefaultAcquireTimeout], 10s.
 func WithAcquireTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.refuse("acquire timeout %v is not positive", d)
-		}
-		c.acquireTimeout = d
-	}
+	return func(c *config) { c.acquireTimeout = d }
 }
 
 // WithRetryDelay sets the pause between two attempts to take a lock held
@@ -149,12 +146,7 @@ func WithAcquireTimeout(d time.Duration) Option {
 // soon taken again, long enough that a crowd of waiters does not swamp
 // the nodes.
 func WithRetryDelay(lo, hi time.Duration) Option {
-	return func(c *config) {
-		if lo <= 0 || hi < lo {
-			c.refuse("retry delay %v..%v: want 0 < lo <= hi", lo, hi)
-		}
-		c.minDelay, c.maxDelay = lo, hi
-	}
+	return func(c *config) { c.minDelay, c.maxDelay = lo, hi }
 }
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
@@ -162,12 +154,7 @@ func WithRetryDelay(lo, hi time.Duration) Option {
 // before it gives up with [inventory.ErrContention]. It must be at least 1.
 // The default is [lockmgr.DefaultMaxAttempts], 3. A Locker ignores it.
 func WithMaxAttempts(n int) Option {
-	return func(c *config) {
-		if n < 1 {
-			c.refuse("max attempts %d is below 1", n)
-		}
-		c.maxAttempts = n
-	}
+	return func(c *config) { c.maxAttempts = n }
 }
 
 // WithRedsyncOptions passes options to every redsync mutex, after this
@@ -232,8 +219,8 @@ func newLocker(clients []redis.UniversalClient, opts []Option) (lockmgr.Locker, 
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg, cfg.err
+	if err := cfg.check(); err != nil {
+		return nil, cfg, err
 	}
 	if len(clients) < MinNodes {
 		return nil, cfg, fmt.Errorf("%w: redlock: %d Redis servers, want at least %d", inventory.ErrInvalidArgument, len(clients), MinNodes)

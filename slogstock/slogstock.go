@@ -105,19 +105,35 @@ func Wrap(m inventory.StockManager, opts ...Option) (inventory.StockManager, err
 			o(&c)
 		}
 	}
-	switch {
-	case c.logger == nil:
+	if c.logger == nil {
 		return nil, fmt.Errorf("%w: slogstock: nil logger", inventory.ErrInvalidArgument)
-	case c.named && c.strategy == "":
-		return nil, fmt.Errorf("%w: slogstock: empty strategy name", inventory.ErrInvalidArgument)
-	case !c.named:
-		c.strategy = unwrap.Strategy(m)
 	}
-	l := &logger{inner: m, log: c.logger, strategy: slog.String("strategy", c.strategy), noKeys: c.noKeys}
+	strategy, err := unwrap.Name("slogstock", m, c.strategy, c.named)
+	if err != nil {
+		return nil, err
+	}
+	l := &logger{inner: m, log: c.logger, strategy: slog.String("strategy", strategy), noKeys: c.noKeys}
 	if om, ok := m.(inventory.OrderManager); ok {
 		return orders{l, om}, nil
 	}
 	return l, nil
+}
+
+// logged returns what call returns, logged as the call op when it fails;
+// what, called only then, gives the call's own attributes.
+func logged[T any](ctx context.Context, l *logger, op string, what func() []slog.Attr, call func() (T, error)) (T, error) {
+	t0 := time.Now()
+	v, err := call()
+	if err != nil {
+		l.record(ctx, op, t0, err, what)
+	}
+	return v, err
+}
+
+// run is [logged] for a call that returns only an error.
+func (l *logger) run(ctx context.Context, op string, what func() []slog.Attr, call func() error) error {
+	_, err := logged(ctx, l, op, what, func() (struct{}, error) { return struct{}{}, call() })
+	return err
 }
 
 // record logs the call op that started at t0 and returned err, if its
@@ -171,49 +187,32 @@ func (l *logger) key(as []slog.Attr, opts []inventory.Option) []slog.Attr {
 	}
 }
 
-func attrs(as ...slog.Attr) func() []slog.Attr { return func() []slog.Attr { return as } }
+// attr gives the attribute key=value of a call on one SKU or hold.
+func attr(key, value string) func() []slog.Attr {
+	return func() []slog.Attr { return []slog.Attr{slog.String(key, value)} }
+}
 
 // Unwrap returns the wrapped manager.
 func (l *logger) Unwrap() inventory.StockManager { return l.inner }
 
 // Init implements [inventory.StockManager].
 func (l *logger) Init(ctx context.Context, sku string, qty int64) error {
-	t0 := time.Now()
-	err := l.inner.Init(ctx, sku, qty)
-	if err != nil {
-		l.record(ctx, "init", t0, err, l.single(sku, qty, nil))
-	}
-	return err
+	return l.run(ctx, "init", l.single(sku, qty, nil), func() error { return l.inner.Init(ctx, sku, qty) })
 }
 
 // Reduce implements [inventory.StockManager].
 func (l *logger) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	t0 := time.Now()
-	n, err := l.inner.Reduce(ctx, sku, qty, opts...)
-	if err != nil {
-		l.record(ctx, "reduce", t0, err, l.single(sku, qty, opts))
-	}
-	return n, err
+	return logged(ctx, l, "reduce", l.single(sku, qty, opts), func() (int64, error) { return l.inner.Reduce(ctx, sku, qty, opts...) })
 }
 
 // Return implements [inventory.StockManager].
 func (l *logger) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	t0 := time.Now()
-	n, err := l.inner.Return(ctx, sku, qty, opts...)
-	if err != nil {
-		l.record(ctx, "return", t0, err, l.single(sku, qty, opts))
-	}
-	return n, err
+	return logged(ctx, l, "return", l.single(sku, qty, opts), func() (int64, error) { return l.inner.Return(ctx, sku, qty, opts...) })
 }
 
 // Get implements [inventory.StockManager].
 func (l *logger) Get(ctx context.Context, sku string) (int64, error) {
-	t0 := time.Now()
-	n, err := l.inner.Get(ctx, sku)
-	if err != nil {
-		l.record(ctx, "get", t0, err, attrs(slog.String("sku", sku)))
-	}
-	return n, err
+	return logged(ctx, l, "get", attr("sku", sku), func() (int64, error) { return l.inner.Get(ctx, sku) })
 }
 
 // orders is the wrapper of a manager that has the order calls.
@@ -224,74 +223,46 @@ type orders struct {
 
 // ReduceLines implements [inventory.OrderManager].
 func (o orders) ReduceLines(ctx context.Context, ls []inventory.Line, opts ...inventory.Option) error {
-	t0 := time.Now()
-	err := o.om.ReduceLines(ctx, ls, opts...)
-	if err != nil {
-		o.record(ctx, "reduce_lines", t0, err, o.lines(ls, opts))
-	}
-	return err
+	return o.run(ctx, "reduce_lines", o.lines(ls, opts), func() error { return o.om.ReduceLines(ctx, ls, opts...) })
 }
 
 // ReturnLines implements [inventory.OrderManager].
 func (o orders) ReturnLines(ctx context.Context, ls []inventory.Line, opts ...inventory.Option) error {
-	t0 := time.Now()
-	err := o.om.ReturnLines(ctx, ls, opts...)
-	if err != nil {
-		o.record(ctx, "return_lines", t0, err, o.lines(ls, opts))
-	}
-	return err
+	return o.run(ctx, "return_lines", o.lines(ls, opts), func() error { return o.om.ReturnLines(ctx, ls, opts...) })
 }
 
 // Reserve implements [inventory.OrderManager].
 func (o orders) Reserve(ctx context.Context, id string, ls []inventory.Line, ttl time.Duration) error {
-	t0 := time.Now()
-	err := o.om.Reserve(ctx, id, ls, ttl)
-	if err != nil {
-		o.record(ctx, "reserve", t0, err, func() []slog.Attr {
-			return append(o.lines(ls, nil)(), slog.String("hold", id), slog.Duration("ttl", ttl))
-		})
+	what := func() []slog.Attr {
+		return append(o.lines(ls, nil)(), slog.String("hold", id), slog.Duration("ttl", ttl))
 	}
-	return err
+	return o.run(ctx, "reserve", what, func() error { return o.om.Reserve(ctx, id, ls, ttl) })
 }
 
 // Confirm implements [inventory.OrderManager].
 func (o orders) Confirm(ctx context.Context, id string) error {
-	t0 := time.Now()
-	err := o.om.Confirm(ctx, id)
-	if err != nil {
-		o.record(ctx, "confirm", t0, err, attrs(slog.String("hold", id)))
-	}
-	return err
+	return o.run(ctx, "confirm", attr("hold", id), func() error { return o.om.Confirm(ctx, id) })
 }
 
 // Cancel implements [inventory.OrderManager].
 func (o orders) Cancel(ctx context.Context, id string) error {
-	t0 := time.Now()
-	err := o.om.Cancel(ctx, id)
-	if err != nil {
-		o.record(ctx, "cancel", t0, err, attrs(slog.String("hold", id)))
-	}
-	return err
+	return o.run(ctx, "cancel", attr("hold", id), func() error { return o.om.Cancel(ctx, id) })
 }
 
 // Held implements [inventory.OrderManager].
 func (o orders) Held(ctx context.Context, sku string) (int64, error) {
-	t0 := time.Now()
-	n, err := o.om.Held(ctx, sku)
-	if err != nil {
-		o.record(ctx, "held", t0, err, attrs(slog.String("sku", sku)))
-	}
-	return n, err
+	return logged(ctx, o.logger, "held", attr("sku", sku), func() (int64, error) { return o.om.Held(ctx, sku) })
 }
 
 // Sweep implements [inventory.OrderManager].
 func (o orders) Sweep(ctx context.Context) (int, error) {
-	t0 := time.Now()
-	n, err := o.om.Sweep(ctx)
-	if err != nil {
-		o.record(ctx, "sweep", t0, err, attrs(slog.Int("released", n)))
-	}
-	return n, err
+	var n int
+	return logged(ctx, o.logger, "sweep", func() []slog.Attr { return []slog.Attr{slog.Int("released", n)} },
+		func() (int, error) {
+			var err error
+			n, err = o.om.Sweep(ctx)
+			return n, err
+		})
 }
 
 var (

@@ -37,22 +37,25 @@ func newLocker(conn *zk.Conn, opts []Option) (lockmgr.Locker, config, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg, cfg.err
+	if err := cfg.check(); err != nil {
+		return nil, cfg, err
 	}
 	if conn == nil {
 		return nil, cfg, fmt.Errorf("%w: zklock: nil *zk.Conn", inventory.ErrInvalidArgument)
 	}
 	l := &locker{conn: conn, cfg: cfg}
-	if cfg.events != nil {
-		l.session = watchSession(cfg.events)
-	}
 	q, err := lockkit.NewQueuedLocker(lockkit.QueuedConfig{Name: "zklock", AcquireTimeout: cfg.acquireTimeout,
 		Queue: lockkit.QueueConfig{
 			Depth:   cfg.depth,
 			Cleanup: func(ctx context.Context, name string) { l.removeDir(ctx, l.dir(name)) },
 		}}, l.lock)
-	return q, cfg, err
+	if err != nil {
+		return nil, cfg, err // before the session watcher: nothing to stop
+	}
+	if cfg.events != nil {
+		l.session = watchSession(cfg.events)
+	}
+	return q, cfg, nil
 }
 
 // dir is the lock directory of name.

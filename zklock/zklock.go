@@ -126,14 +126,29 @@ type config struct {
 	acquireTimeout time.Duration
 	depth          int
 	events         <-chan zk.Event
+	eventsSet      bool // WithSessionEvents was given
 	maxAttempts    int
-	err            error
 }
 
-func (c *config) refuse(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: zklock: "+format, append([]any{inventory.ErrInvalidArgument}, args...)...)
+// check returns the error of the first option out of range; the acquire
+// timeout is lockkit.NewQueuedLocker's to check.
+func (c *config) check() error {
+	var bad string
+	switch err := validateRoot(c.root); {
+	case err != nil:
+		bad = fmt.Sprintf("root %q: %v", c.root, err)
+	case len(c.acl) == 0:
+		bad = "empty ACL"
+	case c.depth < 1:
+		bad = fmt.Sprintf("queue depth %d is below 1", c.depth)
+	case c.eventsSet && c.events == nil:
+		bad = "nil event channel"
+	case c.maxAttempts < 1:
+		bad = fmt.Sprintf("max attempts %d is below 1", c.maxAttempts)
+	default:
+		return nil
 	}
+	return fmt.Errorf("%w: zklock: %s", inventory.ErrInvalidArgument, bad)
 }
 
 // WithRoot sets the path under which the per-SKU lock directories live; it
@@ -142,12 +157,7 @@ func (c *config) refuse(format string, args ...any) {
 // characters, or the reserved /zookeeper tree. The default is
 // [DefaultRoot], "/inventory/locks".
 func WithRoot(root string) Option {
-	return func(c *config) {
-		if err := validateRoot(root); err != nil {
-			c.refuse("root %q: %v", root, err)
-		}
-		c.root = root
-	}
+	return func(c *config) { c.root = root }
 }
 
 func validateRoot(root string) error {
@@ -176,24 +186,14 @@ func validateRoot(root string) error {
 // WithACL sets the ACL of the nodes zklock creates. The default is
 // zk.WorldACL(zk.PermAll).
 func WithACL(acl ...zk.ACL) Option {
-	return func(c *config) {
-		if len(acl) == 0 {
-			c.refuse("empty ACL")
-		}
-		c.acl = acl
-	}
+	return func(c *config) { c.acl = acl }
 }
 
 // WithAcquireTimeout bounds how long one call waits in line for its lock
 // before it withdraws and gives up with [inventory.ErrContention]. The ctx
 // of the call bounds it too. The default is [DefaultAcquireTimeout], 10s.
 func WithAcquireTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.refuse("acquire timeout %v is not positive", d)
-		}
-		c.acquireTimeout = d
-	}
+	return func(c *config) { c.acquireTimeout = d }
 }
 
 // WithQueueDepth sets how many callers of the Manager may stand in
@@ -203,12 +203,7 @@ func WithAcquireTimeout(d time.Duration) Option {
 // writes in a row; 2 keeps a successor ready. The default is
 // [DefaultQueueDepth], 2.
 func WithQueueDepth(n int) Option {
-	return func(c *config) {
-		if n < 1 {
-			c.refuse("queue depth %d is below 1", n)
-		}
-		c.depth = n
-	}
+	return func(c *config) { c.depth = n }
 }
 
 // WithSessionEvents hands the Manager the event channel that zk.Connect
@@ -220,12 +215,7 @@ func WithQueueDepth(n int) Option {
 // only before its write: for a connection that is down, or a session that
 // is not the one that made its node.
 func WithSessionEvents(events <-chan zk.Event) Option {
-	return func(c *config) {
-		if events == nil {
-			c.refuse("nil event channel")
-		}
-		c.events = events
-	}
+	return func(c *config) { c.events, c.eventsSet = events, true }
 }
 
 // WithMaxAttempts sets how many times one call locks, reads and writes when
@@ -233,12 +223,7 @@ func WithSessionEvents(events <-chan zk.Event) Option {
 // before it gives up with [inventory.ErrContention]. It must be at least 1.
 // The default is [lockmgr.DefaultMaxAttempts], 3. A Locker ignores it.
 func WithMaxAttempts(n int) Option {
-	return func(c *config) {
-		if n < 1 {
-			c.refuse("max attempts %d is below 1", n)
-		}
-		c.maxAttempts = n
-	}
+	return func(c *config) { c.maxAttempts = n }
 }
 
 // New returns a Manager that locks SKUs with ZooKeeper through conn and

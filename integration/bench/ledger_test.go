@@ -43,23 +43,7 @@ func BenchmarkLedgerRowBytes(b *testing.B) {
 			if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
 				b.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
-			for w := range 16 {
-				wg.Go(func() {
-					for i := w; i < ledgerRows-1; i += 16 {
-						_, err := m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%014d", i)),
-							inventory.WithRef(fmt.Sprintf("order-%010d", i)))
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			if err := writeLedger(ctx, m, sku, true); err != nil {
 				b.Fatal(err)
 			}
 			size, err := tableBytes(ctx, db, sqldialect.MovesTable(sqldialect.Schema(schema)))
@@ -70,6 +54,33 @@ func BenchmarkLedgerRowBytes(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// writeLedger writes the ledgerRows-1 Reduces of one unit of sku that,
+// after its Init, make ledgerRows entries, from 16 goroutines (so merged
+// where m merges): keyed with a reference (a 20-byte key, a 16-byte
+// reference) when keyed. It returns the first error.
+func writeLedger(ctx context.Context, m inventory.StockManager, sku string, keyed bool) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < ledgerRows-1; i += 16 {
+				var opts []inventory.Option
+				if keyed {
+					opts = []inventory.Option{inventory.WithKey(fmt.Sprintf("buyer-%014d", i)),
+						inventory.WithRef(fmt.Sprintf("order-%010d", i))}
+				}
+				if _, err := m.Reduce(ctx, sku, 1, opts...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil once closed and empty
 }
 
 // tableBytes is the size of table with its indexes, as db's engine counts it.

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,28 +246,7 @@ func BenchmarkLuascriptLedgerBytes(b *testing.B) {
 			if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
 				b.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
-			for w := range 16 {
-				wg.Go(func() {
-					for i := w; i < ledgerRows-1; i += 16 {
-						var err error
-						if keyed {
-							_, err = m.Reduce(ctx, sku, 1, inventory.WithKey(fmt.Sprintf("buyer-%014d", i)),
-								inventory.WithRef(fmt.Sprintf("order-%010d", i)))
-						} else {
-							_, err = m.Reduce(ctx, sku, 1)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			if err := writeLedger(ctx, m, sku, keyed); err != nil {
 				b.Fatal(err)
 			}
 			n := 0

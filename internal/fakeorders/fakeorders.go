@@ -85,24 +85,23 @@ func (o *Orders) move(ctx context.Context, lines []inventory.Line, reduce bool) 
 
 // ReduceLines implements [inventory.OrderManager] (keys are ignored).
 func (o *Orders) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
-	o.Calls.Add(1)
-	if _, err := driver.ValidateLinesCall(lines, opts); err != nil {
-		return err
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.move(ctx, lines, true)
+	return o.moveLines(ctx, lines, opts, true)
 }
 
 // ReturnLines implements [inventory.OrderManager] (keys are ignored).
 func (o *Orders) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return o.moveLines(ctx, lines, opts, false)
+}
+
+// moveLines is ReduceLines (reduce) or ReturnLines.
+func (o *Orders) moveLines(ctx context.Context, lines []inventory.Line, opts []inventory.Option, reduce bool) error {
 	o.Calls.Add(1)
 	if _, err := driver.ValidateLinesCall(lines, opts); err != nil {
 		return err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.move(ctx, lines, false)
+	return o.move(ctx, lines, reduce)
 }
 
 // Reserve implements [inventory.OrderManager].

@@ -137,14 +137,19 @@ func (f Front) Init(ctx context.Context, sku string, qty int64) error {
 
 // Get implements [inventory.StockManager].
 func (f Front) Get(ctx context.Context, sku string) (int64, error) {
+	return f.read(ctx, "get", sku, f.b.Get)
+}
+
+// read is the read op of sku (Get or Held), by fn.
+func (f Front) read(ctx context.Context, op, sku string, fn func(context.Context, string) (int64, error)) (int64, error) {
 	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, f.wrap("get", "", err)
+		return 0, f.wrap(op, "", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, f.wrap("get", sku, err)
+		return 0, f.wrap(op, sku, err)
 	}
-	n, err := f.b.Get(ctx, sku)
-	return n, f.wrap("get", sku, err)
+	n, err := fn(ctx, sku)
+	return n, f.wrap(op, sku, err)
 }
 
 // Reduce implements [inventory.StockManager].
@@ -259,14 +264,7 @@ func (f Front) onHold(ctx context.Context, op, id string, fn func() error) error
 
 // Held implements [inventory.OrderManager].
 func (f Front) Held(ctx context.Context, sku string) (int64, error) {
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, f.wrap("held", "", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, f.wrap("held", sku, err)
-	}
-	n, err := f.b.Held(ctx, sku)
-	return n, f.wrap("held", sku, err)
+	return f.read(ctx, "held", sku, f.b.Held)
 }
 
 // Sweep implements [inventory.OrderManager].

@@ -24,25 +24,29 @@ const (
 // All lists every outcome, in the order above.
 var All = []string{OK, Insufficient, Duplicate, Contention, NotFound, Invalid, Released, Confirmed, Error}
 
+// verdicts are the outcomes of the sentinels, in the order Of tries them.
+var verdicts = []struct {
+	err     error
+	outcome string
+}{
+	{inventory.ErrInsufficientStock, Insufficient},
+	{inventory.ErrDuplicate, Duplicate},
+	{inventory.ErrContention, Contention},
+	{inventory.ErrNotFound, NotFound},
+	{inventory.ErrInvalidArgument, Invalid},
+	{inventory.ErrHoldReleased, Released},
+	{inventory.ErrHoldConfirmed, Confirmed},
+}
+
 // Of returns the outcome of a call that returned err.
 func Of(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return OK
-	case errors.Is(err, inventory.ErrInsufficientStock):
-		return Insufficient
-	case errors.Is(err, inventory.ErrDuplicate):
-		return Duplicate
-	case errors.Is(err, inventory.ErrContention):
-		return Contention
-	case errors.Is(err, inventory.ErrNotFound):
-		return NotFound
-	case errors.Is(err, inventory.ErrInvalidArgument):
-		return Invalid
-	case errors.Is(err, inventory.ErrHoldReleased):
-		return Released
-	case errors.Is(err, inventory.ErrHoldConfirmed):
-		return Confirmed
+	}
+	for _, v := range verdicts {
+		if errors.Is(err, v.err) {
+			return v.outcome
+		}
 	}
 	return Error
 }

@@ -3,6 +3,7 @@
 package unwrap
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 
@@ -40,4 +41,18 @@ func Strategy(m inventory.StockManager) string {
 		return "unknown"
 	}
 	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
+// Name is the strategy decorator pkg names m by: name when its
+// WithStrategy option gave one (named), which must not be empty, else
+// [Strategy] of m. An empty name is an error wrapping
+// [inventory.ErrInvalidArgument].
+func Name(pkg string, m inventory.StockManager, name string, named bool) (string, error) {
+	switch {
+	case !named:
+		return Strategy(m), nil
+	case name == "":
+		return "", fmt.Errorf("%w: %s: empty strategy name", inventory.ErrInvalidArgument, pkg)
+	}
+	return name, nil
 }

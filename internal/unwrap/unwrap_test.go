@@ -21,3 +21,16 @@ func TestStrategy(t *testing.T) {
 	assert.Same(t, mem, unwrap.Innermost(wrapper{wrapper{mem}}))
 	assert.Equal(t, "unknown", unwrap.Strategy(nil))
 }
+
+func TestName(t *testing.T) {
+	mem := inventorytest.NewMemory(0)
+	name, err := unwrap.Name("deco", wrapper{mem}, "", false)
+	assert.NoError(t, err)
+	assert.Equal(t, "inventorytest", name, "not named: the innermost manager's package")
+	name, err = unwrap.Name("deco", mem, "shop", true)
+	assert.NoError(t, err)
+	assert.Equal(t, "shop", name)
+	_, err = unwrap.Name("deco", mem, "", true)
+	assert.ErrorIs(t, err, inventory.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "deco: empty strategy name")
+}
