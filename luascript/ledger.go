@@ -2,31 +2,22 @@ package luascript
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/internal/redisledger"
 	"github.com/stockkit/inventory/ledger"
 )
 
 // The movement ledger (WithLedger): each SKU's entries are a Redis stream,
 // PREFIX{tag}:l:SKU, in the slot of its other keys, appended by the script
-// that moves its stock (ledger.lua), so an entry is written if and only if
-// its move took effect.
-
-//go:embed ledger.lua
-var ledgerLua string
+// that moves its stock (internal/redisledger's ledger.lua), so an entry
+// is written if and only if its move took effect.
 
 // noLedger starts every script of a Manager without a ledger: its "if
 // ledger" tests are false, and it does nothing more than before.
-const noLedger = "local ledger\n"
+const noLedger = redisledger.Off
 
 // initLua is Init with a ledger: the SET and its entry in one script.
 // KEYS[1] the stock key; ARGV[1] the stock, ARGV[2] the call's reference.
@@ -46,7 +37,7 @@ var plainScripts = scripts{move: moveScript, batch: batchScript, orders: ordersS
 // ledgerScripts returns the scripts that keep a ledger trimmed to about
 // maxLen entries a SKU (0: every entry kept).
 func ledgerScripts(maxLen int64) scripts {
-	head := "local MAXLEN = " + strconv.FormatInt(maxLen, 10) + "\n" + ledgerLua + holdsLua
+	head := redisledger.Head(maxLen) + holdsLua
 	return scripts{
 		move:   rediskeys.NewScript(head + moveLua),
 		batch:  rediskeys.NewScript(head + batchLua),
@@ -82,20 +73,14 @@ var _ ledger.Reader = (*Manager)(nil)
 
 // stream is the key of the ledger of sku: PREFIX{tag}:l:SKU.
 func (m *Manager) stream(sku string) string {
-	s := rediskeys.Stock(m.prefix, sku)
-	i := strings.IndexByte(s, '}')
-	return s[:i+1] + ":l:" + s[i+4:]
+	return redisledger.Stream(rediskeys.Stock(m.prefix, sku))
 }
 
-// Positions: the record at seq of millisecond ms (ledger.lua) is position
-// ms*posSeqs + seq.
-const posSeqs = 1_000_000
-
 // Entries implements [ledger.Reader]: a page of sku's stream after
-// position after. A stream entry of r records with id ms-seq (ledger.lua)
-// holds positions ms*1,000,000 + seq-r+1 to ms*1,000,000 + seq, and an
-// entry's Time is that millisecond (Redis's clock, or later when that
-// clock went back: ids never do).
+// position after (internal/redisledger reads it: a stream entry of r
+// records with id ms-seq holds positions ms*1,000,000 + seq-r+1 to
+// ms*1,000,000 + seq, and an entry's Time is that millisecond on Redis's
+// clock, or later when that clock went back: ids never do).
 func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
 	if err := driver.ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("luascript: %w", err)
@@ -106,104 +91,11 @@ func (m *Manager) Entries(ctx context.Context, sku string, after int64, limit in
 	if !m.ledgerOn {
 		return nil, ledger.ErrNotKept
 	}
-	start := "-" // the first stream entry that may hold a position past after
-	if after > 0 {
-		start = strconv.FormatInt(after/posSeqs, 10) + "-" + strconv.FormatInt(after%posSeqs, 10)
-	}
-	out := make([]ledger.Entry, 0, min(limit, 64))
-	for {
-		want := limit - len(out)
-		msgs, err := m.client.XRangeN(ctx, m.stream(sku), start, "+", int64(want)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
-		}
-		for _, msg := range msgs {
-			if out, err = appendEntries(out, sku, msg, after, limit); err != nil {
-				return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
-			}
-		}
-		if len(out) == limit || len(msgs) < want {
-			return out, nil
-		}
-		start = "(" + msgs[len(msgs)-1].ID
-	}
-}
-
-// appendEntries appends to out, up to limit, the records of stream entry
-// msg of sku's ledger (ledger.lua) past position after.
-func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int64, limit int) ([]ledger.Entry, error) {
-	ms, seq, ok := strings.Cut(msg.ID, "-")
-	t, err1 := strconv.ParseInt(ms, 10, 64)
-	n, err2 := strconv.ParseInt(seq, 10, 64)
-	v, _ := msg.Values["e"].(string)
-	es, err := records(v)
-	r := int64(len(es))
-	switch {
-	case !ok || err1 != nil || err2 != nil || n >= posSeqs || n+1 < r || t > (1<<63-1)/posSeqs-1:
-		return out, fmt.Errorf("stream entry id %s is no ledger position", msg.ID)
-	case err != nil:
-		return out, fmt.Errorf("stream entry %s: %w", msg.ID, err)
-	}
-	for i, e := range es {
-		pos := t*posSeqs + n - r + 1 + int64(i)
-		if pos <= after || len(out) == limit {
-			continue
-		}
-		e.SKU, e.Pos, e.Time = sku, pos, time.UnixMilli(t)
-		out = append(out, e)
+	out, err := redisledger.Entries(ctx, m.client, m.stream(sku), sku, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("luascript: ledger of %q: %w", sku, err)
 	}
 	return out, nil
-}
-
-// records decodes the field of a stream entry (ledger.lua): the line of
-// the counters, then four lines a record.
-func records(v string) ([]ledger.Entry, error) {
-	lines := strings.Split(v, "\n")
-	if len(lines)%4 != 1 {
-		return nil, fmt.Errorf("%d lines", len(lines))
-	}
-	es := make([]ledger.Entry, len(lines)/4)
-	for i := range es {
-		var err error
-		if es[i], err = record(lines[1+4*i : 5+4*i]); err != nil {
-			return nil, err
-		}
-	}
-	// Held and Sold: after the last record, and back from there.
-	var held, sold int64
-	if _, err := fmt.Sscanf(lines[0], "%d %d", &held, &sold); err != nil {
-		return nil, fmt.Errorf("counters %q: %w", lines[0], err)
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		es[i].After.Held, es[i].After.Sold = held, sold
-		moved, err := ledger.Stock{}.Apply(es[i].Kind, es[i].Units)
-		if err != nil {
-			return nil, err
-		}
-		held, sold = held-moved.Held, sold-moved.Sold // applied to zero: its moves of Held and Sold
-	}
-	return es, nil
-}
-
-// record decodes the four lines of a record (ledger.lua): all but Held
-// and Sold.
-func record(lines []string) (ledger.Entry, error) {
-	var e ledger.Entry
-	nums := strings.Fields(lines[0])
-	if len(nums) != 3 {
-		return e, fmt.Errorf("record %q", lines[0])
-	}
-	var vals [2]int64
-	for i := range vals {
-		x, err := strconv.ParseInt(nums[i+1], 10, 64)
-		if err != nil {
-			return e, fmt.Errorf("record %q: %w", lines[0], err)
-		}
-		vals[i] = x
-	}
-	e.Kind, e.Units, e.After.Available = ledger.Kind(nums[0]), vals[0], vals[1]
-	e.Key, e.Ref, e.Hold = lines[1], lines[2], lines[3]
-	return e, nil
 }
 
 // initLedger is Init with a ledger.
@@ -218,8 +110,8 @@ func (m *Manager) initLedger(ctx context.Context, sku string, qty int64) error {
 
 // checkLedger returns the error of WithLedger's maxLen out of range.
 func checkLedger(c *config) error {
-	if c.ledgerOn && c.ledgerMaxLen < 0 {
-		return fmt.Errorf("%w: luascript: WithLedger(%d): want >= 0", inventory.ErrInvalidArgument, c.ledgerMaxLen)
+	if c.ledgerOn {
+		return redisledger.CheckMaxLen("luascript", c.ledgerMaxLen)
 	}
 	return nil
 }
