@@ -2,10 +2,8 @@ package tiered
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -75,35 +73,7 @@ type record struct {
 func (r *record) field() string { return "P:" + r.nonce + ":" + r.kind + ":" + r.id }
 
 func (m *Manager) newRecord(kind, id string) *record {
-	return &record{key: rediskeys.Order(m.cfg.prefix, kind, id), kind: kind, id: id, nonce: newNonce()}
-}
-
-func newNonce() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// encodeLines and decodeLines keep a record's lines as "QTY SKU\n" each.
-func encodeLines(lines []inventory.Line) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.WriteString(strconv.FormatInt(l.Qty, 10) + " " + l.SKU + "\n")
-	}
-	return b.String()
-}
-
-func decodeLines(s string) ([]inventory.Line, error) {
-	var out []inventory.Line
-	for l := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
-		q, sku, ok := strings.Cut(l, " ")
-		n, err := strconv.ParseInt(q, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("order record holds a bad line %q", l)
-		}
-		out = append(out, inventory.Line{SKU: sku, Qty: n})
-	}
-	return out, nil
+	return &record{key: rediskeys.Order(m.cfg.prefix, kind, id), kind: kind, id: id, nonce: rediskeys.NewNonce()}
 }
 
 // strs reads a script's array reply of strings and integers as strings.
@@ -134,7 +104,7 @@ func (m *Manager) recordOp(ctx context.Context, r *record, args ...any) ([]strin
 // record found, when the record exists.
 func (m *Manager) begin(ctx context.Context, r *record, lines []inventory.Line, ttl time.Duration) (ok bool, err error) {
 	life := ttl + PinGrace + m.cfg.keyTTL
-	res, err := m.recordOp(ctx, r, "begin", r.nonce, ttl.Milliseconds(), life.Milliseconds(), encodeLines(lines))
+	res, err := m.recordOp(ctx, r, "begin", r.nonce, ttl.Milliseconds(), life.Milliseconds(), rediskeys.EncodeLines(lines))
 	if err != nil {
 		return false, err
 	}
@@ -156,7 +126,7 @@ func (r *record) fill(res []string) error {
 	if r.deadline, err = strconv.ParseInt(res[3], 10, 64); err != nil {
 		return fmt.Errorf("record deadline %q: %w", res[3], err)
 	}
-	r.lines, err = decodeLines(res[4])
+	r.lines, err = rediskeys.DecodeLines(res[4])
 	return err
 }
 
@@ -514,7 +484,7 @@ func (o orders) MoveLines(ctx context.Context, lines []inventory.Line, dir drive
 // direction, or by a random id.
 func (m *Manager) lineRecord(dir driver.Direction, key string) *record {
 	if key == "" {
-		return m.newRecord(kindUnkeyed, newNonce())
+		return m.newRecord(kindUnkeyed, rediskeys.NewNonce())
 	}
 	return m.newRecord(kindKeyed, string(dir)+":"+key)
 }
@@ -535,7 +505,7 @@ func (m *Manager) startLines(ctx context.Context, r *record, lines []inventory.L
 			if err := m.drop(ctx, r); err != nil {
 				return false, err
 			}
-			r.nonce = newNonce()
+			r.nonce = rediskeys.NewNonce()
 		default:
 			return true, nil
 		}
