@@ -18,8 +18,6 @@ var mysqlSQL = Statements{
 	quote: "`",
 	now:   "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))",
 
-	Lock: `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE` +
-		`{{with .WaitSeconds}} /*M!100300 WAIT {{.}} */{{end}}`,
 	Init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
 		ON DUPLICATE KEY UPDATE {{.Stock}} = VALUES({{.Stock}}), {{.Version}} = {{.Version}} + 1`,
 	Move: `UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1

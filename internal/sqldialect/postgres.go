@@ -18,7 +18,6 @@ var postgresSQL = Statements{
 	now:   `(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT`,
 
 	LockTimeout: `{{with .LockTimeoutMillis}}SET LOCAL lock_timeout = {{.}}{{end}}`,
-	Lock:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE`,
 	Init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
 		ON CONFLICT ({{.SKU}}) DO UPDATE SET {{.Stock}} = excluded.{{.Stock}}, {{.Version}} = {{.Table}}.{{.Version}} + 1`,
 	Move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1

@@ -147,10 +147,10 @@ type Statements struct {
 	quote string // identifier quote
 	now   string // the database's clock, in Unix microseconds (see [names])
 
-	Get, Read, Lock, LockTimeout, Init, Set, Move string
-	Shift                                         string // Move without the holds guard
-	Seen, Peek, Record, Renew, Prune              string
-	Keys, Insert                                  string
+	Get, Read, LockTimeout, Init, Set, Move string
+	Shift                                   string // Move without the holds guard
+	Seen, Peek, Record, Renew, Prune        string
+	Keys, Insert                            string
 
 	LockHolds, Expired, Lines, LockLines, Confirm, End, Forget string
 	Held, Due, PruneHolds                                      string
@@ -224,7 +224,7 @@ func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
 	q := Statements{quote: text.quote, now: text.now, Keys: render(text.Keys), Insert: render(text.Insert),
 		ReadHolds: render(text.ReadHolds), Release: render(text.Release), Reserve: render(text.Reserve)}
 	for _, f := range []struct{ dst, src *string }{
-		{&q.Get, &text.Get}, {&q.Read, &text.Read}, {&q.Lock, &text.Lock}, {&q.LockTimeout, &text.LockTimeout},
+		{&q.Get, &text.Get}, {&q.Read, &text.Read}, {&q.LockTimeout, &text.LockTimeout},
 		{&q.Init, &text.Init}, {&q.Set, &text.Set}, {&q.Move, &text.Move}, {&q.Shift, &text.Shift},
 		{&q.Seen, &text.Seen}, {&q.Peek, &text.Peek}, {&q.Renew, &text.Renew}, {&q.Prune, &text.Prune},
 		{&q.LockHolds, &text.LockHolds}, {&q.Expired, &text.Expired}, {&q.Lines, &text.Lines},
@@ -260,7 +260,7 @@ type Statement struct{ Name, SQL string }
 // the tests run and testdata/statements.golden shows.
 func (q *Statements) List() []Statement {
 	ss := []Statement{
-		{"get", q.Get}, {"read", q.Read}, {"lockTimeout", q.LockTimeout}, {"lock", q.Lock},
+		{"get", q.Get}, {"read", q.Read}, {"lockTimeout", q.LockTimeout},
 		{"init", q.Init}, {"set", q.Set}, {"move", q.Move}, {"shift", q.Shift},
 		{"seen", q.Seen}, {"peek", q.Peek}, {"record", q.Record}, {"renew", q.Renew}, {"prune", q.Prune},
 		{"keys", expand(q.eng, q.Keys, 2)}, {"insert", expand(q.eng, q.Insert, 2)},

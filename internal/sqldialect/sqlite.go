@@ -7,10 +7,10 @@ import (
 
 // sqliteSQL is the SQL for SQLite.
 //
-// SQLite has no row locks: lock is an UPDATE that changes nothing, which
-// takes the database's write lock before anything is read, whatever the
-// DSN's _txlock, and so is SQLite's FOR UPDATE (lockHolds, lockLine and
-// lockOrder too). Every transaction must write before it reads: one that
+// SQLite has no row locks: lockHolds is an UPDATE that changes nothing,
+// which takes the database's write lock before anything is read, whatever
+// the DSN's _txlock, and so is SQLite's FOR UPDATE (sqlstore's lockLine
+// and lockOrder too). Every transaction must write before it reads: one that
 // began DEFERRED (a DSN without _txlock=immediate) and read first holds a
 // read snapshot, and SQLite refuses its first write at once with
 // SQLITE_BUSY when another connection holds the write lock or wrote since
@@ -25,9 +25,6 @@ import (
 var sqliteSQL = Statements{
 	quote: `"`,
 	now:   `CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)`,
-
-	Lock: `UPDATE {{.Table}} SET {{.Version}} = {{.Version}} WHERE {{.SKU}} = ?
-		RETURNING {{.Stock}}, {{.Version}}`,
 
 	Prune: `DELETE FROM {{.Ledger}}
 		WHERE rowid IN (SELECT rowid FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000)`,

@@ -3,7 +3,6 @@ package sqlengine
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -160,15 +159,7 @@ func (t *Tables) KeyTTL() time.Duration { return t.cfg.KeyTTL }
 
 // Held returns the units of sku in held lines, expired ones included.
 func (t *Tables) Held(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
-	var n int64
-	err := q.QueryRowxContext(ctx, t.q.Held, sku).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, t.Err(ctx, "held", err)
-	}
-	return n, nil
+	return t.scalar(ctx, q, "held", t.q.Held, sku)
 }
 
 // Due returns the ids of up to limit holds with a line held past its TTL.

@@ -481,9 +481,12 @@ func (t *Tables) errIf(ctx context.Context, op string, err error) error {
 	return t.Err(ctx, op, err)
 }
 
-// LockHolds is [Tables.Lock] that also tells whether the SKU has expired
-// holds to release. The same rule applies: on MySQL, lock every row a
-// transaction needs before its first plain read.
+// LockHolds reads the row of sku, and whether the SKU has expired holds to
+// release, and locks the row until tx ends: SELECT ... FOR UPDATE, or on
+// SQLite an UPDATE that takes the database's write lock. On MySQL's
+// REPEATABLE READ, lock every row a transaction needs before its first
+// plain read, so that the reads after the locks see every transaction that
+// committed before them.
 func (t *Tables) LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (Row, error) {
 	if t.q.LockTimeout != "" {
 		if _, err := tx.ExecContext(ctx, t.q.LockTimeout); err != nil {

@@ -23,7 +23,7 @@ type Config struct {
 	Pkg    string            // error prefix: the public package's name
 	Schema sqldialect.Schema // validated and defaulted by New
 	KeyTTL time.Duration     // how long the ledger keeps a key; must be > 0
-	// LockWait bounds the lock wait of [Tables.Lock] on the server where the
+	// LockWait bounds the lock wait of [Tables.LockHolds] on the server where the
 	// engine can (PostgreSQL lock_timeout, MariaDB FOR UPDATE WAIT n);
 	// zero leaves the server's setting.
 	LockWait time.Duration
@@ -150,13 +150,19 @@ func (t *Tables) Get(ctx context.Context, sku string) (int64, error) {
 
 // GetOn is Get through q, a caller's transaction.
 func (t *Tables) GetOn(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
+	return t.scalar(ctx, q, "get", t.q.Get, sku)
+}
+
+// scalar returns the one number stmt reads of sku through q; op names its
+// error.
+func (t *Tables) scalar(ctx context.Context, q sqlx.QueryerContext, op, stmt, sku string) (int64, error) {
 	var n int64
-	err := q.QueryRowxContext(ctx, t.q.Get, sku).Scan(&n)
+	err := q.QueryRowxContext(ctx, stmt, sku).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, t.NotFound(sku)
 	}
 	if err != nil {
-		return 0, t.Err(ctx, "get", err)
+		return 0, t.Err(ctx, op, err)
 	}
 	return n, nil
 }
@@ -170,26 +176,6 @@ func (t *Tables) Read(ctx context.Context, q sqlx.QueryerContext, sku string) (s
 	}
 	if err != nil {
 		return 0, 0, t.Err(ctx, "read", err)
-	}
-	return stock, version, nil
-}
-
-// Lock reads the row of sku and locks it until tx ends: SELECT ... FOR
-// UPDATE, or on SQLite an UPDATE that takes the database's write lock. Lock
-// must be the first statement of tx, so that on MySQL's REPEATABLE READ the
-// reads after it see every transaction that committed before it.
-func (t *Tables) Lock(ctx context.Context, tx *sqlx.Tx, sku string) (stock, version int64, err error) {
-	if t.q.LockTimeout != "" {
-		if _, err := tx.ExecContext(ctx, t.q.LockTimeout); err != nil {
-			return 0, 0, t.Err(ctx, "set lock timeout", err)
-		}
-	}
-	err = tx.QueryRowxContext(ctx, t.q.Lock, sku).Scan(&stock, &version)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, 0, t.Err(ctx, "lock", err)
 	}
 	return stock, version, nil
 }
