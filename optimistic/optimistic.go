@@ -175,15 +175,12 @@ type Manager struct {
 	casOnly bool
 }
 
-var (
-	_ inventory.StockManager = (*Manager)(nil)
-	_ inventory.OrderManager = (*Manager)(nil)
-	_ ledger.Reader          = (*Manager)(nil)
-)
-
 // face is the Manager's [sqlengine.Face], embedded under a name of its own
-// so that the field stays unexported.
+// so that the field stays unexported. By it the Manager is a
+// [ledger.Reader] too.
 type face = sqlengine.Face
+
+var _ ledger.Reader = (*Manager)(nil)
 
 type config struct {
 	schema    sqlstore.Schema

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -29,17 +28,6 @@ type Step struct {
 type Outcome struct {
 	Remaining int64
 	Err       error
-}
-
-// Keys returns the distinct keys of steps, in order.
-func Keys(steps []Step) []string {
-	var keys []string
-	for _, s := range steps {
-		if s.Key != "" && !slices.Contains(keys, s.Key) {
-			keys = append(keys, s.Key)
-		}
-	}
-	return keys
 }
 
 // ledgerKey is a key of a SKU's ledger.

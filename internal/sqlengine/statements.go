@@ -270,6 +270,16 @@ func (t *Tables) Peek(ctx context.Context, q sqlx.QueryerContext, sku string, di
 	return stock, expired, rem.Int64, rem.Valid, nil
 }
 
+// pacing is what a Tables keeps of its calls to bound its Prechecks and
+// pace its prunes.
+type pacing struct {
+	writes atomic.Uint32 // keys recorded, to prune now and then (see Tidy)
+	peeks  struct {      // the Prechecks' connections (see Precheck)
+		once sync.Once
+		sem  chan struct{} // nil: no bound
+	}
+}
+
 // Precheck is the read a keyed move makes before it writes, so that a
 // duplicate or a refusal (after a sell-out, nearly every call) takes no
 // lock and opens no transaction. A nil error means go on to the write;
@@ -311,17 +321,17 @@ func (t *Tables) Precheck(ctx context.Context, sku string, qty int64, dir driver
 // peekTurn takes one of the Prechecks' connections (see [Tables.Precheck])
 // if one is free, and returns the func that gives it back.
 func (t *Tables) peekTurn() (done func(), ok bool) {
-	t.peeks.once.Do(func() {
+	t.pace.peeks.once.Do(func() {
 		if n := t.DB.Stats().MaxOpenConnections; n > 0 && t.Engine == sqldialect.SQLite {
-			t.peeks.sem = make(chan struct{}, max(1, n/2))
+			t.pace.peeks.sem = make(chan struct{}, max(1, n/2))
 		}
 	})
-	if t.peeks.sem == nil {
+	if t.pace.peeks.sem == nil {
 		return func() {}, true
 	}
 	select {
-	case t.peeks.sem <- struct{}{}:
-		return func() { <-t.peeks.sem }, true
+	case t.pace.peeks.sem <- struct{}{}:
+		return func() { <-t.pace.peeks.sem }, true
 	default:
 		return nil, false
 	}
@@ -424,7 +434,7 @@ const pruneEvery = 512
 // count as absent, so a failure here only postpones the cleanup and is
 // ignored.
 func (t *Tables) Tidy(ctx context.Context, n int) {
-	after := t.writes.Add(uint32(n))
+	after := t.pace.writes.Add(uint32(n))
 	if after/pruneEvery == (after-uint32(n))/pruneEvery {
 		return
 	}

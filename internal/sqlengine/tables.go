@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -38,13 +36,9 @@ type Tables struct {
 	Engine sqldialect.Engine
 	cfg    Config
 	q      *sqldialect.Statements
-	writes atomic.Uint32 // keys recorded, to prune now and then
-	peeks  struct {      // the Prechecks' connections (see Precheck)
-		once sync.Once
-		sem  chan struct{} // nil: no bound
-	}
-	prep *preparedSet         // statements prepared once (prepared.go); nil but on MySQL
-	mv   *sqldialect.MovesSQL // the movement ledger's statements (tablemoves.go); nil without Config.Moves
+	pace   pacing               // of the Prechecks and the prunes (statements.go)
+	prep   *preparedSet         // statements prepared once (prepared.go); nil but on MySQL
+	mv     *sqldialect.MovesSQL // the movement ledger's statements (tablemoves.go); nil without Config.Moves
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.
@@ -256,4 +250,15 @@ func (t *Tables) Entries(ctx context.Context, q sqlx.QueryerContext, sku string,
 		return nil, t.Err(ctx, "read keys", err)
 	}
 	return es, nil
+}
+
+// Keys returns the distinct keys of steps, in order.
+func Keys(steps []Step) []string {
+	var keys []string
+	for _, s := range steps {
+		if s.Key != "" && !slices.Contains(keys, s.Key) {
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
 }

@@ -161,4 +161,8 @@ func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir driver
 var (
 	_ inventory.StockManager = (*Tx)(nil)
 	_ inventory.OrderManager = (*Tx)(nil)
+	// optimistic's and rowlock's Managers are these by their Face.
+	_ inventory.StockManager = Face{}
+	_ inventory.OrderManager = Face{}
+	_ ledger.Reader          = Face{}
 )
