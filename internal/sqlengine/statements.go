@@ -34,7 +34,7 @@ import (
 //
 // rowlock's lockHolds and set are prepared too: a prepare round trip less
 // while the row is locked. Only the pool's own calls and the transactions
-// that [Tables.Tx] began use them; in a caller's transaction (InTx, which
+// that [Tables.Begin] began use them; in a caller's transaction (InTx, which
 // need not be on t.DB's pool) a statement runs as text, as before. A
 // failed prepare is not fatal: the call runs the statement as text, and
 // the next prepare is tried after prepareRetry. A Tables that becomes unreachable closes its
@@ -104,7 +104,7 @@ func (p *prepared) close() {
 type preparedSet struct {
 	move, shift, lockHolds, set *prepared
 
-	own sync.Map // *sqlx.Tx -> struct{}: begun by Tables.txWith, not yet ended
+	own sync.Map // *sqlx.Tx -> struct{}: begun by Tables.Begin, not yet ended
 }
 
 // prepare sets up t's prepared statements (MySQL and SQLite) and their
