@@ -32,6 +32,15 @@
 // iterator; [Replay] folds it into the stock it leads to and checks each
 // entry against the ones before it; [Check] compares that with the stock
 // the Manager reads back.
+//
+// # Events
+//
+// The ledger is also an outbox: a [Feed] delivers the stock events that
+// some SKUs' entries carry ([SoldOut], [BackInStock], [BelowThreshold] a
+// per-SKU threshold, [HoldExpired]) to a [Handler], at least once and in
+// order per SKU, from a [Cursor] per SKU kept in a [CursorStore], so that
+// a feed made again after a crash misses nothing; a duplicate carries the
+// same [Event] ID. [Derive] is how an entry becomes events.
 package ledger
 
 import (

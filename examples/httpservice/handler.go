@@ -9,10 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // buyRequest is the body of POST /buy.
@@ -47,13 +50,29 @@ type shortLine struct {
 	Available int64  `json:"available"`
 }
 
+// historyEntry is one ledger entry of GET /history (package ledger's
+// Entry).
+type historyEntry struct {
+	Pos       int64     `json:"pos"`  // the entry's position: the after of the next page
+	Kind      string    `json:"kind"` // init, reduce, return, reserve, confirm, cancel or expire
+	Units     int64     `json:"units"`
+	Available int64     `json:"available"` // the stock after the entry
+	Held      int64     `json:"held"`
+	Sold      int64     `json:"sold"`
+	Key       string    `json:"key,omitempty"`  // the call's idempotency key: a buyer id, an order id
+	Ref       string    `json:"ref,omitempty"`  // the call's reference
+	Hold      string    `json:"hold,omitempty"` // the hold id (the order id) of a hold's entry
+	Time      time.Time `json:"time"`           // when the move took effect, on the backend's clock
+}
+
 // response is the body of every answer.
 type response struct {
 	// Status is one of bought, already_bought, sold_out, not_found,
 	// invalid, method_not_allowed, busy, timeout, unavailable, canceled
-	// (the client went away: nobody reads it); ok for GET /stock;
-	// reserved, already_reserved, confirmed, already_confirmed, released,
-	// cancelled, not_implemented for the order endpoints.
+	// (the client went away: nobody reads it); ok for GET /stock and GET
+	// /history; reserved, already_reserved, confirmed, already_confirmed,
+	// released, cancelled, not_implemented for the order endpoints and
+	// GET /history.
 	Status    string      `json:"status"`
 	SKU       string      `json:"sku,omitempty"`
 	Order     string      `json:"order,omitempty"`
@@ -62,23 +81,31 @@ type response struct {
 	Held      *int64      `json:"held,omitempty"`      // GET /stock: units in holds not yet released
 	TTLMS     int64       `json:"ttl_ms,omitempty"`    // POST /reserve: the hold's TTL
 	Short     []shortLine `json:"short,omitempty"`     // sold_out of POST /reserve: the lines that did not fit
-	Message   string      `json:"message,omitempty"`
+	// GET /history: the page of the SKU's ledger (omitted when empty), and
+	// the after of the next page (the last entry's pos, or the request's
+	// after when the page is empty).
+	Entries []historyEntry `json:"entries,omitempty"`
+	Next    *int64         `json:"next,omitempty"`
+	Message string         `json:"message,omitempty"`
 }
 
 // maxBody bounds a request body: a SKU and a buyer id are at most 255 bytes.
 const maxBody = 4 << 10
 
 // newHandler serves the flash sale over stock: POST /buy, GET
-// /stock/{sku}, and POST /reserve, /confirm and /cancel when stock is an
+// /stock/{sku}, POST /reserve, /confirm and /cancel when stock is an
 // inventory.OrderManager, holds lasting holdTTL unless the request says
-// otherwise. Each request gets at most timeout; errors of the backend are
-// logged to log and answered without their details.
+// otherwise, and GET /history/{sku} when the Manager under stock's
+// decorators keeps a ledger. Each request gets at most timeout; errors of
+// the backend are logged to log and answered without their details.
 func newHandler(stock inventory.StockManager, timeout, holdTTL time.Duration, log *slog.Logger) http.Handler {
 	h := &handler{stock: stock, timeout: timeout, holdTTL: holdTTL, log: log}
 	h.orders, _ = stock.(inventory.OrderManager)
+	h.ledger = ledgerOf(stock)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /buy", h.buy)
 	mux.HandleFunc("GET /stock/{sku...}", h.get)
+	mux.HandleFunc("GET /history/{sku...}", h.history)
 	mux.HandleFunc("POST /reserve", h.reserve)
 	mux.HandleFunc("POST /confirm", h.confirm)
 	mux.HandleFunc("POST /cancel", h.cancel)
@@ -91,10 +118,26 @@ func newHandler(stock inventory.StockManager, timeout, holdTTL time.Duration, lo
 	// the routes above do not.
 	mux.Handle("/buy", methodNotAllowed(http.MethodPost))
 	mux.Handle("/stock/", methodNotAllowed(http.MethodGet, http.MethodHead))
+	mux.Handle("/history/", methodNotAllowed(http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, http.StatusNotFound, response{Status: "not_found", Message: "no such endpoint: POST /buy, /reserve, /confirm, /cancel or GET /stock/{sku}"})
+		reply(w, http.StatusNotFound, response{Status: "not_found", Message: "no such endpoint: POST /buy, /reserve, /confirm, /cancel or GET /stock/{sku}, /history/{sku}"})
 	})
 	return mux
+}
+
+// ledgerOf returns the ledger.Reader under m's decorators (each an
+// Unwrap method away from the Manager it wraps), or nil.
+func ledgerOf(m inventory.StockManager) ledger.Reader {
+	for {
+		if r, ok := m.(ledger.Reader); ok {
+			return r
+		}
+		w, ok := m.(interface{ Unwrap() inventory.StockManager })
+		if !ok {
+			return nil
+		}
+		m = w.Unwrap()
+	}
 }
 
 // methodNotAllowed answers 405 with an Allow header naming allowed.
@@ -109,6 +152,7 @@ func methodNotAllowed(allowed ...string) http.Handler {
 type handler struct {
 	stock   inventory.StockManager
 	orders  inventory.OrderManager // nil: the order endpoints answer 501
+	ledger  ledger.Reader          // nil: GET /history answers 501
 	timeout time.Duration
 	holdTTL time.Duration
 	log     *slog.Logger
@@ -240,6 +284,84 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		res.Held = &held
 	}
 	reply(w, http.StatusOK, res)
+}
+
+// defaultHistoryLimit is the limit of a GET /history that gives none.
+const defaultHistoryLimit = 100
+
+// history answers GET /history/{sku}?after=N&limit=M: up to limit (1..1000,
+// default 100) entries of the SKU's ledger after position after (default
+// 0: from the first), in order.
+func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	sku := r.PathValue("sku")
+	after, limit, err := pageOf(r)
+	if err == nil {
+		err = driver.ValidateSKU(sku)
+	}
+	if err == nil {
+		err = ledger.CheckPage(after, limit)
+	}
+	if err != nil {
+		reply(w, http.StatusBadRequest, response{Status: "invalid", SKU: sku, Message: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	defer cancel()
+	var page []ledger.Entry
+	if h.ledger == nil {
+		err = ledger.ErrNotKept
+	} else {
+		page, err = h.ledger.Entries(ctx, sku, after, limit)
+	}
+	if err == nil && len(page) == 0 && after == 0 {
+		_, err = h.stock.Get(ctx, sku) // no entry: is there such a SKU?
+	}
+	switch {
+	case errors.Is(err, ledger.ErrNotKept):
+		reply(w, http.StatusNotImplemented, response{Status: "not_implemented", SKU: sku,
+			Message: "this service keeps no movement ledger: run it with -ledger (strategies optimistic, rowlock, luascript)"})
+		return
+	case err != nil:
+		h.fail(w, r, sku, err)
+		return
+	}
+	res := response{Status: "ok", SKU: sku, Next: &after}
+	for _, e := range page {
+		res.Entries = append(res.Entries, historyEntry{Pos: e.Pos, Kind: string(e.Kind), Units: e.Units,
+			Available: e.After.Available, Held: e.After.Held, Sold: e.After.Sold,
+			Key: e.Key, Ref: e.Ref, Hold: e.Hold, Time: e.Time})
+		res.Next = &e.Pos
+	}
+	reply(w, http.StatusOK, res)
+}
+
+// pageOf returns the after and limit query parameters of r, 0 and
+// defaultHistoryLimit when absent, or an error wrapping
+// inventory.ErrInvalidArgument when one is not an integer.
+func pageOf(r *http.Request) (after int64, limit int, err error) {
+	q := r.URL.Query()
+	after, limit = 0, defaultHistoryLimit
+	if s := q.Get("after"); s != "" {
+		if after, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, badNumber("after", s, err)
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil {
+			return 0, 0, badNumber("limit", s, err)
+		}
+	}
+	return after, limit, nil
+}
+
+// badNumber is the error of query parameter name's value s, which strconv
+// refused with err.
+func badNumber(name, s string, err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		err = ne.Err // "invalid syntax", "value out of range"
+	}
+	return fmt.Errorf("%w: %s %q: want an integer: %v", inventory.ErrInvalidArgument, name, s, err)
 }
 
 // maxOrderBody bounds the body of POST /reserve: up to MaxLines lines of a

@@ -38,6 +38,31 @@
 // GET /stock/{sku} answers {"status":"ok","sku":...,"stock":n,"held":h} (held:
 // units in holds not yet released), or 404 and 400 as above.
 //
+// # History: the movement ledger
+//
+// With -ledger (strategies optimistic, rowlock and luascript; luascript
+// trims each SKU's stream to about -ledger-max-len stream entries, 0
+// keeping every one), every move is recorded with the move (package
+// ledger), and GET /history/{sku}?after=N&limit=M answers up to M (1..1000,
+// default 100) entries of the SKU's ledger after position N (default 0:
+// from the first), in order, and next, the after of the next page (a page
+// shorter than M is the end for now):
+//
+//	200 ok               {"status":"ok","sku":...,"entries":[{"pos":17,"kind":"reduce",
+//	                     "units":1,"available":41,"held":0,"sold":59,"key":"b-17",
+//	                     "time":"2026-12-05T23:40:01.123456Z"}],"next":17}; entries is
+//	                     left out when there are none. key is the call's idempotency
+//	                     key (the buyer id of POST /buy), hold the order id of the
+//	                     entries of POST /reserve, /confirm, /cancel and of expiry
+//	404 not_found        no such SKU
+//	400 invalid          a bad SKU, after or limit not an integer, limit outside 1..1000,
+//	                     after negative
+//	501 not_implemented  the service keeps no ledger (no -ledger)
+//
+// and 503 busy, 504 timeout, 503 unavailable as for /buy. The route is
+// /history/{sku}, not /stock/{sku}/history: a SKU may hold a slash. The
+// history names buyers: serve it to operators only.
+//
 // # Orders: hold, pay, release
 //
 // POST /reserve with {"order": "o-17", "lines": [{"sku": "shirt", "qty": 2},
@@ -106,6 +131,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,6 +190,8 @@ type config struct {
 	burst           int
 	burstPerSKU     int
 	holdTTL         time.Duration
+	ledger          bool
+	ledgerMaxLen    int64
 	reap            time.Duration
 }
 
@@ -189,6 +217,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.holdTTL, "hold-ttl", 15*time.Minute, "TTL of a POST /reserve hold that gives no ttl_ms: unpaid after that, its units come back")
 	fs.DurationVar(&c.reap, "reap", time.Second, "how often a reaper releases expired holds (inventory.Reap), so that their units come back even when nobody touches the SKU; 0: only lazily, by the calls that move it")
 	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
+	fs.BoolVar(&c.ledger, "ledger", false, "keep a movement ledger (strategies optimistic, rowlock and luascript), which GET /history/{sku} serves")
+	fs.Int64Var(&c.ledgerMaxLen, "ledger-max-len", 0, "luascript with -ledger: trim each SKU's ledger stream to about its last n stream entries; 0: keep every entry")
 	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
 		if i < 0 {
@@ -219,11 +249,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fmt.Fprintf(stderr, "httpservice: -hold-ttl must lie in %v..%v and -reap must not be negative\n", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 		return nil, errUsage
 	}
+	if !c.ledgerFlagsOK() {
+		fmt.Fprintf(stderr, "httpservice: -ledger needs -strategy %s, and -ledger-max-len must not be negative\n", ledgerStrategies)
+		return nil, errUsage
+	}
 	if !(c.rate >= 0) || !(c.ratePerSKU >= 0) || c.burst < 0 || c.burstPerSKU < 0 {
 		fmt.Fprintln(stderr, "httpservice: -rate, -rate-per-sku, -burst and -burst-per-sku must not be negative")
 		return nil, errUsage
 	}
 	return &c, nil
+}
+
+// ledgerFlagsOK reports whether -ledger names a strategy that keeps a
+// ledger and -ledger-max-len is not negative.
+func (c *config) ledgerFlagsOK() bool {
+	return (!c.ledger || slices.Contains(ledgerKeepers, c.strategy)) && c.ledgerMaxLen >= 0
 }
 
 // run serves until ctx is done, then shuts the server down gracefully. It
@@ -378,19 +418,21 @@ type backends struct {
 func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) {
 	switch b.cfg.strategy {
 	case "luascript":
-		return luascript.New(b.redis(b.cfg.redis))
+		return luascript.New(b.redis(b.cfg.redis), b.luascriptOptions()...)
 	case "optimistic":
-		db, _, err := b.sql(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return optimistic.New(db)
+		return b.sqlManager(ctx, func(db *sqlx.DB) (sqlManager, error) {
+			if b.cfg.ledger {
+				return optimistic.New(db, optimistic.WithLedger())
+			}
+			return optimistic.New(db)
+		})
 	case "rowlock":
-		db, _, err := b.sql(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return rowlock.New(db)
+		return b.sqlManager(ctx, func(db *sqlx.DB) (sqlManager, error) {
+			if b.cfg.ledger {
+				return rowlock.New(db, rowlock.WithLedger())
+			}
+			return rowlock.New(db)
+		})
 	case "sqllock":
 		_, s, err := b.sql(ctx)
 		if err != nil {
@@ -438,6 +480,45 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 
 // strategies are the values of -strategy.
 const strategies = "luascript, optimistic, rowlock, sqllock, redislock, redlock, zklock or tiered"
+
+// luascriptOptions are luascript's options: WithLedger with -ledger.
+func (b *backends) luascriptOptions() []luascript.Option {
+	if b.cfg.ledger {
+		return []luascript.Option{luascript.WithLedger(b.cfg.ledgerMaxLen)}
+	}
+	return nil
+}
+
+// ledgerKeepers are the strategies that keep a ledger with -ledger.
+var ledgerKeepers = []string{"optimistic", "rowlock", "luascript"}
+
+// ledgerStrategies names them in messages.
+const ledgerStrategies = "optimistic, rowlock or luascript"
+
+// sqlManager is a SQL strategy's Manager.
+type sqlManager interface {
+	inventory.StockManager
+	CreateTables(ctx context.Context) error
+}
+
+// sqlManager returns the Manager that build makes over the database, its
+// tables created (with -ledger, the ledger's among them).
+func (b *backends) sqlManager(ctx context.Context, build func(db *sqlx.DB) (sqlManager, error)) (inventory.StockManager, error) {
+	db, _, err := b.sql(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(db)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.ledger {
+		if err := m.CreateTables(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
 
 // tiered returns a tiered Manager over -redis and the SQL of -sql-driver
 // and -dsn, its tables created, and a syncer running until the service
