@@ -497,22 +497,21 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 // entries. ok=false: nothing was written (the UPDATE matched no row, or a
 // key was in the ledger already).
 func (m *Manager) directTx(ctx context.Context, sku string, batch []*call, p *plan) (after int64, ok bool, err error) {
-	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-		if after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi); err != nil || !ok {
-			return err
+	tx, err := m.t.Begin(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	after, ok, err = m.t.Move(ctx, tx, sku, p.net, p.lo, p.hi)
+	if err == nil && ok && p.keyed > 0 {
+		var written bool
+		if written, err = m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net)); err == nil && !written {
+			err = errConflict // a key in the ledger: the read path tells which
 		}
-		if p.keyed > 0 {
-			written, err := m.t.RecordAll(ctx, tx, sku, p.records(batch, after-p.net))
-			if err == nil && !written {
-				err = errConflict // a key in the ledger: the read path tells which
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
-	})
-	if errors.Is(err, errConflict) || err != nil || !ok {
+	}
+	if err == nil && ok && m.cfg.ledger {
+		err = m.t.WriteMoves(ctx, tx, p.moves(sku, batch, nil, 0, after-p.net))
+	}
+	if err = m.t.End(ctx, tx, err); err != nil || !ok {
 		return 0, false, ignore(err, errConflict)
 	}
 	if p.keyed > 0 {

@@ -135,7 +135,6 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/ledger"
@@ -176,15 +175,12 @@ type Manager struct {
 	casOnly bool
 }
 
-var (
-	_ inventory.StockManager = (*Manager)(nil)
-	_ inventory.OrderManager = (*Manager)(nil)
-	_ ledger.Reader          = (*Manager)(nil)
-)
-
 // face is the Manager's [sqlengine.Face], embedded under a name of its own
-// so that the field stays unexported.
+// so that the field stays unexported. By it the Manager is a
+// [ledger.Reader] too.
 type face = sqlengine.Face
+
+var _ ledger.Reader = (*Manager)(nil)
 
 type config struct {
 	schema    sqlstore.Schema
@@ -299,26 +295,21 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.sweep < 1 {
 		return nil, fmt.Errorf("optimistic: %w: sweep limit %d < 1", inventory.ErrInvalidArgument, c.sweep)
 	}
-	if c.refusalsSet {
-		if err := front.CheckRefusals("optimistic", c.refusals); err != nil {
-			return nil, err
-		}
-	}
-	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait, Moves: c.ledger})
+	// SQLite's writers take turns on one lock: a read before the write is
+	// only more work there, so the lines calls lock as rowlock's do (Open
+	// clears CAS there).
+	m := &Manager{cfg: c}
+	o, f, err := sqlengine.Open(db, sqlengine.Strategy{
+		Config:   sqlengine.Config{Pkg: "optimistic", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: LockWait, Moves: c.ledger},
+		Orders:   sqlengine.Orders{CAS: true, Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep},
+		Refusals: c.refusals, RefusalsSet: c.refusalsSet,
+	}, m.move)
 	if err != nil {
 		return nil, err
 	}
-	// SQLite's writers take turns on one lock: a read before the write is
-	// only more work there, so the lines calls lock as rowlock's do.
-	m := &Manager{t: t, cfg: c, o: &sqlengine.Orders{T: t, CAS: t.Engine != sqldialect.SQLite,
-		Attempts: c.attempts, Base: c.base, Cap: c.cap, SweepLimit: c.sweep}}
-	var r *refusals.Table
-	if c.refusalsSet {
-		r = refusals.New(c.refusals)
-	}
-	m.face = m.o.Front(m.move, r)
+	m.face, m.t, m.o = f, o.T, o
 	m.comb = merge.NewKeyed(c.maxBatch, m.apply)
-	if t.Engine == sqldialect.SQLite {
+	if m.t.Engine == sqldialect.SQLite {
 		m.moves = merge.New(1, c.maxBatch, nil, m.moveOne, m.moveAll)
 	}
 	return m, nil

@@ -122,9 +122,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
-	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/merge"
-	"github.com/stockkit/inventory/internal/refusals"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqlengine"
 	"github.com/stockkit/inventory/ledger"
@@ -157,15 +155,12 @@ type Manager struct {
 	comb *merge.Keyed[string, struct{}, sqlengine.Step, sqlengine.Outcome] // the calls of each SKU in flight
 }
 
-var (
-	_ inventory.StockManager = (*Manager)(nil)
-	_ inventory.OrderManager = (*Manager)(nil)
-	_ ledger.Reader          = (*Manager)(nil)
-)
-
 // face is the Manager's [sqlengine.Face], embedded under a name of its own
-// so that the field stays unexported.
+// so that the field stays unexported. By it the Manager is a
+// [ledger.Reader] too.
 type face = sqlengine.Face
+
+var _ ledger.Reader = (*Manager)(nil)
 
 type config struct {
 	schema sqlstore.Schema
@@ -249,22 +244,16 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.sweep < 1 {
 		return nil, fmt.Errorf("rowlock: %w: sweep limit %d < 1", inventory.ErrInvalidArgument, c.sweep)
 	}
-	if c.refusalsSet {
-		if err := front.CheckRefusals("rowlock", c.refusals); err != nil {
-			return nil, err
-		}
-	}
-	t, err := sqlengine.New(db, sqlengine.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait, Moves: c.ledger})
+	m := &Manager{}
+	o, f, err := sqlengine.Open(db, sqlengine.Strategy{
+		Config:   sqlengine.Config{Pkg: "rowlock", Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl, LockWait: c.wait, Moves: c.ledger},
+		Orders:   sqlengine.Orders{Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond, LockWait: c.wait, SweepLimit: c.sweep},
+		Refusals: c.refusals, RefusalsSet: c.refusalsSet,
+	}, m.move)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{t: t, o: &sqlengine.Orders{T: t, Attempts: 3, Base: time.Millisecond, Cap: 20 * time.Millisecond,
-		LockWait: c.wait, SweepLimit: c.sweep}}
-	var r *refusals.Table
-	if c.refusalsSet {
-		r = refusals.New(c.refusals)
-	}
-	m.face = m.o.Front(m.move, r)
+	m.face, m.t, m.o = f, o.T, o
 	m.comb = merge.NewKeyed(maxBatch, m.apply)
 	return m, nil
 }

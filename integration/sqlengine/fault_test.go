@@ -43,7 +43,7 @@ func TestCommitLost(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- tb.Tx(ctx, func(tx *sqlx.Tx) error {
-					_, _, err := tb.Lock(ctx, tx, sku)
+					_, err := tb.LockHolds(ctx, tx, sku)
 					if err == nil {
 						_, err = tb.Set(ctx, tx, sku, 1, 4)
 					}

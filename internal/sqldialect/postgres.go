@@ -17,14 +17,9 @@ var postgresSQL = Statements{
 	quote: `"`,
 	now:   `(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT`,
 
-	Get:         `SELECT {{.Stock}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
-	Read:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ?`,
 	LockTimeout: `{{with .LockTimeoutMillis}}SET LOCAL lock_timeout = {{.}}{{end}}`,
-	Lock:        `SELECT {{.Stock}}, {{.Version}} FROM {{.Table}} WHERE {{.SKU}} = ? FOR UPDATE`,
 	Init: `INSERT INTO {{.Table}} ({{.SKU}}, {{.Stock}}, {{.Version}}) VALUES (?, ?, 1)
 		ON CONFLICT ({{.SKU}}) DO UPDATE SET {{.Stock}} = excluded.{{.Stock}}, {{.Version}} = {{.Table}}.{{.Version}} + 1`,
-	Set: `UPDATE {{.Table}} SET {{.Stock}} = ?, {{.Version}} = {{.Version}} + 1
-		WHERE {{.SKU}} = ? AND {{.Version}} = ?`,
 	Move: `UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?, {{.Version}} = {{.Version}} + 1
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 			AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
@@ -35,52 +30,26 @@ var postgresSQL = Statements{
 		WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 		RETURNING {{.Stock}}`,
 
-	Seen: `SELECT remaining FROM {{.Ledger}}
-		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at > ?`,
 	Peek: `SELECT t.{{.Stock}}, l.remaining, (SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t
 		LEFT JOIN {{.Ledger}} l ON l.sku = t.{{.SKU}} AND l.dir = ? AND l.idem_key = ? AND l.expires_at > ?
 		WHERE t.{{.SKU}} = ?`,
-	Renew: `UPDATE {{.Ledger}} SET remaining = ?, expires_at = ?
-		WHERE sku = ? AND dir = ? AND idem_key = ? AND expires_at <= ?`,
 	Prune: `DELETE FROM {{.Ledger}}
 		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Ledger}} WHERE expires_at <= ? LIMIT 1000))`,
-	Keys: `SELECT dir, idem_key, remaining, expires_at FROM {{.Ledger}}
-		WHERE sku = ? AND idem_key IN ({{rows "?"}})`,
 	Insert: `INSERT INTO {{.Ledger}} (sku, dir, idem_key, remaining, expires_at)
 		VALUES {{rows "(?, ?, ?, ?, ?)"}}
 		ON CONFLICT DO NOTHING`,
 
-	ReadHolds: `SELECT t.{{.SKU}}, t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
-			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-		FROM {{.Table}} t WHERE t.{{.SKU}} IN ({{rows "?"}})`,
 	LockHolds: `SELECT t.{{.Stock}}, t.{{.Version}}, EXISTS (SELECT 1 FROM {{.Holds}} h
 			WHERE h.sku = t.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 		FROM {{.Table}} t WHERE t.{{.SKU}} = ? FOR UPDATE OF t`,
-	Expired: `SELECT hold_id, qty FROM {{.Holds}}
-		WHERE sku = ? AND state = 'held' AND expires_at <= {{.Now}}
-		ORDER BY expires_at LIMIT {{.MaxRelease}}`,
-	Release: `UPDATE {{.Holds}} SET state = 'expired', ended_at = {{.Now}}
-		WHERE sku = ? AND state = 'held' AND hold_id IN ({{rows "?"}})`,
 	Reserve: `INSERT INTO {{.Holds}} (hold_id, sku, qty, state, expires_at)
 		VALUES {{rows (printf "(?, ?, ?, 'held', %s + ?)" .Now)}}
 		ON CONFLICT DO NOTHING`,
-	Lines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
-		WHERE hold_id = ? ORDER BY sku`,
-	LockLines: `SELECT sku, qty, state, expires_at, ended_at, {{.Now}} FROM {{.Holds}}
-		WHERE hold_id = ? ORDER BY sku FOR UPDATE`,
-	Confirm: `UPDATE {{.Holds}} SET state = 'confirmed', ended_at = {{.Now}}
-		WHERE hold_id = ? AND state = 'held' AND expires_at > {{.Now}}`,
-	End: `UPDATE {{.Holds}} SET state = ?, ended_at = {{.Now}}
-		WHERE hold_id = ? AND state = 'held'`,
-	Forget: `DELETE FROM {{.Holds}}
-		WHERE hold_id = ? AND state <> 'held' AND ended_at <= {{.Now}} - ?`,
 	Held: `SELECT COALESCE(SUM(h.qty), 0)::BIGINT FROM {{.Table}} t
 		LEFT JOIN {{.Holds}} h ON h.sku = t.{{.SKU}} AND h.state = 'held'
 		WHERE t.{{.SKU}} = ? GROUP BY t.{{.SKU}}`,
-	Due: `SELECT DISTINCT hold_id FROM {{.Holds}}
-		WHERE state = 'held' AND expires_at <= {{.Now}} LIMIT ?`,
 	PruneHolds: `DELETE FROM {{.Holds}}
 		WHERE ctid = ANY(ARRAY(SELECT ctid FROM {{.Holds}} WHERE ended_at <= {{.Now}} - ? LIMIT 1000))`,
 

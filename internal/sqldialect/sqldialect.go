@@ -13,9 +13,11 @@
 // each engine's file defines once ({{.Now}} in the statements); idempotency
 // keys keep their expiry in Unix milliseconds of the writing process.
 //
-// Each engine's statements are written out whole in its own file (mysql.go,
-// postgres.go, sqlite.go) as text/template text; testdata/statements.golden
-// shows them rendered for the default schema. Every statement takes its
+// The statements every engine runs as they are are written once
+// (standard.go); each engine's file (mysql.go, postgres.go, sqlite.go)
+// writes out the rest, what differs, as text/template text;
+// testdata/statements.golden shows them all rendered for the default
+// schema. Every statement takes its
 // values as bind parameters; the only text substituted into SQL is
 // identifiers that passed [Schema.Validate] and are then quoted, and the
 // lock wait as an integer.
@@ -27,6 +29,7 @@ package sqldialect
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -132,9 +135,9 @@ func (s Schema) Validate() error {
 	return nil
 }
 
-// Statements holds one engine's SQL (mysql.go, postgres.go, sqlite.go) as
-// text/template text over [names]; [Build] renders it into the same struct,
-// which the engine (package sqlengine) runs. Keys and Insert hold one
+// Statements holds one engine's SQL (standard.go with mysql.go, postgres.go
+// or sqlite.go) as text/template text over [names]; [Build] renders it into
+// the same struct, which the engine (package sqlengine) runs. Keys and Insert hold one
 // {{rows "..."}}, the list of n rows of a batch, which [Statements.Expand]
 // writes out per call; Record is Insert with one row.
 //
@@ -144,10 +147,10 @@ type Statements struct {
 	quote string // identifier quote
 	now   string // the database's clock, in Unix microseconds (see [names])
 
-	Get, Read, Lock, LockTimeout, Init, Set, Move string
-	Shift                                         string // Move without the holds guard
-	Seen, Peek, Record, Renew, Prune              string
-	Keys, Insert                                  string
+	Get, Read, LockTimeout, Init, Set, Move string
+	Shift                                   string // Move without the holds guard
+	Seen, Peek, Record, Renew, Prune        string
+	Keys, Insert                            string
 
 	LockHolds, Expired, Lines, LockLines, Confirm, End, Forget string
 	Held, Due, PruneHolds                                      string
@@ -202,7 +205,7 @@ func Build(eng Engine, s Schema, lockWait time.Duration, moves bool) *Statements
 // build renders eng's statements over schema s, and returns the names they
 // used.
 func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
-	text := map[Engine]Statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng]
+	text := withStandard(map[Engine]Statements{MySQL: mysqlSQL, Postgres: postgresSQL, SQLite: sqliteSQL}[eng])
 	quote := func(id string) string { return text.quote + id + text.quote }
 	n := names{
 		Table: quote(s.Table), SKU: quote(s.SKU), Stock: quote(s.Stock), Version: quote(s.Version), Ledger: quote(s.Ledger),
@@ -221,7 +224,7 @@ func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
 	q := Statements{quote: text.quote, now: text.now, Keys: render(text.Keys), Insert: render(text.Insert),
 		ReadHolds: render(text.ReadHolds), Release: render(text.Release), Reserve: render(text.Reserve)}
 	for _, f := range []struct{ dst, src *string }{
-		{&q.Get, &text.Get}, {&q.Read, &text.Read}, {&q.Lock, &text.Lock}, {&q.LockTimeout, &text.LockTimeout},
+		{&q.Get, &text.Get}, {&q.Read, &text.Read}, {&q.LockTimeout, &text.LockTimeout},
 		{&q.Init, &text.Init}, {&q.Set, &text.Set}, {&q.Move, &text.Move}, {&q.Shift, &text.Shift},
 		{&q.Seen, &text.Seen}, {&q.Peek, &text.Peek}, {&q.Renew, &text.Renew}, {&q.Prune, &text.Prune},
 		{&q.LockHolds, &text.LockHolds}, {&q.Expired, &text.Expired}, {&q.Lines, &text.Lines},
@@ -238,6 +241,18 @@ func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
 	return q, n
 }
 
+// withStandard fills the statements an engine's file leaves empty from
+// standardSQL.
+func withStandard(s Statements) Statements {
+	v, std := reflect.ValueOf(&s).Elem(), reflect.ValueOf(standardSQL)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String && f.CanSet() && f.String() == "" {
+			f.SetString(std.Field(i).String())
+		}
+	}
+	return s
+}
+
 // Statement is one of [Statements], by name, as the engine gets it.
 type Statement struct{ Name, SQL string }
 
@@ -245,7 +260,7 @@ type Statement struct{ Name, SQL string }
 // the tests run and testdata/statements.golden shows.
 func (q *Statements) List() []Statement {
 	ss := []Statement{
-		{"get", q.Get}, {"read", q.Read}, {"lockTimeout", q.LockTimeout}, {"lock", q.Lock},
+		{"get", q.Get}, {"read", q.Read}, {"lockTimeout", q.LockTimeout},
 		{"init", q.Init}, {"set", q.Set}, {"move", q.Move}, {"shift", q.Shift},
 		{"seen", q.Seen}, {"peek", q.Peek}, {"record", q.Record}, {"renew", q.Renew}, {"prune", q.Prune},
 		{"keys", expand(q.eng, q.Keys, 2)}, {"insert", expand(q.eng, q.Insert, 2)},

@@ -1,23 +1,26 @@
 // Package sqlengine is the engine of the SQL strategies optimistic and
-// rowlock, and of sqlstore, over the statements of package sqldialect:
+// rowlock, and of sqlstore, over the statements of package sqldialect.
+// Top down:
 //
-//   - [Tables] runs the statements over one schema on one database and
-//     makes the errors (tables.go), with the holds (holds.go), the
-//     movement ledger (tablemoves.go), transactions and savepoints
-//     (atomic.go) and the statements prepared once (prepared.go);
+//   - [Orders.Front] is the [Face] optimistic and rowlock embed over their
+//     own pool, and [Tx] the calls bound to a caller's transaction,
+//     optimistic.Tx and rowlock.Tx (tx.go);
+//   - the transaction of one call (batch.go): attempts, lock-wait bounds, a
+//     transaction of its own ([Tables.Begin], [Tables.End]) or a savepoint
+//     of the caller's, its rows locked or read with their expired holds,
+//     and [Orders.MoveBatch], the Reduce and Return calls of one SKU that
+//     rowlock combined, in one transaction that locks the row once;
 //   - [Orders] runs the calls of [inventory.OrderManager], and single-SKU
-//     moves, each in one transaction (or a savepoint of a caller's), over
-//     the stock table, the ledger and the holds table (orders.go);
-//   - [Orders.MoveBatch] applies the Reduce and Return calls of one SKU
-//     that rowlock combined, in one transaction that locks the row once
-//     (batch.go);
-//   - [Tx] is the calls bound to a caller's transaction, optimistic.Tx and
-//     rowlock.Tx, and [Orders.Front] the [Face] optimistic and rowlock
-//     embed over their own pool (tx.go).
+//     moves, over it (orders.go), with their movement ledger entries
+//     (moves.go);
+//   - [Tables] runs the statements over one schema on one database: those
+//     of a move, with their prepared forms, the transactions and the
+//     precheck (statements.go), the others and the errors (tables.go), the
+//     holds (holds.go), the movement ledger (tablemoves.go) and savepoints
+//     (atomic.go).
 //
-// The layers, top down: optimistic and rowlock (how Reduce and Return
-// combine and write), sqlengine (transactions, retries, holds, the ledger
-// rules, running the statements), sqldialect (the statements of each
-// engine and what else differs between the engines).
-// A call goes down once and comes back once.
+// Below it, sqldialect holds the statements of each engine and what else
+// differs between the engines. A Reduce or Return goes down these layers
+// once and comes back once: no file is entered twice on one chain of calls
+// (docs/architecture-sql.md counts the stops).
 package sqlengine

@@ -3,7 +3,6 @@ package sqlengine
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -61,26 +60,6 @@ func (t *Tables) ReadHolds(ctx context.Context, q sqlx.QueryerContext, skus []st
 	return out, nil
 }
 
-// LockHolds is [Tables.Lock] that also tells whether the SKU has expired
-// holds to release. The same rule applies: on MySQL, lock every row a
-// transaction needs before its first plain read.
-func (t *Tables) LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (Row, error) {
-	if t.q.LockTimeout != "" {
-		if _, err := tx.ExecContext(ctx, t.q.LockTimeout); err != nil {
-			return Row{}, t.Err(ctx, "set lock timeout", err)
-		}
-	}
-	var r Row
-	err := t.scanPrepared(ctx, tx, t.q.LockHolds, []any{sku}, &r.Stock, &r.Version, &r.Expired)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Row{}, t.NotFound(sku)
-	}
-	if err != nil {
-		return Row{}, t.Err(ctx, "lock", err)
-	}
-	return r, nil
-}
-
 // Ref is one held line of a SKU, by hold id.
 type Ref struct {
 	ID  string
@@ -106,26 +85,6 @@ func (t *Tables) Expired(ctx context.Context, q sqlx.QueryerContext, sku string)
 		return nil, 0, t.Err(ctx, "read expired holds", err)
 	}
 	return refs, units, nil
-}
-
-// Release marks the lines refs of sku expired, through e, which must hold
-// the SKU's row (locked or compare-and-set in the same transaction) and
-// gives their units back to the stock itself. ok=false: some line was no
-// longer held; the caller rolls back.
-func (t *Tables) Release(ctx context.Context, e sqlx.ExecerContext, sku string, refs []Ref) (ok bool, err error) {
-	if len(refs) == 0 {
-		return true, nil
-	}
-	args := make([]any, 0, 1+len(refs))
-	args = append(args, sku)
-	for _, r := range refs {
-		args = append(args, r.ID)
-	}
-	n, err := rows(e.ExecContext(ctx, t.q.Expand(t.q.Release, len(refs)), args...))
-	if err != nil {
-		return false, t.Err(ctx, "release holds", err)
-	}
-	return n == int64(len(refs)), nil
 }
 
 // Reserve inserts the lines of hold id, held for ttl from the database's
@@ -200,15 +159,7 @@ func (t *Tables) KeyTTL() time.Duration { return t.cfg.KeyTTL }
 
 // Held returns the units of sku in held lines, expired ones included.
 func (t *Tables) Held(ctx context.Context, q sqlx.QueryerContext, sku string) (int64, error) {
-	var n int64
-	err := q.QueryRowxContext(ctx, t.q.Held, sku).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, t.NotFound(sku)
-	}
-	if err != nil {
-		return 0, t.Err(ctx, "held", err)
-	}
-	return n, nil
+	return t.scalar(ctx, q, "held", t.q.Held, sku)
 }
 
 // Due returns the ids of up to limit holds with a line held past its TTL.

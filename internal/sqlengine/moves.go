@@ -36,18 +36,6 @@ func Expires(ms []Move, sku string, refs []Ref, base int64) ([]Move, int64) {
 	return ms, base
 }
 
-// batchMoves returns the entries of a batch of sku whose row r was
-// written: its expired lines, then every step that took effect.
-func batchMoves(sku string, r *row, steps []Step, out []Outcome) []Move {
-	ms, _ := Expires(make([]Move, 0, len(r.refs)+len(steps)), sku, r.refs, r.Stock)
-	for i, s := range steps {
-		if out[i].Err == nil {
-			ms = append(ms, Move{SKU: sku, Kind: KindOf(s.Dir), Units: s.Qty, Available: out[i].Remaining, Key: s.Key, Ref: s.Ref})
-		}
-	}
-	return ms
-}
-
 // Init sets the stock of sku to qty through the pool, or in a savepoint
 // of caller's when caller is not nil; with a ledger, in one transaction
 // with its entry.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
-	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/ledger"
 )
 
@@ -59,163 +57,6 @@ type Orders struct {
 	// AfterLock, if set (by tests, before any call), runs once a call has
 	// locked its rows, before it writes.
 	AfterLock func(skus []string)
-}
-
-// errConflict rolls back an attempt that lost to another writer.
-var errConflict = errors.New("sqldialect: conflict")
-
-// shot carries a lock-wait outcome out of an attempt.
-type shot struct {
-	lockCtx context.Context
-	gaveUp  bool // a lock statement ended because lockCtx did
-}
-
-// run runs fn in a transaction: the caller's (in a savepoint) or one of its
-// own, tried up to Attempts times while it returns errConflict. read, if
-// not nil, runs before each attempt's transaction, through the pool or
-// the caller's transaction; its error ends the call with no transaction.
-func (o *Orders) run(ctx context.Context, caller *sqlx.Tx, op string, read func(ctx context.Context, q sqlx.QueryerContext) error,
-	fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
-	if caller != nil {
-		lockCtx, cancel := o.lockCtx(ctx)
-		defer cancel()
-		if read != nil {
-			if err := read(ctx, caller); err != nil {
-				return err
-			}
-		}
-		s := &shot{lockCtx: lockCtx}
-		err := o.T.Atomic(ctx, caller, op, func(tx *sqlx.Tx) error { return fn(ctx, s, tx) })
-		if err != nil && s.gaveUp && !errors.Is(err, inventory.ErrContention) {
-			return o.T.Fail(op, fmt.Errorf("%w: no lock within %v: %w", inventory.ErrContention, o.LockWait, err))
-		}
-		if errors.Is(err, errConflict) {
-			return o.T.Fail(op, fmt.Errorf("%w: another writer moved a row it read; roll back and retry the transaction", inventory.ErrContention))
-		}
-		return err
-	}
-	pause := o.Base
-	for attempt := 1; ; attempt++ {
-		var err error
-		if read != nil {
-			err = read(ctx, o.T.DB)
-		}
-		if err == nil {
-			err = o.own(ctx, fn)
-		}
-		if !errors.Is(err, errConflict) {
-			return err
-		}
-		if attempt >= o.Attempts {
-			return o.T.Fail(op, fmt.Errorf("%w after %d attempts", inventory.ErrContention, attempt))
-		}
-		pause = o.Pause(pause)
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return o.T.Err(ctx, op, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-// Pause returns the decorrelated-jitter pause after prev: drawn from Base
-// up to three times prev, capped at Cap.
-func (o *Orders) Pause(prev time.Duration) time.Duration {
-	return min(o.Cap, o.Base+rand.N(max(3*prev, o.Base+1)-o.Base))
-}
-
-// lockCtx bounds one call's lock statements: twice the server's own bound.
-func (o *Orders) lockCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if o.LockWait <= 0 || o.T.Engine == sqldialect.SQLite {
-		return ctx, func() {}
-	}
-	bound := o.LockWait
-	if o.T.Engine == sqldialect.MySQL {
-		bound = (o.LockWait + time.Second - 1).Truncate(time.Second)
-	}
-	return context.WithTimeout(ctx, 2*bound)
-}
-
-// own runs fn in a transaction of its own, with the lock wait bounds.
-func (o *Orders) own(ctx context.Context, fn func(ctx context.Context, s *shot, tx *sqlx.Tx) error) error {
-	txCtx := ctx
-	if o.LockWait > 0 && o.T.Engine == sqldialect.SQLite {
-		var cancel context.CancelFunc
-		txCtx, cancel = context.WithTimeout(ctx, o.LockWait)
-		defer cancel()
-	}
-	lockCtx, cancel := o.lockCtx(txCtx)
-	defer cancel()
-	s := &shot{lockCtx: lockCtx}
-	err := o.T.Tx(txCtx, func(tx *sqlx.Tx) error { return fn(txCtx, s, tx) })
-	if err != nil && ctx.Err() == nil && (s.gaveUp || txCtx.Err() != nil) && !errors.Is(err, inventory.ErrContention) {
-		return o.T.Fail("", fmt.Errorf("%w: no lock within %v: %w", inventory.ErrContention, o.LockWait, err))
-	}
-	return err
-}
-
-// row is one SKU of a call as the call found it, with the expired lines it
-// releases.
-type row struct {
-	Row
-	refs  []Ref
-	units int64 // of refs
-}
-
-// rows reads or locks the rows of skus (sorted, distinct) and their expired
-// lines: with lock, through tx, with FOR UPDATE in order; otherwise through
-// q in one statement.
-func (o *Orders) rows(ctx context.Context, s *shot, q sqlx.QueryerContext, tx *sqlx.Tx, skus []string, lock bool) (map[string]*row, error) {
-	out := make(map[string]*row, len(skus))
-	if lock {
-		for _, sku := range skus {
-			r, err := o.T.LockHolds(s.lockCtx, tx, sku)
-			if err != nil {
-				s.gaveUp = s.lockCtx.Err() != nil && ctx.Err() == nil
-				return nil, err
-			}
-			out[sku] = &row{Row: r}
-		}
-		q = tx // every row locked: now plain reads see the latest holds
-		if o.AfterLock != nil {
-			o.AfterLock(skus)
-		}
-	} else {
-		rs, err := o.T.ReadHolds(ctx, q, skus)
-		if err != nil {
-			return nil, err
-		}
-		for _, sku := range skus {
-			r, ok := rs[sku]
-			if !ok {
-				return nil, o.T.NotFound(sku)
-			}
-			out[sku] = &row{Row: r}
-		}
-	}
-	for _, sku := range skus {
-		if r := out[sku]; r.Expired {
-			var err error
-			if r.refs, r.units, err = o.T.Expired(ctx, q, sku); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return out, nil
-}
-
-// write sets sku's row to stock, releasing its expired lines, through tx.
-func (o *Orders) write(ctx context.Context, tx *sqlx.Tx, sku string, r *row, stock int64) error {
-	ok, err := o.T.Set(ctx, tx, sku, r.Version, stock)
-	if err == nil && ok {
-		ok, err = o.T.Release(ctx, tx, sku, r.refs)
-	}
-	if err == nil && !ok {
-		err = errConflict
-	}
-	return err
 }
 
 // Move is one move of one SKU: Reduce or Return of qty, keyed when key is

@@ -27,8 +27,7 @@ func TestPreparedMove(t *testing.T) {
 		p := testenv.Prefix()
 		schema := sqldialect.Schema{Table: "stock_" + p, Ledger: "ledger_" + p, Holds: "holds_" + p, Orders: "orders_" + p}
 		sqltest.Drop(t, db, schema.Table, schema.Ledger, schema.Holds, schema.Orders)
-		tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour})
-		require.NoError(t, err)
+		tb := sqltest.Tables(t, db, sqlengine.Config{Schema: schema})
 		require.False(t, tb.Prepared("move"), "New prepares nothing")
 		require.NoError(t, tb.CreateTables(ctx))
 		sku := testenv.Prefix()

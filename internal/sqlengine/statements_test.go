@@ -29,9 +29,7 @@ func TestStatements(t *testing.T) {
 		schema := sqldialect.Schema{Table: "stock_" + p, Ledger: "ledger_" + p}
 		sqltest.Drop(t, db, schema.Table, schema.Ledger)
 		open := func(ttl time.Duration) *sqlengine.Tables {
-			tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: ttl, LockWait: 2 * time.Second})
-			require.NoError(t, err)
-			return tb
+			return sqltest.Tables(t, db, sqlengine.Config{Schema: schema, KeyTTL: ttl, LockWait: 2 * time.Second})
 		}
 		tb, short := open(time.Hour), open(time.Millisecond)
 		sku, unknown := testenv.Prefix(), testenv.Prefix()
@@ -66,7 +64,7 @@ func TestStatements(t *testing.T) {
 			{"lockTimeout", func(t *testing.T) {
 				require.Equal(t, sqldialect.Postgres, tb.Engine, "only PostgreSQL sets one")
 				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
-					if _, _, err := tb.Lock(ctx, tx, sku); err != nil {
+					if _, err := tb.LockHolds(ctx, tx, sku); err != nil {
 						return err
 					}
 					var v string
@@ -74,15 +72,6 @@ func TestStatements(t *testing.T) {
 					require.Equal(t, "2s", v)
 					return nil
 				}))
-			}},
-			{"lock", func(t *testing.T) {
-				require.NoError(t, tb.Tx(ctx, func(tx *sqlx.Tx) error {
-					stock, version, err := tb.Lock(ctx, tx, sku)
-					require.Equal(t, [2]int64{7, 2}, [2]int64{stock, version})
-					return err
-				}))
-				err := tb.Tx(ctx, func(tx *sqlx.Tx) error { _, _, err := tb.Lock(ctx, tx, unknown); return err })
-				require.ErrorIs(t, err, inventory.ErrNotFound)
 			}},
 			{"set", func(t *testing.T) {
 				ok, err := tb.Set(ctx, db, sku, 2, 6)

@@ -29,9 +29,6 @@ type Move struct {
 	Key, Ref, Hold string
 }
 
-// Ledgered reports whether t keeps a movement ledger (Config.Moves).
-func (t *Tables) Ledgered() bool { return t.mv != nil }
-
 // WriteMoves writes ms through e, the transaction of the moves, in one
 // INSERT (one per 1000 entries). Without a movement ledger, or with no
 // entries, it does nothing.

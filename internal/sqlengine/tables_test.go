@@ -2,7 +2,6 @@ package sqlengine_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +18,7 @@ import (
 
 func tables(t *testing.T, db *sqlx.DB, ttl time.Duration) *sqlengine.Tables {
 	t.Helper()
-	tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: sqldialect.Schema(sqltest.Schema(t, db)), KeyTTL: ttl})
-	require.NoError(t, err)
-	return tb
+	return sqltest.Tables(t, db, sqlengine.Config{KeyTTL: ttl})
 }
 
 // TestDeadlock makes two transactions lock two rows in opposite orders; the
@@ -37,29 +34,7 @@ func TestDeadlock(t *testing.T) {
 		a, b := testenv.Prefix(), testenv.Prefix()
 		require.NoError(t, tb.Init(ctx, a, 1))
 		require.NoError(t, tb.Init(ctx, b, 1))
-		tx1, err := db.BeginTxx(ctx, nil)
-		require.NoError(t, err)
-		defer tx1.Rollback()
-		tx2, err := db.BeginTxx(ctx, nil)
-		require.NoError(t, err)
-		defer tx2.Rollback()
-		_, _, err = tb.Lock(ctx, tx1, a)
-		require.NoError(t, err)
-		_, _, err = tb.Lock(ctx, tx2, b)
-		require.NoError(t, err)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, _, errs[0] = tb.Lock(ctx, tx1, b)
-			if errs[0] != nil {
-				tx1.Rollback() // let the other one through
-			}
-		})
-		_, _, errs[1] = tb.Lock(ctx, tx2, a)
-		if errs[1] != nil {
-			tx2.Rollback()
-		}
-		wg.Wait()
+		errs := sqltest.Deadlock(t, ctx, db, tb, a, b)
 		t.Logf("errors: %v", errs)
 		victim := errs[0]
 		if victim == nil {
@@ -137,9 +112,7 @@ func TestPrecheckLeavesConnections(t *testing.T) {
 		defer cancel()
 		schema := sqldialect.Schema(sqltest.Schema(t, db))
 		open := func() *sqlengine.Tables { // sizes the Prechecks' share of the pool at its first Precheck
-			tb, err := sqlengine.New(db, sqlengine.Config{Pkg: "test", Schema: schema, KeyTTL: time.Hour})
-			require.NoError(t, err)
-			return tb
+			return sqltest.Tables(t, db, sqlengine.Config{Schema: schema})
 		}
 		tb := open()
 		sku := testenv.Prefix()

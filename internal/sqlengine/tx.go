@@ -10,6 +10,7 @@ import (
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/front"
 	"github.com/stockkit/inventory/internal/refusals"
+	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/ledger"
 )
 
@@ -66,6 +67,41 @@ func (b txBackend) Held(ctx context.Context, sku string) (int64, error) {
 	return b.o.Held(ctx, b.tx, sku)
 }
 func (b txBackend) Sweep(ctx context.Context) (int, error) { return b.o.Sweep(ctx, b.tx) }
+
+// Strategy is what optimistic's and rowlock's New build their engine
+// from, once they have checked their own options.
+type Strategy struct {
+	Config // the Tables' (see [New])
+	// Orders is the order engine's settings; [Open] sets T, and clears
+	// CAS on SQLite.
+	Orders Orders
+	// Refusals is the TTL of the face's local refusals (see [front.New]),
+	// when RefusalsSet.
+	Refusals    time.Duration
+	RefusalsSet bool
+}
+
+// Open is what optimistic's and rowlock's New share: it checks the TTL of
+// s's refusals, when set, builds the Tables over db ([New]) and the Orders
+// over them, and returns the Orders and the face of the strategy whose
+// Reduce and Return are move ([Orders.Front]). It does no I/O.
+func Open(db *sqlx.DB, s Strategy, move Mover) (*Orders, Face, error) {
+	var r *refusals.Table
+	if s.RefusalsSet {
+		if err := front.CheckRefusals(s.Pkg, s.Refusals); err != nil {
+			return nil, Face{}, err
+		}
+		r = refusals.New(s.Refusals)
+	}
+	t, err := New(db, s.Config)
+	if err != nil {
+		return nil, Face{}, err
+	}
+	o := s.Orders
+	o.T = t
+	o.CAS = o.CAS && t.Engine != sqldialect.SQLite
+	return &o, o.Front(move, r), nil
+}
 
 // Mover is a strategy's Reduce or Return of qty units of sku, keyed when
 // key is not empty, after its face validated the call.
@@ -125,4 +161,8 @@ func (b poolBackend) Move(ctx context.Context, sku string, qty int64, dir driver
 var (
 	_ inventory.StockManager = (*Tx)(nil)
 	_ inventory.OrderManager = (*Tx)(nil)
+	// optimistic's and rowlock's Managers are these by their Face.
+	_ inventory.StockManager = Face{}
+	_ inventory.OrderManager = Face{}
+	_ ledger.Reader          = Face{}
 )
