@@ -37,3 +37,12 @@ func (t *Tables) TakePrecheckConns() (n int, release func()) {
 		}
 	}
 }
+
+// HoldPrepare makes stmt ("move", "shift", "lockHolds" or "set") look
+// prepared by another call until release: a call that needs it prepared
+// waits for its turn.
+func (t *Tables) HoldPrepare(stmt string) (release func()) {
+	p := map[string]*prepared{"move": t.prep.move, "shift": t.prep.shift, "lockHolds": t.prep.lockHolds, "set": t.prep.set}[stmt]
+	p.turn <- struct{}{}
+	return func() { <-p.turn }
+}

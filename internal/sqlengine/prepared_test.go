@@ -107,3 +107,42 @@ func TestPreparedMove(t *testing.T) {
 		require.EqualValues(t, 0, n)
 	})
 }
+
+// TestPrepareWaitEndsWithCtx: a call whose statement another call is
+// preparing (on a stalled server, until that call's own deadline) waits
+// for its turn only while its ctx lasts, then returns ctx's error, having
+// run nothing; the statement is prepared later, by the next call.
+func TestPrepareWaitEndsWithCtx(t *testing.T) {
+	db := testenv.SQLite(t)
+	tb := sqltest.Tables(t, db, sqlengine.Config{})
+	sku := testenv.Prefix()
+	bg, stop := context.WithTimeout(context.Background(), 30*time.Second) // a bound for a broken run only
+	defer stop()
+	require.NoError(t, tb.Init(bg, sku, 5))
+	release := tb.HoldPrepare("move")
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tb.Move(ctx, db, sku, -1, 1, math.MaxInt64)
+		done <- err
+	}()
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-bg.Done():
+		release() // the broken run's call goes on once the prepare is over
+		<-done
+		t.Fatal("the call waited for another's prepare past its ctx")
+	}
+	release()
+	require.ErrorIs(t, err, context.Canceled)
+	n, err := tb.Get(bg, sku)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "the cancelled call moved nothing")
+	got, ok, err := tb.Move(bg, db, sku, -1, 1, math.MaxInt64)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 4, got)
+	require.True(t, tb.Prepared("move"), "prepared by the next call")
+}
