@@ -368,12 +368,13 @@ func (f *faultSale) buyer(ctx context.Context, t *testing.T, i int) {
 }
 
 // run runs the sale and the fault, which strikes once a quarter of the
-// buyers are done.
+// buyers are done; the second half of the buyers start after Kill returned.
 func (f *faultSale) run(ctx context.Context, t *testing.T) {
 	began := time.Now()
 	next := make(chan int)
 	var done atomic.Int64
 	faulted := make(chan struct{})
+	killed := make(chan struct{}) // closed once Kill returned
 	var once sync.Once
 	var struck atomic.Bool
 	var wg sync.WaitGroup
@@ -388,6 +389,7 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 							defer close(faulted)
 							t0 := time.Now()
 							f.cfg.Kill()
+							close(killed)
 							t1 := time.Now()
 							sleepCtx(ctx, f.cfg.Down)
 							t2 := time.Now()
@@ -401,6 +403,14 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 		})
 	}
 	for i := range f.cfg.Buyers {
+		if i == f.cfg.Buyers/2 && f.cfg.Buyers/4 > 0 {
+			// The second half starts once the server is down: on a fast
+			// server the whole sale could end before Kill lands.
+			select {
+			case <-killed:
+			case <-ctx.Done():
+			}
+		}
 		next <- i
 	}
 	close(next)
