@@ -2,7 +2,11 @@ package luascript_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +61,66 @@ func TestLedgerTrimmed(t *testing.T) {
 	require.Equal(t, ledger.Stock{Available: 1000 - calls, Sold: calls}, last.After)
 	_, err := ledger.Check(ctx, m, m, "shoe")
 	require.Error(t, err, "a trimmed history does not replay from zero")
+}
+
+// TestLedgerRuns: merged unkeyed calls with no reference are kept as runs
+// of records (internal/redisledger's ledger.lua), and still read back as
+// one entry per call that took effect, in order, replaying to the stock;
+// Reduces and Returns of several sizes, some refused, some with a
+// reference or a key, break the runs.
+func TestLedgerRuns(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	prefix := testenv.RedisPrefix(t, c)
+	m, err := luascript.New(c, luascript.WithPrefix(prefix), luascript.WithLedger(0))
+	require.NoError(t, err)
+	require.NoError(t, m.Init(ctx, "shoe", 600))
+	var took atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 40 {
+				var opts []inventory.Option
+				switch (g + i) % 17 {
+				case 3:
+					opts = append(opts, inventory.WithRef(fmt.Sprint("ref ", g, i)))
+				case 5:
+					opts = append(opts, inventory.WithKey(fmt.Sprint("key ", g, i)))
+				}
+				var err error
+				switch {
+				case i%7 == 6:
+					_, err = m.Return(ctx, "shoe", int64(1+g%2), opts...)
+				default:
+					_, err = m.Reduce(ctx, "shoe", int64(1+i/30), opts...) // mostly 1
+				}
+				if err == nil {
+					took.Add(1)
+				} else if !errors.Is(err, inventory.ErrInsufficientStock) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, err = ledger.Check(ctx, m, m, "shoe")
+	require.NoError(t, err)
+	n := 0
+	for _, err := range ledger.History(ctx, m, "shoe", 0) {
+		require.NoError(t, err)
+		n++
+	}
+	require.EqualValues(t, took.Load()+1, n, "an entry per call that took effect, and the Init")
+	msgs, err := c.XRange(ctx, strings.Replace(rediskeys.Stock(prefix, "shoe"), "}:s:", "}:l:", 1), "-", "+").Result()
+	require.NoError(t, err)
+	runs := 0
+	for _, msg := range msgs {
+		lines := strings.Split(msg.Values["e"].(string), "\n")
+		for i := 1; i < len(lines); i += 4 {
+			if len(strings.Fields(lines[i])) == 4 {
+				runs++
+			}
+		}
+	}
+	require.Positive(t, runs, "runs of records in %d stream entries", len(msgs))
 }

@@ -479,8 +479,8 @@ func (m *Manager) direct(ctx context.Context, sku string, batch []*call) (done b
 		if after, ok, err = m.move1(ctx, move{sku, p.net, p.lo, p.hi}); err != nil || !ok {
 			return false, err
 		}
-	case p.keyed == 0 && m.t.OneStatementMoves():
-		if after, ok, err = m.t.MoveLogged(ctx, m.t.DB, sku, p.net, p.lo, p.hi, p.moves(sku, batch, nil, 0, 0)); err != nil || !ok {
+	case p.keyed == 0: // with a ledger: in one round trip where the engine can
+		if after, ok, err = m.t.MoveLogged(ctx, sku, p.net, p.lo, p.hi, p.moves(sku, batch, nil, 0, 0)); err != nil || !ok {
 			return false, err
 		}
 	default:

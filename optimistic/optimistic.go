@@ -418,8 +418,8 @@ func (m *Manager) update(ctx context.Context, sku string, delta, lo, hi int64, d
 	switch {
 	case key == "" && !m.cfg.ledger:
 		return m.t.Move(ctx, m.t.DB, sku, delta, lo, hi)
-	case key == "" && m.t.OneStatementMoves():
-		return m.t.MoveLogged(ctx, m.t.DB, sku, delta, lo, hi, []sqlengine.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
+	case key == "": // with a ledger: in one round trip where the engine can
+		return m.t.MoveLogged(ctx, sku, delta, lo, hi, []sqlengine.Move{{SKU: sku, Kind: sqlengine.KindOf(dir),
 			Units: max(delta, -delta), Available: delta, Ref: driver.Ref(ctx)}})
 	}
 	err = m.t.Tx(ctx, func(tx *sqlx.Tx) error {

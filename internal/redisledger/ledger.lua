@@ -21,13 +21,21 @@
 -- Each add writes its stream entry at once (XADD), unless ledger.buffer()
 -- was called: then the records wait, in order, for ledger.flush(), which
 -- writes each stream's as one entry (batch.lua: one XADD per SKU per
--- batch, not per call).
+-- batch, not per call). While they wait, a run of records of one kind,
+-- reduce or return, of the same units, each with no key, reference or
+-- hold and following the one before (its available that one's less or
+-- plus the units), is one record: "KIND UNITS AVAILABLE N" (N >= 2, the
+-- last one's available), then three empty lines. A stream entry's r is
+-- the number of records once runs are counted out.
 local ledger = (function(maxlen)
   local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
   local rfmt = '%s ' .. numfmt .. ' ' .. numfmt .. '\n%s\n%s\n%s'
   local idfmt = numfmt .. '-' .. numfmt
+  local runfmt = '%s ' .. numfmt .. ' ' .. numfmt .. ' ' .. numfmt .. '\n\n\n'
   local cfmt = numfmt .. ' ' .. numfmt .. '\n'
-  local streams = {} -- by stream key: {held, sold, last ms, last seq, records waiting}
+  -- by stream key: {held, sold, last ms, last seq, lines waiting, the run
+  -- waiting {kind, units, available, n} or nil, records waiting}
+  local streams = {}
   local order = {} -- the streams with records waiting, in order
   local buffering, now = false, nil
 
@@ -52,17 +60,18 @@ local ledger = (function(maxlen)
     return c
   end
 
-  -- write appends records recs (r >= 1) to stream sk as one entry.
-  local function write(sk, c, recs)
+  -- write appends recs, the lines of r >= 1 records, to stream sk as one
+  -- entry.
+  local function write(sk, c, recs, r)
     if not now then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-    local ms, seq = c[3], c[4] + #recs
+    local ms, seq = c[3], c[4] + r
     if now > ms then
-      ms, seq = now, #recs - 1
+      ms, seq = now, r - 1
     elseif seq > 999999 then -- positions are ms * 1e6 + seq
-      ms, seq = ms + 1, #recs - 1
+      ms, seq = ms + 1, r - 1
     end
     c[3], c[4] = ms, seq
     local id = string.format(idfmt, ms, seq)
@@ -72,6 +81,20 @@ local ledger = (function(maxlen)
     else
       redis.call('XADD', sk, id, 'e', e)
     end
+  end
+
+  -- close appends the run waiting in c, if any, to its lines waiting.
+  local function close(c)
+    local run = c[6]
+    if not run then
+      return
+    end
+    if run[4] == 1 then
+      c[5][#c[5] + 1] = string.format(rfmt, run[1], run[2], run[3], '', '', '')
+    else
+      c[5][#c[5] + 1] = string.format(runfmt, run[1], run[2], run[3], run[4])
+    end
+    c[6] = nil
   end
 
   local sks = {} -- stream keys by the key they were asked for
@@ -94,14 +117,28 @@ local ledger = (function(maxlen)
     elseif kind == 'cancel' or kind == 'expire' then
       c[1] = c[1] - u
     end
-    local r = string.format(rfmt, kind, u, tonumber(available), key or '', ref or '', hold or '')
+    local a = tonumber(available)
+    key, ref, hold = key or '', ref or '', hold or ''
     if not buffering then
-      write(sk, c, {r})
-    elseif c[5] then
-      c[5][#c[5] + 1] = r
-    else
-      c[5] = {r}
+      write(sk, c, {string.format(rfmt, kind, u, a, key, ref, hold)}, 1)
+      return
+    end
+    if not c[5] then
+      c[5], c[7] = {}, 0
       order[#order + 1] = sk
+    end
+    c[7] = c[7] + 1
+    local run = c[6]
+    local plain = key == '' and ref == '' and hold == '' and (kind == 'reduce' or kind == 'return')
+    if plain and run and run[1] == kind and run[2] == u and a == run[3] + (kind == 'reduce' and -u or u) then
+      run[3], run[4] = a, run[4] + 1
+      return
+    end
+    close(c)
+    if plain then
+      c[6] = {kind, u, a, 1}
+    else
+      c[5][#c[5] + 1] = string.format(rfmt, kind, u, a, key, ref, hold)
     end
   end
 
@@ -112,8 +149,9 @@ local ledger = (function(maxlen)
   local function flush()
     for _, sk in ipairs(order) do
       local c = streams[sk]
-      write(sk, c, c[5])
-      c[5] = nil
+      close(c)
+      write(sk, c, c[5], c[7])
+      c[5], c[7] = nil, nil
     end
     order = {}
   end

@@ -113,16 +113,17 @@ func appendEntries(out []ledger.Entry, sku string, msg redis.XMessage, after int
 }
 
 // records decodes the field of a stream entry (ledger.lua): the line of
-// the counters, then four lines a record.
+// the counters, then four lines a record, a run counted out into its
+// records.
 func records(v string) ([]ledger.Entry, error) {
 	lines := strings.Split(v, "\n")
 	if len(lines)%4 != 1 {
 		return nil, fmt.Errorf("%d lines", len(lines))
 	}
-	es := make([]ledger.Entry, len(lines)/4)
-	for i := range es {
+	es := make([]ledger.Entry, 0, len(lines)/4)
+	for i := 1; i < len(lines); i += 4 {
 		var err error
-		if es[i], err = record(lines[1+4*i : 5+4*i]); err != nil {
+		if es, err = appendRecord(es, lines[i:i+4]); err != nil {
 			return nil, err
 		}
 	}
@@ -142,23 +143,42 @@ func records(v string) ([]ledger.Entry, error) {
 	return es, nil
 }
 
-// record decodes the four lines of a record (ledger.lua): all but Held
-// and Sold.
-func record(lines []string) (ledger.Entry, error) {
+// appendRecord decodes the four lines of a record (ledger.lua), all but
+// Held and Sold, and appends it to es: a run "KIND UNITS AVAILABLE N" as
+// its N records.
+func appendRecord(es []ledger.Entry, lines []string) ([]ledger.Entry, error) {
 	var e ledger.Entry
 	nums := strings.Fields(lines[0])
-	if len(nums) != 3 {
-		return e, fmt.Errorf("record %q", lines[0])
+	if len(nums) != 3 && len(nums) != 4 {
+		return es, fmt.Errorf("record %q", lines[0])
 	}
-	var vals [2]int64
-	for i := range vals {
-		x, err := strconv.ParseInt(nums[i+1], 10, 64)
+	vals := [3]int64{1: 1} // units, available, run length
+	for i := 1; i < len(nums); i++ {
+		x, err := strconv.ParseInt(nums[i], 10, 64)
 		if err != nil {
-			return e, fmt.Errorf("record %q: %w", lines[0], err)
+			return es, fmt.Errorf("record %q: %w", lines[0], err)
 		}
-		vals[i] = x
+		vals[i-1] = x
 	}
 	e.Kind, e.Units, e.After.Available = ledger.Kind(nums[0]), vals[0], vals[1]
 	e.Key, e.Ref, e.Hold = lines[1], lines[2], lines[3]
-	return e, nil
+	if len(nums) == 3 {
+		return append(es, e), nil
+	}
+	// A run: its records' available step by the units, to the last one's.
+	n, step := vals[2], e.Units
+	switch {
+	case n < 2 || n > posSeqs || e.Key != "" || e.Ref != "" || e.Hold != "" || e.Units < 1 || e.Units > (1<<62)/n:
+		return es, fmt.Errorf("run %q", lines[0])
+	case e.Kind == ledger.Return:
+		step = -step
+	case e.Kind != ledger.Reduce:
+		return es, fmt.Errorf("run %q", lines[0])
+	}
+	last := e.After.Available
+	for i := n - 1; i >= 0; i-- {
+		e.After.Available = last + i*step
+		es = append(es, e)
+	}
+	return es, nil
 }

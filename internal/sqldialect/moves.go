@@ -41,8 +41,9 @@ type MovesSQL struct {
 	Create         []string
 	Insert         string // one {{rows}} list
 	Page, Counters string
-	// MoveLogged, where the engine can (PostgreSQL), is Move with the
-	// INSERT of its entries in the same statement; one {{rows}} list.
+	// MoveLogged, where the engine can, is Move with the INSERT of its
+	// entries in one round trip: on PostgreSQL one statement, its entries
+	// as arrays; on MariaDB a compound statement with one {{rows}} list.
 	MoveLogged string
 }
 
@@ -69,6 +70,30 @@ var movesText = map[Engine]MovesSQL{
 			moved_at BIGINT NOT NULL,
 			KEY {{.MovesBySKU}} (sku, pos)
 		) ENGINE=InnoDB`},
+		// move and the INSERT of its entries in one round trip: a compound
+		// statement (MariaDB's BEGIN NOT ATOMIC; MySQL has none, and fails
+		// it with a syntax error) that runs them in a transaction of its own,
+		// rolled back on any error, which it then raises again. It answers
+		// the new stock, NULL when the UPDATE matched no row (nothing
+		// written). Each entry's available is the new stock plus its offset
+		// from it. Its arguments are written into the text (see sqlengine's
+		// Tables.MoveLogged): a compound statement takes no parameters.
+		MoveLogged: `BEGIN NOT ATOMIC
+				DECLARE a BIGINT;
+				DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+				START TRANSACTION;
+				UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
+				WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
+					AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
+						WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}});
+				IF ROW_COUNT() = 1 THEN
+					SET a = LAST_INSERT_ID();
+					INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
+					VALUES {{rows (printf "(?, ?, ?, a + ?, ?, ?, '', %s)" .Now)}};
+				END IF;
+				COMMIT;
+				SELECT a;
+			END`,
 		Counters: `SELECT
 				CAST(COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
 					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0) AS SIGNED),
@@ -92,19 +117,22 @@ var movesText = map[Engine]MovesSQL{
 		// move and the INSERT of its entries, one statement and so one
 		// transaction with no BEGIN or COMMIT round trip: the INSERT reads
 		// the UPDATE's row, so it inserts nothing when that matched none.
-		// Each entry's available is the new stock less the change plus its
-		// offset; ord keeps the entries' positions in the calls' order.
+		// The entries come as arrays (kinds, units, offsets, keys,
+		// references), so that the text is the same whatever their number
+		// and pgx prepares it once per connection. Each entry's available
+		// is the new stock plus its offset from it; ord keeps the entries'
+		// positions in the calls' order.
 		MoveLogged: `WITH u AS (
 				UPDATE {{.Table}} SET {{.Stock}} = {{.Stock}} + ?::BIGINT, {{.Version}} = {{.Version}} + 1
 				WHERE {{.SKU}} = ? AND {{.Stock}} BETWEEN ? AND ?
 					AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
 						WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
-				RETURNING {{.Stock}} AS after),
+				RETURNING {{.SKU}} AS sku, {{.Stock}} AS after),
 			i AS (
 				INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-				SELECT v.sku, v.kind, v.units, u.after - ?::BIGINT + v.off, v.k, v.r, '', {{.Now}}
-				FROM u CROSS JOIN (VALUES {{rows "(?::INT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::BIGINT, ?::TEXT, ?::TEXT)"}})
-					AS v(ord, sku, kind, units, off, k, r)
+				SELECT u.sku, v.kind, v.units, u.after + v.off, v.k, v.r, '', {{.Now}}
+				FROM u CROSS JOIN unnest(?::TEXT[], ?::BIGINT[], ?::BIGINT[], ?::TEXT[], ?::TEXT[])
+					WITH ORDINALITY AS v(kind, units, off, k, r, ord)
 				ORDER BY v.ord)
 			SELECT after FROM u`,
 		Counters: `SELECT
@@ -158,8 +186,11 @@ func buildMoves(eng Engine, s Schema, n names) *MovesSQL {
 	for _, c := range text.Create {
 		out.Create = append(out.Create, render(c))
 	}
-	if text.MoveLogged != "" {
-		out.MoveLogged = render(text.MoveLogged)
+	switch {
+	case eng == Postgres:
+		out.MoveLogged = bind(eng, render(text.MoveLogged))
+	case text.MoveLogged != "":
+		out.MoveLogged = render(text.MoveLogged) // one {{rows}} list, for Expand
 	}
 	return out
 }
@@ -182,4 +213,16 @@ func CheckMoves(s Schema) error {
 		return fmt.Errorf("%w: the movement ledger's table %q is the name of another table of the schema", inventory.ErrInvalidArgument, m)
 	}
 	return nil
+}
+
+// mysqlParseError is MySQL's ER_PARSE_ERROR, MySQL's answer to a compound
+// statement (MariaDB's BEGIN NOT ATOMIC).
+const mysqlParseError = 1064
+
+// NoCompound reports whether err, the error of the compound MoveLogged
+// statement on MySQL, means that the server runs no compound statements
+// (MySQL, not MariaDB).
+func NoCompound(err error) bool {
+	n, ok := mysqlNumber(err)
+	return ok && n == mysqlParseError
 }

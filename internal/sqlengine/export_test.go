@@ -46,3 +46,10 @@ func (t *Tables) HoldPrepare(stmt string) (release func()) {
 	p.turn <- struct{}{}
 	return func() { <-p.turn }
 }
+
+// MySQLLiterals is mysqlLiterals.
+var MySQLLiterals = mysqlLiterals
+
+// NoCompound makes t's MoveLogged run its transaction, as on a server
+// without compound statements (MySQL).
+func (t *Tables) NoCompound() { t.noCompound.Store(true) }

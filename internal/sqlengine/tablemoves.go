@@ -3,11 +3,16 @@ package sqlengine
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/ledger"
 )
 
@@ -43,7 +48,15 @@ func (t *Tables) WriteMoves(ctx context.Context, e sqlx.ExecerContext, ms []Move
 		for _, m := range part {
 			args = append(args, m.SKU, string(m.Kind), m.Units, m.Available, m.Key, m.Ref, m.Hold)
 		}
-		if _, err := e.ExecContext(ctx, t.q.Expand(t.mv.Insert, len(part)), args...); err != nil {
+		stmt := t.q.Expand(t.mv.Insert, len(part))
+		if t.Engine == sqldialect.MySQL { // one round trip, not the driver's prepare and execute
+			var err error
+			if stmt, err = mysqlLiterals(stmt, args); err != nil {
+				return t.Fail("write ledger", err)
+			}
+			args = nil
+		}
+		if _, err := e.ExecContext(ctx, stmt, args...); err != nil {
 			return t.Err(ctx, "write ledger", err)
 		}
 	}
@@ -91,27 +104,112 @@ func (t *Tables) ReadMoves(ctx context.Context, q sqlx.QueryerContext, sku strin
 	return out, nil
 }
 
-// OneStatementMoves reports whether [Tables.MoveLogged] can run: the
-// Tables keep a movement ledger on an engine that writes a move and its
-// entries in one statement (PostgreSQL).
-func (t *Tables) OneStatementMoves() bool { return t.mv != nil && t.mv.MoveLogged != "" }
+// oneRoundTrip reports whether [Tables.MoveLogged] writes a move and its
+// entries in one round trip: the Tables keep a movement ledger on
+// PostgreSQL (one statement) or MariaDB (one compound statement; not on
+// MySQL, which has none: there MoveLogged finds out at its first call and
+// runs a transaction from then on).
+func (t *Tables) oneRoundTrip() bool {
+	return t.mv != nil && t.mv.MoveLogged != "" && !t.noCompound.Load()
+}
 
-// MoveLogged is [Tables.Move] through q with the movement ledger's
-// entries ms in the same statement (see [Tables.OneStatementMoves]), each
-// Available being the entry's offset from the stock before the move.
-// ok=false means no row matched and nothing was written.
-func (t *Tables) MoveLogged(ctx context.Context, q sqlx.QueryerContext, sku string, delta, lo, hi int64, ms []Move) (after int64, ok bool, err error) {
-	args := make([]any, 0, 5+7*len(ms))
-	args = append(args, delta, sku, lo, hi, delta)
-	for i, m := range ms {
-		args = append(args, i, m.SKU, string(m.Kind), m.Units, m.Available, m.Key, m.Ref)
+// MoveLogged is [Tables.Move] through the pool with the movement ledger's
+// entries ms of the move, each Available being the entry's offset from
+// the stock before the move, written in the same transaction: in one
+// round trip on PostgreSQL and MariaDB, otherwise in a transaction (BEGIN,
+// the UPDATE, the INSERT, COMMIT). ok=false means no row matched and
+// nothing was written.
+func (t *Tables) MoveLogged(ctx context.Context, sku string, delta, lo, hi int64, ms []Move) (after int64, ok bool, err error) {
+	if !t.oneRoundTrip() {
+		return t.moveLoggedTx(ctx, sku, delta, lo, hi, ms)
 	}
-	err = q.QueryRowxContext(ctx, t.q.Expand(t.mv.MoveLogged, len(ms)), args...).Scan(&after)
-	if errors.Is(err, sql.ErrNoRows) {
+	var a sql.NullInt64
+	if t.Engine == sqldialect.Postgres {
+		kinds, keys, refs := make([]string, len(ms)), make([]string, len(ms)), make([]string, len(ms))
+		units, offs := make([]int64, len(ms)), make([]int64, len(ms))
+		for i, m := range ms {
+			kinds[i], units[i], offs[i], keys[i], refs[i] = string(m.Kind), m.Units, m.Available-delta, m.Key, m.Ref
+		}
+		err = t.DB.QueryRowxContext(ctx, t.mv.MoveLogged, delta, sku, lo, hi, kinds, units, offs, keys, refs).Scan(&a)
+	} else {
+		args := make([]any, 0, 4+6*len(ms))
+		args = append(args, delta, sku, lo, hi)
+		for _, m := range ms {
+			args = append(args, m.SKU, string(m.Kind), m.Units, m.Available-delta, m.Key, m.Ref)
+		}
+		var stmt string
+		if stmt, err = mysqlLiterals(t.q.Expand(t.mv.MoveLogged, len(ms)), args); err != nil {
+			return 0, false, t.Fail("update", err)
+		}
+		err = t.DB.QueryRowxContext(ctx, stmt).Scan(&a)
+		if err != nil && sqldialect.NoCompound(err) {
+			t.noCompound.Store(true)
+			return t.moveLoggedTx(ctx, sku, delta, lo, hi, ms)
+		}
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return 0, false, t.Err(ctx, "update", err)
 	}
-	return after, true, nil
+	return a.Int64, a.Valid, nil
+}
+
+// moveLoggedTx is [Tables.MoveLogged] in a transaction: BEGIN, the
+// UPDATE, the INSERT, COMMIT.
+func (t *Tables) moveLoggedTx(ctx context.Context, sku string, delta, lo, hi int64, ms []Move) (after int64, ok bool, err error) {
+	tx, err := t.Begin(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	after, ok, err = t.Move(ctx, tx, sku, delta, lo, hi)
+	if err == nil && ok {
+		abs := make([]Move, len(ms))
+		for i, m := range ms {
+			m.Available += after - delta
+			abs[i] = m
+		}
+		err = t.WriteMoves(ctx, tx, abs)
+	}
+	if err = t.End(ctx, tx, err); err != nil {
+		return 0, false, err
+	}
+	return after, ok, nil
+}
+
+// mysqlLiterals returns q with its ? placeholders replaced by args written
+// as MySQL literals, so that the driver sends it in one round trip, as
+// text, where it would otherwise prepare it, execute it and close it
+// (unless the DSN sets interpolateParams): integers in decimal, strings
+// in hexadecimal (X'...', a binary string, as every column of the
+// library's tables is), which no content can break out of. Every
+// statement it is given is the library's own, with no ? but its
+// placeholders, and args of those two types only: an error is a bug.
+func mysqlLiterals(q string, args []any) (string, error) {
+	var b strings.Builder
+	b.Grow(len(q) + 24*len(args))
+	for _, a := range args {
+		i := strings.IndexByte(q, '?')
+		if i < 0 {
+			return "", fmt.Errorf("fewer placeholders than the %d arguments", len(args))
+		}
+		b.WriteString(q[:i])
+		q = q[i+1:]
+		switch v := a.(type) {
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		case string:
+			b.WriteString("X'")
+			b.WriteString(hex.EncodeToString([]byte(v)))
+			b.WriteByte('\'')
+		default:
+			return "", fmt.Errorf("an argument of type %T", a)
+		}
+	}
+	if strings.IndexByte(q, '?') >= 0 {
+		return "", fmt.Errorf("more placeholders than the %d arguments", len(args))
+	}
+	b.WriteString(q)
+	return b.String(), nil
 }

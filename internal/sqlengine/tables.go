@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -39,6 +40,9 @@ type Tables struct {
 	pace   pacing               // of the Prechecks and the prunes (statements.go)
 	prep   *preparedSet         // statements prepared once (prepared.go); nil but on MySQL
 	mv     *sqldialect.MovesSQL // the movement ledger's statements (tablemoves.go); nil without Config.Moves
+	// noCompound: the server ran no compound statement (MySQL, not
+	// MariaDB), so MoveLogged runs a transaction (tablemoves.go).
+	noCompound atomic.Bool
 }
 
 // New validates cfg and builds the statements for db's engine. It does no I/O.
