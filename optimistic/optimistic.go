@@ -270,9 +270,11 @@ func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
 // that makes it, in the table named after the stock table with
 // "_moves" ("stock_moves" for the default table), which [Manager.CreateTables]
 // creates; the Manager is then a [ledger.Reader]. A batch of combined
-// calls writes its entries with one INSERT; a call that needed no
-// transaction (an unkeyed one) then runs in one. The default keeps none,
-// and costs no statement. See docs/ledger.md.
+// calls writes its entries with one INSERT, its unkeyed calls with no
+// reference as one row; a batch that needed no transaction (unkeyed
+// calls) writes its UPDATE and its entries in one round trip on
+// PostgreSQL and MariaDB (one statement), in a transaction elsewhere. The
+// default keeps none, and costs no statement. See docs/ledger.md.
 func WithLedger() Option { return func(c *config) { c.ledger = true } }
 
 // New returns a Manager over db. The tables must exist: see

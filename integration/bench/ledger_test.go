@@ -34,35 +34,42 @@ const ledgerRows = 20000
 // reference) through optimistic.WithLedger, then reads the table's size
 // as the engine counts it (PostgreSQL pg_total_relation_size; MariaDB
 // data_length + index_length after ANALYZE TABLE, InnoDB's estimate in
-// 16 KiB pages; SQLite dbstat) and reports bytes per row. Run it with
-// -benchtime 1x.
+// 16 KiB pages; SQLite dbstat) and reports bytes per entry; then the same
+// with unkeyed Reduces with no reference, which merged batches write as
+// runs, a row each. Run it with -benchtime 1x.
 func BenchmarkLedgerRowBytes(b *testing.B) {
 	for _, e := range sqltest.Benched {
-		b.Run(e.Name, func(b *testing.B) {
-			ctx := context.Background()
-			db := e.Open(b)
-			schema := sqltest.Schema(b, db)
-			m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithLedger())
-			if err != nil {
-				b.Fatal(err)
+		for _, keyed := range []bool{true, false} {
+			name := e.Name + "/keyed"
+			if !keyed {
+				name = e.Name + "/unkeyed"
 			}
-			if err := m.CreateTables(ctx); err != nil {
-				b.Fatal(err)
-			}
-			sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
-			if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
-				b.Fatal(err)
-			}
-			if err := writeLedger(ctx, m, sku, true); err != nil {
-				b.Fatal(err)
-			}
-			size, err := tableBytes(ctx, db, sqldialect.MovesTable(sqldialect.Schema(schema)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(size)/ledgerRows, "bytes/row")
-			b.ReportMetric(0, "ns/op")
-		})
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				db := e.Open(b)
+				schema := sqltest.Schema(b, db)
+				m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithLedger())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.CreateTables(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
+				if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
+					b.Fatal(err)
+				}
+				if err := writeLedger(ctx, m, sku, keyed); err != nil {
+					b.Fatal(err)
+				}
+				size, err := tableBytes(ctx, db, sqldialect.MovesTable(sqldialect.Schema(schema)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(size)/ledgerRows, "bytes/entry")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }
 
@@ -118,7 +125,7 @@ func tableBytes(ctx context.Context, db *sqlx.DB, table string) (int64, error) {
 // reports its median of:
 //   - the server's CPU time per call (MariaDB and PostgreSQL on private
 //     servers that nothing else uses, /proc utime+stime of the server's
-//     processes: its process group), or for SQLite, which runs in the test's
+//     processes), or for SQLite, which runs in the test's
 //     process, that process's CPU (getrusage, the Go client included);
 //   - the statements the server ran per call (MariaDB: Questions);
 //   - calls per second.
@@ -244,9 +251,9 @@ func pidFile(b *testing.B, file string) int {
 	return pid
 }
 
-// groupCPU returns the CPU time (user and system) in µs of the processes
-// of pid's process group that are alive, and of the children pid reaped
-// (a postmaster's backends that ended).
+// groupCPU returns the CPU time (user and system) in µs of process pid,
+// of its children that are alive (a postmaster's backends, which each
+// call setsid) and of those it reaped.
 func groupCPU(b *testing.B, pid int) float64 {
 	procs, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
@@ -264,15 +271,14 @@ func groupCPU(b *testing.B, pid int) float64 {
 		}
 		return nil
 	}
-	own := fmt.Sprintf("/proc/%d/stat", pid)
-	leader := fields(own)
-	if leader == nil {
+	own, parent := fmt.Sprintf("/proc/%d/stat", pid), strconv.Itoa(pid)
+	if fields(own) == nil {
 		b.Fatalf("no process %d", pid)
 	}
 	var ticks int64
 	for _, p := range procs {
 		f := fields(p)
-		if f == nil || f[2] != leader[2] {
+		if f == nil || (p != own && f[1] != parent) {
 			continue
 		}
 		last := 13 // utime and stime

@@ -12,10 +12,15 @@ import (
 // the idempotency ledger (Schema.Ledger, "stock_ledger"), which keeps keys
 // for a while; this one keeps every move, for good:
 //
-//	pos        the entry's position: an auto-increment key. The rows of a
-//	           SKU are written by transactions that hold its stock row, so
-//	           their positions grow in the order the moves took effect.
-//	sku, kind, units, available (the stock after), idem_key, caller_ref,
+//	pos        the row's key: an auto-increment. The rows of a SKU are
+//	           written by transactions that hold its stock row, so their
+//	           keys grow in the order the moves took effect.
+//	n          the entries of the row: 1, or a run of n entries of one kind
+//	           (reduce or return) and units with no key, reference or hold,
+//	           each following the one before; entry i (from 0) of the row
+//	           has position pos*1024 + i (sqlengine's Tables.ReadMoves)
+//	sku, kind, units, available (the stock after the row's last entry),
+//	idem_key, caller_ref,
 //	hold_id    "" for none
 //	moved_at   Unix microseconds on the database's clock ({{.Now}})
 //
@@ -28,10 +33,10 @@ const MovesSuffix = "_moves"
 // The insert and page statements of the movement ledger, the same text
 // on every engine.
 const (
-	movesInsert = `INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-		VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`
-	movesPage = `SELECT pos, kind, units, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
-		WHERE sku = ? AND pos > ? ORDER BY pos LIMIT ?`
+	movesInsert = `INSERT INTO {{.Moves}} (sku, kind, units, n, available, idem_key, caller_ref, hold_id, moved_at)
+		VALUES {{rows (printf "(?, ?, ?, ?, ?, ?, ?, ?, %s)" .Now)}}`
+	movesPage = `SELECT pos, kind, units, n, available, idem_key, caller_ref, hold_id, moved_at FROM {{.Moves}}
+		WHERE sku = ? AND pos >= ? ORDER BY pos LIMIT ?`
 )
 
 // MovesSQL is one engine's statements of the movement ledger, as
@@ -54,8 +59,8 @@ type moveNames struct {
 }
 
 // movesText is each engine's text. The counters statement sums the Held
-// and Sold moves of a SKU's entries up to a position, for a page that
-// starts past the first entry.
+// and Sold moves of a SKU's entries in the rows before a row, for a page
+// that starts past the first entry.
 var movesText = map[Engine]MovesSQL{
 	MySQL: {
 		Create: []string{`CREATE TABLE IF NOT EXISTS {{.Moves}} (
@@ -63,6 +68,7 @@ var movesText = map[Engine]MovesSQL{
 			sku VARBINARY(255) NOT NULL,
 			kind VARBINARY(7) NOT NULL,
 			units BIGINT NOT NULL,
+			n BIGINT NOT NULL,
 			available BIGINT NOT NULL,
 			idem_key VARBINARY(255) NOT NULL,
 			caller_ref VARBINARY(255) NOT NULL,
@@ -76,10 +82,11 @@ var movesText = map[Engine]MovesSQL{
 		// rolled back on any error, which it then raises again. It answers
 		// the new stock, NULL when the UPDATE matched no row (nothing
 		// written). Each entry's available is the new stock plus its offset
-		// from it. Its arguments are written into the text (see sqlengine's
-		// Tables.MoveLogged): a compound statement takes no parameters.
+		// from it, and its time the clock read once. Its arguments are
+		// written into the text (see sqlengine's Tables.MoveLogged): a
+		// compound statement takes no parameters.
 		MoveLogged: `BEGIN NOT ATOMIC
-				DECLARE a BIGINT;
+				DECLARE a, t BIGINT;
 				DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 				START TRANSACTION;
 				UPDATE {{.Table}} SET {{.Stock}} = LAST_INSERT_ID({{.Stock}} + ?), {{.Version}} = {{.Version}} + 1
@@ -87,19 +94,19 @@ var movesText = map[Engine]MovesSQL{
 					AND NOT EXISTS (SELECT 1 FROM {{.Holds}} h
 						WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}});
 				IF ROW_COUNT() = 1 THEN
-					SET a = LAST_INSERT_ID();
-					INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-					VALUES {{rows (printf "(?, ?, ?, a + ?, ?, ?, '', %s)" .Now)}};
+					SET a = LAST_INSERT_ID(), t = {{.Now}};
+					INSERT INTO {{.Moves}} (sku, kind, units, n, available, idem_key, caller_ref, hold_id, moved_at)
+					VALUES {{rows "(?, ?, ?, ?, a + ?, ?, ?, '', t)"}};
 				END IF;
 				COMMIT;
 				SELECT a;
 			END`,
 		Counters: `SELECT
-				CAST(COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
-					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0) AS SIGNED),
-				CAST(COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units
-					WHEN kind = 'return' THEN -units ELSE 0 END), 0) AS SIGNED)
-			FROM {{.Moves}} WHERE sku = ? AND pos <= ?`,
+				CAST(COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units * n
+					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units * n ELSE 0 END), 0) AS SIGNED),
+				CAST(COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units * n
+					WHEN kind = 'return' THEN -units * n ELSE 0 END), 0) AS SIGNED)
+			FROM {{.Moves}} WHERE sku = ? AND pos < ?`,
 	},
 	Postgres: {
 		Create: []string{`CREATE TABLE IF NOT EXISTS {{.Moves}} (
@@ -107,6 +114,7 @@ var movesText = map[Engine]MovesSQL{
 			sku TEXT COLLATE "C" NOT NULL,
 			kind TEXT COLLATE "C" NOT NULL,
 			units BIGINT NOT NULL,
+			n BIGINT NOT NULL,
 			available BIGINT NOT NULL,
 			idem_key TEXT COLLATE "C" NOT NULL,
 			caller_ref TEXT COLLATE "C" NOT NULL,
@@ -129,18 +137,18 @@ var movesText = map[Engine]MovesSQL{
 						WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})
 				RETURNING {{.SKU}} AS sku, {{.Stock}} AS after),
 			i AS (
-				INSERT INTO {{.Moves}} (sku, kind, units, available, idem_key, caller_ref, hold_id, moved_at)
-				SELECT u.sku, v.kind, v.units, u.after + v.off, v.k, v.r, '', {{.Now}}
-				FROM u CROSS JOIN unnest(?::TEXT[], ?::BIGINT[], ?::BIGINT[], ?::TEXT[], ?::TEXT[])
-					WITH ORDINALITY AS v(kind, units, off, k, r, ord)
+				INSERT INTO {{.Moves}} (sku, kind, units, n, available, idem_key, caller_ref, hold_id, moved_at)
+				SELECT u.sku, v.kind, v.units, v.n, u.after + v.off, v.k, v.r, '', {{.Now}}
+				FROM u CROSS JOIN unnest(?::TEXT[], ?::BIGINT[], ?::BIGINT[], ?::BIGINT[], ?::TEXT[], ?::TEXT[])
+					WITH ORDINALITY AS v(kind, units, n, off, k, r, ord)
 				ORDER BY v.ord)
 			SELECT after FROM u`,
 		Counters: `SELECT
-				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
-					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0)::BIGINT,
-				COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units
-					WHEN kind = 'return' THEN -units ELSE 0 END), 0)::BIGINT
-			FROM {{.Moves}} WHERE sku = ? AND pos <= ?`,
+				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units * n
+					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units * n ELSE 0 END), 0)::BIGINT,
+				COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units * n
+					WHEN kind = 'return' THEN -units * n ELSE 0 END), 0)::BIGINT
+			FROM {{.Moves}} WHERE sku = ? AND pos < ?`,
 	},
 	SQLite: {
 		// AUTOINCREMENT: a position is never used twice, even after the
@@ -150,6 +158,7 @@ var movesText = map[Engine]MovesSQL{
 			sku TEXT NOT NULL,
 			kind TEXT NOT NULL,
 			units INTEGER NOT NULL,
+			n INTEGER NOT NULL,
 			available INTEGER NOT NULL,
 			idem_key TEXT NOT NULL,
 			caller_ref TEXT NOT NULL,
@@ -158,11 +167,11 @@ var movesText = map[Engine]MovesSQL{
 		)`,
 			`CREATE INDEX IF NOT EXISTS {{.MovesBySKU}} ON {{.Moves}} (sku, pos)`},
 		Counters: `SELECT
-				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units
-					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units ELSE 0 END), 0),
-				COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units
-					WHEN kind = 'return' THEN -units ELSE 0 END), 0)
-			FROM {{.Moves}} WHERE sku = ? AND pos <= ?`,
+				COALESCE(SUM(CASE WHEN kind = 'reserve' THEN units * n
+					WHEN kind IN ('confirm', 'cancel', 'expire') THEN -units * n ELSE 0 END), 0),
+				COALESCE(SUM(CASE WHEN kind IN ('reduce', 'confirm') THEN units * n
+					WHEN kind = 'return' THEN -units * n ELSE 0 END), 0)
+			FROM {{.Moves}} WHERE sku = ? AND pos < ?`,
 	},
 }
 

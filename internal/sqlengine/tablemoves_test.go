@@ -55,13 +55,17 @@ func TestMoveLogged(t *testing.T) {
 			sku := testenv.Prefix()
 			require.NoError(t, tb.Init(ctx, sku, 10))
 			ref := "o'r\\d\"? é;--"
-			// Available: each entry's offset from the stock before the move.
+			// Available: each entry's offset from the stock before the move;
+			// two runs (reduce 1 twice, return 2 twice).
 			ms := []sqlengine.Move{
 				{SKU: sku, Kind: ledger.Reduce, Units: 1, Available: -1, Ref: ref},
-				{SKU: sku, Kind: ledger.Reduce, Units: 4, Available: -5, Key: "k1"},
+				{SKU: sku, Kind: ledger.Reduce, Units: 1, Available: -2},
+				{SKU: sku, Kind: ledger.Reduce, Units: 1, Available: -3},
+				{SKU: sku, Kind: ledger.Reduce, Units: 4, Available: -7, Key: "k1"},
+				{SKU: sku, Kind: ledger.Return, Units: 2, Available: -5},
 				{SKU: sku, Kind: ledger.Return, Units: 2, Available: -3},
 			}
-			after, ok, err := tb.MoveLogged(ctx, sku, -3, 5, 100, ms)
+			after, ok, err := tb.MoveLogged(ctx, sku, -3, 7, 100, ms)
 			require.NoError(t, err, mode)
 			require.True(t, ok, mode)
 			require.EqualValues(t, 7, after, mode)
@@ -73,17 +77,30 @@ func TestMoveLogged(t *testing.T) {
 			require.EqualValues(t, 7, n, mode)
 			es, err := tb.ReadMoves(ctx, db, sku, 0, 10)
 			require.NoError(t, err, mode)
-			require.Len(t, es, 3, mode)
-			for i, want := range []struct {
-				kind      ledger.Kind
-				units, av int64
-				key, ref  string
-			}{{ledger.Reduce, 1, 9, "", ref}, {ledger.Reduce, 4, 5, "k1", ""}, {ledger.Return, 2, 7, "", ""}} {
-				e := es[i]
-				require.Equal(t, []any{want.kind, want.units, want.av, want.key, want.ref},
-					[]any{e.Kind, e.Units, e.After.Available, e.Key, e.Ref}, "%s: entry %d", mode, i)
-				if i > 0 {
-					require.Greater(t, e.Pos, es[i-1].Pos, "positions in order")
+			type entry struct {
+				kind            ledger.Kind
+				units, av, sold int64
+				key, ref        string
+			}
+			want := []entry{{ledger.Reduce, 1, 9, 1, "", ref}, {ledger.Reduce, 1, 8, 2, "", ""}, {ledger.Reduce, 1, 7, 3, "", ""},
+				{ledger.Reduce, 4, 3, 7, "k1", ""}, {ledger.Return, 2, 5, 5, "", ""}, {ledger.Return, 2, 7, 3, "", ""}}
+			got := func(es []ledger.Entry) []entry {
+				var out []entry
+				for i, e := range es {
+					out = append(out, entry{e.Kind, e.Units, e.After.Available, e.After.Sold, e.Key, e.Ref})
+					if i > 0 {
+						require.Greater(t, e.Pos, es[i-1].Pos, "positions in order")
+					}
+				}
+				return out
+			}
+			require.Equal(t, want, got(es), mode)
+			for from := range es { // pages from every cursor, runs cut
+				page, err := tb.ReadMoves(ctx, db, sku, es[from].Pos, 2)
+				require.NoError(t, err, mode)
+				require.Equal(t, len(want[from+1:min(from+3, len(want))]), len(page), "%s: from entry %d", mode, from)
+				if len(page) > 0 {
+					require.Equal(t, want[from+1:min(from+3, len(want))], got(page), "%s: from entry %d", mode, from)
 				}
 			}
 		}
