@@ -166,13 +166,9 @@ func appendRecord(es []ledger.Entry, lines []string) ([]ledger.Entry, error) {
 		return append(es, e), nil
 	}
 	// A run: its records' available step by the units, to the last one's.
-	n, step := vals[2], e.Units
-	switch {
-	case n < 2 || n > posSeqs || e.Key != "" || e.Ref != "" || e.Hold != "" || e.Units < 1 || e.Units > (1<<62)/n:
-		return es, fmt.Errorf("run %q", lines[0])
-	case e.Kind == ledger.Return:
-		step = -step
-	case e.Kind != ledger.Reduce:
+	n := vals[2]
+	step, ok := runStep(e, n)
+	if !ok {
 		return es, fmt.Errorf("run %q", lines[0])
 	}
 	last := e.After.Available
@@ -181,4 +177,20 @@ func appendRecord(es []ledger.Entry, lines []string) ([]ledger.Entry, error) {
 		es = append(es, e)
 	}
 	return es, nil
+}
+
+// runStep returns how Available steps from one record of a run of n
+// records like e to the next (less the units for a reduce, plus them for
+// a return); ok=false: ledger.lua writes no such run.
+func runStep(e ledger.Entry, n int64) (step int64, ok bool) {
+	if n < 2 || n > posSeqs || e.Key != "" || e.Ref != "" || e.Hold != "" || e.Units < 1 || e.Units > (1<<62)/n {
+		return 0, false
+	}
+	switch e.Kind {
+	case ledger.Reduce:
+		return e.Units, true
+	case ledger.Return:
+		return -e.Units, true
+	}
+	return 0, false
 }
