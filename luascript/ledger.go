@@ -51,13 +51,15 @@ func ledgerScripts(maxLen int64) scripts {
 // records one entry per SKU it moved in the SKU's Redis stream,
 // PREFIX{tag}:l:SKU (in the slot of its stock), written by the script that
 // moves the stock, and the Manager's Entries reads it. A merged batch
-// writes one stream entry per SKU holding the entries of all its calls;
+// writes one stream entry per SKU holding the entries of all its calls
+// (consecutive unkeyed calls of one size with no reference as one run);
 // a call on its own, one.
 //
 // maxLen is the retention, in stream entries per SKU: 0 keeps every entry
-// (the stream grows for good, measured at about 40 bytes of Redis memory
-// per ledger entry without key or reference, 80 with a 20-byte key and a
-// 16-byte reference; see docs/ledger.md); n > 0 trims each SKU's stream
+// (the stream grows for good, measured at about 7 bytes of Redis memory
+// per ledger entry of merged calls without key or reference, which are
+// kept as runs, 80 with a 20-byte key and a 16-byte reference; see
+// docs/ledger.md); n > 0 trims each SKU's stream
 // to about its last n stream entries, so at least its last n ledger
 // entries (XADD MAXLEN ~ n: Redis drops only whole stream nodes, so it
 // keeps up to a node more). A trimmed history still reads back, with its
