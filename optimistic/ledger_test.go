@@ -2,7 +2,10 @@ package optimistic_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,9 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
+	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/optimistic"
 )
 
@@ -98,4 +103,61 @@ func TestLedgerStatements(t *testing.T) {
 	require.EqualValues(t, 5, sends[false][1], "a keyed Reduce without a ledger: BEGIN, UPDATE, INSERT, COMMIT, COMMIT")
 	require.EqualValues(t, 1, sends[true][0], "an unkeyed Reduce with a ledger: one compound statement")
 	require.Equal(t, sends[false][1]+1, sends[true][1], "a keyed Reduce with a ledger: the INSERT more")
+}
+
+// TestLedgerRuns: combined unkeyed calls with no reference are written as
+// runs, a row each, and still read back as one entry per call that took
+// effect, replaying to the stock; calls of other sizes, refused ones and
+// calls with a reference or a key break the runs.
+func TestLedgerRuns(t *testing.T) {
+	sqltest.Run(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		schema := sqltest.Schema(t, db)
+		m := newManager(t, db, schema, optimistic.WithLedger())
+		require.NoError(t, m.CreateTables(ctx))
+		sku := testenv.Prefix()
+		require.NoError(t, m.Init(ctx, sku, 500))
+		var took atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				for i := range 30 {
+					var opts []inventory.Option
+					switch (g + i) % 17 {
+					case 3:
+						opts = append(opts, inventory.WithRef(fmt.Sprint("ref ", g, i)))
+					case 5:
+						opts = append(opts, inventory.WithKey(fmt.Sprint("key ", g, i)))
+					}
+					var err error
+					if i%7 == 6 {
+						_, err = m.Return(ctx, sku, int64(1+g%2), opts...)
+					} else {
+						_, err = m.Reduce(ctx, sku, int64(1+i/25), opts...) // mostly 1
+					}
+					if err == nil {
+						took.Add(1)
+					} else if !errors.Is(err, inventory.ErrInsufficientStock) {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		_, err := ledger.Check(ctx, m, m, sku)
+		require.NoError(t, err)
+		n := 0
+		for _, err := range ledger.History(ctx, m, sku, 0) {
+			require.NoError(t, err)
+			n++
+		}
+		require.EqualValues(t, took.Load()+1, n, "an entry per call that took effect, and the Init")
+		q := `"`
+		if db.DriverName() == "mysql" {
+			q = "`"
+		}
+		var longest int64
+		require.NoError(t, db.GetContext(ctx, &longest, db.Rebind("SELECT MAX(n) FROM "+q+sqldialect.MovesTable(sqldialect.Schema(schema))+q+" WHERE sku = ?"), sku))
+		require.Greater(t, longest, int64(1), "a run of entries in one row")
+	})
 }
