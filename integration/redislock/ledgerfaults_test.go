@@ -1,7 +1,6 @@
 package redislock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
-	"github.com/stockkit/inventory/sqlstore"
 )
 
 // withoutOrders is m without its order methods, so that RunLedgerFaults
@@ -23,43 +21,14 @@ import (
 // holding (or giving back) its lines leaves the order incomplete, and
 // its retries with the same id say ErrContention until the order is
 // abandoned, the abandon grace after the hold's TTL (minutes, past the
-// suite's bound).
+// suite's bound). The lock strategies over sqlstore.WithLedger are
+// tested so in integration/sqlstore.
 type withoutOrders struct {
 	inventory.StockManager
 	ledger.Reader
 }
 
 func hideOrders(m *lockmgr.Manager) inventory.StockManager { return withoutOrders{m, m} }
-
-// TestLedgerSQLKilled runs inventorytest.RunLedgerFaults on redislock over
-// sqlstore.WithLedger, on a private MariaDB and a private PostgreSQL, each
-// SIGKILLed mid-sale and restarted on its data directory (crash
-// recovery), the locks in a private Redis that stays up: every move a
-// call was told of has its entry, no entry lacks its move, keyed retries
-// are recorded once, and each SKU replays to its stock. Holds are left
-// out (see withoutOrders).
-func TestLedgerSQLKilled(t *testing.T) {
-	for _, eng := range faulttest.SQLEngines {
-		t.Run(eng.Name, func(t *testing.T) {
-			t.Parallel()
-			srv := eng.Start(t)
-			s, err := sqlstore.New(srv.Open(t, 16), sqlstore.WithLedger())
-			require.NoError(t, err)
-			require.NoError(t, s.CreateTables(context.Background()))
-			locks := faultClient(t, faulttest.StartRedis(t).Addr())
-			inventorytest.RunLedgerFaults(t, inventorytest.LedgerFaults{
-				NewManager: func(t *testing.T) inventory.StockManager {
-					m, err := redislock.New(locks, s)
-					require.NoError(t, err)
-					return hideOrders(m)
-				},
-				Kill:    srv.Kill,
-				Restart: srv.Start,
-				Buyers:  300,
-			})
-		})
-	}
-}
 
 // TestLedgerRedisKilled runs inventorytest.RunLedgerFaults on redislock
 // over redisstore.WithLedger, locks and stock in one private redis-server
