@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,16 @@ func schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	return s
 }
 
+// harness returns the schema of the suite's subtest t: shared, or tables
+// of its own for the order subtests (see sqltest.Harness), whose
+// segments table it creates and drops too.
+func harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema {
+	if !strings.Contains(t.Name(), "/Orders/") {
+		return shared
+	}
+	return schema(t, db)
+}
+
 func newManager(t testing.TB, db *sqlx.DB, s sqlstore.Schema, opts ...segment.Option) *segment.Manager {
 	t.Helper()
 	m, err := segment.New(db, append([]segment.Option{segment.WithSchema(s)}, opts...)...)
@@ -45,10 +56,10 @@ func bounded(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// TestConformance runs the public suite with 8 segments (the flash sale
-// sells 100 units to 2,000 keyed buyers, the last unit included) on every
-// engine, and with one segment, where the remaining value is
-// linearizable, on PostgreSQL.
+// TestConformance runs the public suite, its order subtests included,
+// with 8 segments (the flash sale sells 100 units to 2,000 keyed buyers,
+// the last unit included) on every engine, and with one segment, where
+// the remaining value is linearizable, on PostgreSQL.
 func TestConformance(t *testing.T) {
 	for _, n := range []int{segment.DefaultSegments, 1} {
 		t.Run(fmt.Sprintf("segments=%d", n), func(t *testing.T) {
@@ -59,9 +70,10 @@ func TestConformance(t *testing.T) {
 				s := schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
 					RemainingNotLinearizable: n > 1,
+					RequireOrders:            true,
 					Timeout:                  5 * time.Minute,
 					NewManager: func(t *testing.T) inventory.StockManager {
-						return newManager(t, db, s, segment.WithSegments(n))
+						return newManager(t, db, harness(t, db, s), segment.WithSegments(n))
 					},
 				})
 			})
@@ -191,11 +203,13 @@ func TestOptionsRule(t *testing.T) {
 		"max segments": segment.WithSegments(segment.MaxSegments),
 		"key TTL":      segment.WithKeyTTL(time.Second),
 		"schema":       segment.WithSchema(sqlstore.Schema{Table: "s"}),
+		"sweep limit":  segment.WithSweepLimit(1),
 	}, map[string]segment.Option{
 		"zero segments":     segment.WithSegments(0),
 		"too many segments": segment.WithSegments(segment.MaxSegments + 1),
 		"zero key TTL":      segment.WithKeyTTL(0),
 		"injected table":    segment.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"}),
+		"zero sweep limit":  segment.WithSweepLimit(0),
 	}, func(o segment.Option) (any, error) { return segment.New(db, o) })
 	_, err := segment.New(sqlx.NewDb(nil, "oracle"))
 	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
