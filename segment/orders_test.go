@@ -137,12 +137,7 @@ func TestOrdersAcrossSegments(t *testing.T) {
 func TestOrdersManagers(t *testing.T) {
 	for _, e := range sqltest.Engines[:2] { // the server engines: SQLite's file is one pool's
 		t.Run(e.Name, func(t *testing.T) {
-			db := e.Open(t)
-			s := schema(t, db)
-			ms := []*segment.Manager{newManager(t, db, s)}
-			for range 3 {
-				ms = append(ms, newManager(t, e.Open(t), s))
-			}
+			ms := fourManagers(t, e)
 			ctx := bounded(t, 4*time.Minute)
 			p := testenv.Prefix()
 			hot, other := p+"-hot", p+"-other"
@@ -150,18 +145,9 @@ func TestOrdersManagers(t *testing.T) {
 			require.NoError(t, ms[0].Init(ctx, hot, stock))
 			require.NoError(t, ms[0].Init(ctx, other, buyers))
 			var mu sync.Mutex
-			var sold, otherSold, contention int
-			retry := func(fn func() error) error {
-				for {
-					err := fn()
-					if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
-						return err
-					}
-					mu.Lock()
-					contention++
-					mu.Unlock()
-				}
-			}
+			var sold, otherSold int
+			var contention contended
+			retry := func(fn func() error) error { return contention.do(ctx, fn) }
 			var wg sync.WaitGroup
 			for i := range buyers {
 				wg.Go(func() {
@@ -199,7 +185,7 @@ func TestOrdersManagers(t *testing.T) {
 			wg.Wait()
 			left, err := ms[3].Get(ctx, hot)
 			require.NoError(t, err)
-			t.Logf("sold %d, left %d, %d ErrContention retries", sold, left, contention)
+			t.Logf("sold %d, left %d, %d ErrContention retries", sold, left, contention.n.Load())
 			require.EqualValues(t, stock-sold, left, "initial - available == sold")
 			requireLevels(t, ctx, ms[2], hot, left, 0)
 			requireLevels(t, ctx, ms[1], other, int64(buyers-otherSold), 0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,29 +135,20 @@ func TestNoFalseSoldOut(t *testing.T) {
 func TestManagers(t *testing.T) {
 	for _, e := range sqltest.Engines[:2] { // the server engines: SQLite's file is one pool's
 		t.Run(e.Name, func(t *testing.T) {
-			db := e.Open(t)
-			s := schema(t, db)
-			ms := []*segment.Manager{newManager(t, db, s)}
-			for range 3 {
-				ms = append(ms, newManager(t, e.Open(t), s))
-			}
+			ms := fourManagers(t, e)
 			ctx := bounded(t, 3*time.Minute)
 			sku := testenv.Prefix()
 			const stock, buyers = 100, 2000
 			require.NoError(t, ms[0].Init(ctx, sku, stock))
 			var mu sync.Mutex
-			var sold, dups, refused, contention int
+			var sold, dups, refused int
 			var wg sync.WaitGroup
+			var contention contended
 			call := func(m *segment.Manager, key string) error {
-				for {
+				return contention.do(ctx, func() error {
 					_, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key))
-					if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
-						return err
-					}
-					mu.Lock()
-					contention++
-					mu.Unlock()
-				}
+					return err
+				})
 			}
 			for i := range buyers {
 				wg.Go(func() {
@@ -186,12 +178,38 @@ func TestManagers(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			t.Logf("sold %d, %d repeats told ErrDuplicate, %d refused, %d ErrContention retries", sold, dups, refused, contention)
+			t.Logf("sold %d, %d repeats told ErrDuplicate, %d refused, %d ErrContention retries", sold, dups, refused, contention.n.Load())
 			got, err := ms[3].Get(ctx, sku)
 			require.NoError(t, err)
 			require.Equal(t, stock, sold, "exactly the stock is sold")
 			require.Zero(t, got, "the last unit is sold")
 		})
+	}
+}
+
+// fourManagers returns four Managers over tables of the test's own on
+// engine e, each on a pool of its own, as four processes would be.
+func fourManagers(t *testing.T, e sqltest.Engine) []*segment.Manager {
+	db := e.Open(t)
+	s := schema(t, db)
+	ms := []*segment.Manager{newManager(t, db, s)}
+	for range 3 {
+		ms = append(ms, newManager(t, e.Open(t), s))
+	}
+	return ms
+}
+
+// contended runs calls again while they fail with ErrContention, as a
+// client should, and counts those retries.
+type contended struct{ n atomic.Int64 }
+
+func (c *contended) do(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
+			return err
+		}
+		c.n.Add(1)
 	}
 }
 
