@@ -123,6 +123,7 @@ type config struct {
 	schema sqlstore.Schema
 	ttl    time.Duration
 	n      int
+	prefix string // NewRedis's key prefix (redis.go)
 }
 
 // Option configures [New]. Options follow the rule of the root package
