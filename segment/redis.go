@@ -47,7 +47,7 @@ import (
 // pipeline), then runs one script on its home's slot, which checks the
 // key's record, moves the units and writes the record, all at once. A
 // keyed call therefore always meets its own record: a keyed retry never
-// applies twice. The unkeyed calls of one segment that a Manager has in
+// applies twice. The calls of one segment that a Manager has in
 // flight merge (as luascript's do): while one script call of the segment
 // is in flight, those that arrive queue, and go together, up to 256, in
 // one script call after one read of the others when it returns, each
@@ -108,8 +108,9 @@ type Redis struct {
 	n      int
 	prefix string
 	ttlMs  int64
-	next   atomic.Uint64                        // the rotation of unkeyed calls over segments
-	queue  *merge.Queue[redisCall, redisAnswer] // the unkeyed calls of each segment in flight (redis_merge.go)
+	next   atomic.Uint64                                    // the rotation of unkeyed calls over segments
+	queue  *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
+	reads  *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
 }
 
 var _ inventory.StockManager = (*Redis)(nil)
@@ -145,6 +146,12 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	m := &Redis{client: client, n: c.n, prefix: c.prefix, ttlMs: c.ttl.Milliseconds()}
 	m.next.Store(rand.Uint64())
 	m.queue = m.newQueue()
+	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {
+		w, err := m.collectNow(ctx, sku)
+		for _, c := range batch {
+			c.Ans = shared{w, err}
+		}
+	})
 	m.face = front.New(pkg, (*redisBackend)(m), nil)
 	return m, nil
 }
@@ -296,13 +303,7 @@ func (b *redisBackend) Get(ctx context.Context, sku string) (int64, error) {
 func (b *redisBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	m := (*Redis)(b)
 	s := m.home(key)
-	var code, val int64
-	var err error
-	if key == "" {
-		code, val, err = m.merged(ctx, sku, s, signedQty(qty, dir))
-	} else {
-		code, val, err = m.take(ctx, sku, s, qty, dir, key, nil)
-	}
+	code, val, err := m.merged(ctx, redisCall{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir})
 	if err == nil && code == codeMiss {
 		return m.borrow(ctx, sku, s, qty, key)
 	}
@@ -353,17 +354,18 @@ func signedQty(qty int64, dir driver.Direction) int64 {
 // take runs one call on segment s, with the other segments' units read
 // first unless w gives them.
 func (m *Redis) take(ctx context.Context, sku string, s int, qty int64, dir driver.Direction, key string, w *view) (code, val int64, err error) {
-	res, err := m.run(ctx, sku, s, key, dir, []int64{signedQty(qty, dir)}, w)
+	res, err := m.run(ctx, []redisCall{{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir}}, w)
 	if err != nil {
 		return 0, 0, err
 	}
 	return res[0], res[1], nil
 }
 
-// run runs redis_take.lua on segment s for the signed quantities qs (one
-// call with key, or unkeyed calls), with the other segments' units read
-// first unless w gives them, and returns its {code, value} pairs.
-func (m *Redis) run(ctx context.Context, sku string, s int, key string, dir driver.Direction, qs []int64, w *view) ([]int64, error) {
+// run runs redis_take.lua for calls, all on one segment of one SKU, with
+// the other segments' units read first unless w gives them, and returns
+// its {code, value} pairs.
+func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]int64, error) {
+	sku, s := calls[0].sku, calls[0].s
 	var others int64
 	if w != nil {
 		others = w.total() - w.a[s] - w.o[s]
@@ -374,22 +376,23 @@ func (m *Redis) run(ctx context.Context, sku string, s int, key string, dir driv
 		}
 	}
 	keys := []string{m.segKey(sku, s)}
-	args := make([]any, 2, 2+len(qs))
-	args[0], args[1] = others, ""
-	if key != "" {
-		keys = append(keys, m.recKey(sku, s, dir, key))
-		args[1] = m.ttlMs
-	}
-	for _, q := range qs {
-		args = append(args, q)
+	args := make([]any, 2, 2+2*len(calls))
+	args[0], args[1] = others, m.ttlMs
+	for _, c := range calls {
+		rec := 0
+		if c.key != "" {
+			keys = append(keys, m.recKey(sku, s, c.dir, c.key))
+			rec = len(keys)
+		}
+		args = append(args, c.q, rec)
 	}
 	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, args...)
 	if err != nil {
 		return nil, err
 	}
 	res, err := cmd.Int64Slice()
-	if err == nil && len(res) != 2*len(qs) {
-		err = fmt.Errorf("take script returned %d values for %d calls", len(res), len(qs))
+	if err == nil && len(res) != 2*len(calls) {
+		err = fmt.Errorf("take script returned %d values for %d calls", len(res), len(calls))
 	}
 	return res, err
 }
@@ -431,7 +434,7 @@ func field(f any) int64 {
 
 // view is what one read of every segment of a SKU saw: per segment, its
 // units available (a), out in transfers (o), its count of adds (v), and
-// whether it exists.
+// whether it exists. It may be shared by several calls: read only.
 type view struct {
 	a, o, v []int64
 	found   []bool
@@ -485,13 +488,31 @@ func (m *Redis) read(ctx context.Context, sku string) (view, error) {
 // collectTries bounds how often collect reads the segments.
 const collectTries = 8
 
-// collect reads every segment of sku until two reads in a row saw the same
+// shared is the answer of a read shared by the borrows and Gets of a SKU.
+type shared struct {
+	w   view
+	err error
+}
+
+// collect is collectNow shared: the reads of sku that a Manager's calls
+// ask for while one is in flight wait for it to end, and share the next
+// one, which starts after they asked (so that it still says what the SKU
+// held during each of their calls).
+func (m *Redis) collect(ctx context.Context, sku string) (view, error) {
+	a, err := m.reads.Do(ctx, sku, struct{}{})
+	if err != nil {
+		return view{}, err
+	}
+	return a.w, a.err
+}
+
+// collectNow reads every segment of sku until two reads in a row saw the same
 // count of adds in each, and returns the first of the two: then no units
 // were added to any segment between its read and the end of that read, so
 // that the SKU had at most the sum read (a + o) at its end. It fails with
 // ErrNotFound when a segment is absent, and with ErrContention when units
 // kept being added.
-func (m *Redis) collect(ctx context.Context, sku string) (view, error) {
+func (m *Redis) collectNow(ctx context.Context, sku string) (view, error) {
 	prev, err := m.read(ctx, sku)
 	if err != nil {
 		return view{}, err

@@ -9,22 +9,25 @@ import (
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// Merging (internal/merge, as luascript's): the unkeyed calls of one
-// segment form a group. A call that finds its segment's group idle sends
+// Merging (internal/merge, as luascript's): the calls of one segment
+// form a group. A call that finds its segment's group idle sends
 // itself at once; the calls that arrive while it is in flight queue, and
 // go together as one redis_take.lua call (after one read of the other
-// segments) when it returns, each with its own outcome, in order. Keyed
-// calls are never merged: each has its own record to check.
+// segments) when it returns, each with its own outcome, in order; a
+// keyed call's record is checked and written in that script, for it
+// alone.
 
 // maxMerge bounds a merged batch.
 const maxMerge = 256
 
-// redisCall is an unkeyed call as the merging queue holds it: its SKU,
-// home segment and signed quantity.
+// redisCall is a call as the merging queue holds it: its SKU, home
+// segment, signed quantity, and key ("" for none) with its direction.
 type redisCall struct {
 	sku string
 	s   int
 	q   int64
+	key string
+	dir driver.Direction
 }
 
 // redisAnswer is a call's {code, value} from redis_take.lua, or the
@@ -41,10 +44,10 @@ func (m *Redis) newQueue() *merge.Queue[redisCall, redisAnswer] {
 	return merge.New(rediskeys.Slots, maxMerge, join, m.lone, m.sendBatch)
 }
 
-// merged runs an unkeyed call on segment s, merged with the calls of s
-// that queue beside it.
-func (m *Redis) merged(ctx context.Context, sku string, s int, q int64) (code, val int64, err error) {
-	a, err := m.queue.Do(ctx, rediskeys.SegmentSlot(sku, s, m.n), redisCall{sku: sku, s: s, q: q})
+// merged runs call c on its home segment, merged with the calls of the
+// segment that queue beside it.
+func (m *Redis) merged(ctx context.Context, c redisCall) (code, val int64, err error) {
+	a, err := m.queue.Do(ctx, rediskeys.SegmentSlot(c.sku, c.s, m.n), c)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -53,7 +56,7 @@ func (m *Redis) merged(ctx context.Context, sku string, s int, q int64) (code, v
 
 // lone runs one call alone.
 func (m *Redis) lone(ctx context.Context, c redisCall) redisAnswer {
-	res, err := m.run(ctx, c.sku, c.s, "", driver.DirReduce, []int64{c.q}, nil)
+	res, err := m.run(ctx, []redisCall{c}, nil)
 	if err != nil {
 		return redisAnswer{err: err}
 	}
@@ -69,11 +72,11 @@ func (m *Redis) sendBatch(calls []*merge.Call[redisCall, redisAnswer]) {
 	}
 	ctx, cancel := merge.Context(calls)
 	defer cancel()
-	qs := make([]int64, len(calls))
+	cs := make([]redisCall, len(calls))
 	for i, c := range calls {
-		qs[i] = c.Req.q
+		cs[i] = c.Req
 	}
-	res, err := m.run(ctx, calls[0].Req.sku, calls[0].Req.s, "", driver.DirReduce, qs, nil)
+	res, err := m.run(ctx, cs, nil)
 	for i, c := range calls {
 		if err != nil {
 			c.Ans.err = fmt.Errorf("merged with %d other calls: %w", len(calls)-1, err)

@@ -1,16 +1,17 @@
 -- Reduces and Returns on one segment of a SKU (package segment, Redis):
--- one call, keyed or not, or several unkeyed calls merged (redis_merge.go),
--- applied in order in one atomic step.
+-- one call, or several merged (redis_merge.go), applied in order in one
+-- atomic step.
 -- A segment is a hash: a the units available, o the units out in
 -- transfers not yet settled, v how many times units were added (Return,
 -- Init), and i:ID per transfer out (redis_depart.lua).
 -- KEYS[1]  the segment
--- KEYS[2]  when the one call has a key: the record of its key
+-- KEYS[2..] the records of the calls' idempotency keys
 -- ARGV[1]  the units (a + o) of the SKU's other segments, as the caller
 --          read them just before
--- ARGV[2]  with a key: how long to keep its record, in ms
--- ARGV[3..] each call's signed quantity: n takes n units (Reduce), -n
---          gives n back (Return)
+-- ARGV[2]  how long to keep a record, in ms
+-- then per call two values: its signed quantity (n takes n units, a
+-- Reduce; -n gives n back, a Return) and the index in KEYS of its key's
+-- record, 0 for none
 -- Returns {code, value} per call, in order:
 --   0 moved; the remaining: this segment's a + o after it, plus ARGV[1]
 --   1 the segment cannot fit the Reduce; its a
@@ -20,20 +21,17 @@
 -- Numbers are formatted with %d where C's long has 64 bits, %.0f
 -- elsewhere (as in luascript's move.lua), so they stay exact.
 local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
-if #KEYS == 2 then
-  local first = redis.call('GET', KEYS[2])
-  if first then
-    return {3, tonumber(string.match(first, '^%d+'))}
-  end
-end
 local seg = redis.call('HMGET', KEYS[1], 'a', 'o')
 local a, o = tonumber(seg[1]), tonumber(seg[2]) or 0
 local others = tonumber(ARGV[1])
 local start, adds, out = a, 0, {}
-for i = 3, #ARGV do
-  local q = tonumber(ARGV[i])
+for i = 3, #ARGV, 2 do
+  local q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   local code, val = 0, 0
-  if not a then
+  local first = k > 0 and redis.call('GET', KEYS[k])
+  if first then
+    code, val = 3, tonumber(string.match(first, '^%d+'))
+  elseif not a then
     code = 2
   elseif q > a then
     code, val = 1, a
@@ -45,6 +43,9 @@ for i = 3, #ARGV do
     if q < 0 then
       adds = adds + 1
     end
+    if k > 0 then
+      redis.call('SET', KEYS[k], string.format(numfmt, val), 'PX', ARGV[2])
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = val
@@ -54,8 +55,5 @@ if a and a ~= start then
 end
 if adds > 0 then
   redis.call('HINCRBY', KEYS[1], 'v', adds)
-end
-if #KEYS == 2 and out[1] == 0 then
-  redis.call('SET', KEYS[2], string.format(numfmt, out[2]), 'PX', ARGV[2])
 end
 return out
