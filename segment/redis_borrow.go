@@ -83,7 +83,8 @@ func (w *view) fits(qty int64) int {
 func (m *Redis) refuse(ctx context.Context, sku string, s int, qty int64, key string, w *view) (int64, error) {
 	total := w.total()
 	if key != "" {
-		code, val, err := m.take(ctx, sku, s, qty, driver.DirReduce, key, w)
+		// merged: at a sell-out, the refusals of a segment go together
+		code, val, err := m.merged(ctx, redisCall{sku: sku, s: s, q: qty, key: key, dir: driver.DirReduce})
 		if err != nil || code != codeMiss {
 			return m.outcome(code, val, qty, driver.DirReduce, key, err)
 		}
@@ -117,34 +118,9 @@ type sent struct {
 // sources. It returns redis_arrive.lua's code and value: codeMiss when
 // the units ran out meanwhile (every transfer aborted, nothing taken).
 func (m *Redis) transfer(ctx context.Context, sku string, s int, qty int64, key string, w *view) (code, val int64, err error) {
-	need := qty - w.a[s]
-	var ts []sent
-	now := time.Now().UnixMilli()
-	first := rand.IntN(m.n) // borrowers of one SKU start apart
-	for k := range m.n {
-		j := (first + k) % m.n
-		if need <= 0 {
-			break
-		}
-		if j == s || w.a[j] <= 0 {
-			continue
-		}
-		t := sent{id: rediskeys.NewNonce(), src: j}
-		cmd, _, err := departScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, j)}, min(w.a[j], need), t.id, s, now)
-		if err == nil {
-			t.x, err = cmd.Int64()
-		}
-		if err != nil { // this transfer's outcome is unknown: a recovery settles it
-			m.abort(ctx, sku, s, ts)
-			return 0, 0, err
-		}
-		if t.x > 0 {
-			ts = append(ts, t)
-			need -= t.x
-		}
-	}
-	if len(ts) == 0 {
-		return codeMiss, 0, nil
+	ts, err := m.depart(ctx, sku, s, qty-w.a[s], w)
+	if err != nil || len(ts) == 0 {
+		return codeMiss, 0, err
 	}
 	if hook != nil {
 		if err := hook("departed"); err != nil {
@@ -185,6 +161,35 @@ func (m *Redis) transfer(ctx context.Context, sku string, s int, qty int64, key 
 	}
 	_ = m.settle(ctx, sku, ts, decided) // on failure a recovery settles them; the call's outcome stands
 	return code, val, nil
+}
+
+// depart moves up to need units out of the other segments w saw them in,
+// starting at a random one (borrowers of one SKU start apart), in
+// transfers to segment s, and returns the transfers that moved any.
+func (m *Redis) depart(ctx context.Context, sku string, s int, need int64, w *view) ([]sent, error) {
+	var ts []sent
+	now := time.Now().UnixMilli()
+	first := rand.IntN(m.n)
+	for k := 0; k < m.n && need > 0; k++ {
+		j := (first + k) % m.n
+		if j == s || w.a[j] <= 0 {
+			continue
+		}
+		t := sent{id: rediskeys.NewNonce(), src: j}
+		cmd, _, err := departScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, j)}, min(w.a[j], need), t.id, s, now)
+		if err == nil {
+			t.x, err = cmd.Int64()
+		}
+		if err != nil { // this transfer's outcome is unknown: a recovery settles it
+			m.abort(ctx, sku, s, ts)
+			return nil, err
+		}
+		if t.x > 0 {
+			ts = append(ts, t)
+			need -= t.x
+		}
+	}
+	return ts, nil
 }
 
 // abort aborts the transfers ts to segment s and settles them, as far as

@@ -128,12 +128,14 @@ func TestRedisNoFalseSoldOut(t *testing.T) {
 func TestRedisSegmentsSpread(t *testing.T) {
 	ctx := bounded(t, time.Minute)
 	c := testenv.RedisCluster(t)
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	require.NoError(t, err)
 	owner := func(slot int) string {
-		for _, r := range slots {
-			if int(r.Start) <= slot && slot <= int(r.End) {
-				return r.Nodes[0].Addr
+		for i, sh := range shards {
+			for _, r := range sh.Slots {
+				if int(r.Start) <= slot && slot <= int(r.End) {
+					return fmt.Sprint("shard ", i)
+				}
 			}
 		}
 		return ""
@@ -146,7 +148,7 @@ func TestRedisSegmentsSpread(t *testing.T) {
 			require.NoError(t, err)
 			per[owner(int(slot))]++
 		}
-		require.Len(t, per, len(slots), "sku %q: %v", sku, per)
+		require.Len(t, per, len(shards), "sku %q: %v", sku, per)
 		for addr, n := range per {
 			require.True(t, n == 2 || n == 3, "sku %q: %d segments on %s", sku, n, addr)
 		}
