@@ -438,6 +438,10 @@ func field(f any) int64 {
 type view struct {
 	a, o, v []int64
 	found   []bool
+	// claimed counts the units the borrows sharing the view mean to take
+	// from it (see borrow), so that no more of them go for its units than
+	// it saw.
+	claimed *atomic.Int64
 }
 
 func (w *view) total() int64 {
@@ -476,7 +480,8 @@ func (m *Redis) read(ctx context.Context, sku string) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n)}
+	w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
+		claimed: new(atomic.Int64)}
 	for i, c := range cmds {
 		f := c.Val()
 		w.found[i] = f[0] != nil

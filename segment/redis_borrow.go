@@ -53,6 +53,11 @@ func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key st
 				}
 			}
 			continue
+		case w.claimed.Add(qty) > w.avail(): // the borrows sharing w claimed its units: read again
+			if err := pause(ctx, try); err != nil {
+				return 0, err
+			}
+			continue
 		case w.a[s] >= qty: // the home was refilled meanwhile
 			code, val, err = m.take(ctx, sku, s, qty, driver.DirReduce, key, &w)
 		case key == "" && j >= 0:
