@@ -38,19 +38,14 @@ func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key st
 		if err != nil {
 			return 0, err
 		}
-		if total := w.total(); total < qty {
+		if w.total() < qty {
 			return m.refuse(ctx, sku, s, qty, key, &w)
 		}
 		var code, val int64
 		switch j := w.fits(qty); {
 		case w.avail() < qty: // units are in transfers: wait for them, or settle the stale ones
-			if n, err := m.resolve(ctx, sku, &w, staleAfter); err != nil || n == 0 {
-				if err == nil {
-					err = pause(ctx, try)
-				}
-				if err != nil {
-					return 0, err
-				}
+			if err := m.await(ctx, sku, &w, try); err != nil {
+				return 0, err
 			}
 			continue
 		case w.claimed.Add(qty) > w.avail(): // the borrows sharing w claimed its units: read again
@@ -70,6 +65,17 @@ func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key st
 		}
 	}
 	return 0, fmt.Errorf("%w: %d rounds of borrowing between segments, nothing taken", inventory.ErrContention, borrowTries)
+}
+
+// await settles the stale transfers of the segments w saw units out in,
+// or, when none is stale, waits a little (round try of a borrow) for the
+// live ones to settle.
+func (m *Redis) await(ctx context.Context, sku string, w *view, try int) error {
+	n, err := m.resolve(ctx, sku, w, staleAfter)
+	if err == nil && n == 0 {
+		err = pause(ctx, try)
+	}
+	return err
 }
 
 // fits returns a segment whose available units fit qty, or -1.
