@@ -98,19 +98,7 @@ func TestRedisNoFalseSoldOut(t *testing.T) {
 		ctx := bounded(t, time.Minute)
 		m, _ := newRedis(t, c, "")
 		sku := "spread"
-		require.NoError(t, m.Init(ctx, sku, 20)) // 3,3,3,3,2,2,2,2
-		rem, err := m.Reduce(ctx, sku, 19, inventory.WithKey("big"))
-		require.NoError(t, err)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Reduce(ctx, sku, 2)
-		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Return(ctx, sku, 5)
-		require.NoError(t, err)
-		require.EqualValues(t, 6, rem)
-		rem, err = m.Reduce(ctx, sku, 6)
-		require.NoError(t, err)
-		require.Zero(t, rem)
+		sellThin(t, ctx, m, sku, inventory.WithKey("big"))
 
 		require.NoError(t, m.Init(ctx, sku, 8))
 		for i := range 8 { // keyed: each key's home drains, the next borrows
@@ -118,9 +106,30 @@ func TestRedisNoFalseSoldOut(t *testing.T) {
 			require.NoError(t, err, "unit %d of 8", i+1)
 			require.EqualValues(t, 7-i, rem)
 		}
-		_, err = m.Reduce(ctx, sku, 1, inventory.WithKey("late"))
+		_, err := m.Reduce(ctx, sku, 1, inventory.WithKey("late"))
 		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	})
+}
+
+// sellThin spreads 20 units of sku over m's 8 segments (2 or 3 each):
+// a Reduce of 19, with opts, takes from several and leaves 1, one of 2 is
+// refused with the exact stock, and a Return of 5 then a Reduce of 6
+// leave 0.
+func sellThin(t *testing.T, ctx context.Context, m inventory.StockManager, sku string, opts ...inventory.Option) {
+	t.Helper()
+	require.NoError(t, m.Init(ctx, sku, 20))
+	rem, err := m.Reduce(ctx, sku, 19, opts...)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rem)
+	rem, err = m.Reduce(ctx, sku, 2)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	require.EqualValues(t, 1, rem)
+	rem, err = m.Return(ctx, sku, 5)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, rem)
+	rem, err = m.Reduce(ctx, sku, 6)
+	require.NoError(t, err)
+	require.Zero(t, rem)
 }
 
 // TestRedisSegmentsSpread: on the Cluster (3 masters) the 8 segments of a
