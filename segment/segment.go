@@ -94,6 +94,11 @@
 // The SKUs of a Manager's holds must all be segmented: Sweep skips a hold
 // with a SKU that has no segment rows (it is another strategy's to
 // release), and the other calls refuse one with [inventory.ErrNotFound].
+//
+// # Redis
+//
+// [NewRedis] returns a [Redis], the same idea over Redis: segment keys
+// spread over a Cluster's slots (a StockManager only; see its doc).
 package segment
 
 import (
@@ -157,6 +162,7 @@ type config struct {
 	ttl    time.Duration
 	n      int
 	sweep  int
+	prefix string // NewRedis's key prefix (redis.go)
 }
 
 // Option configures [New]. Options follow the rule of the root package

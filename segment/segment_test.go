@@ -102,19 +102,7 @@ func TestNoFalseSoldOut(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.Zero(t, rem)
 
-		require.NoError(t, m.Init(ctx, sku, 20))
-		rem, err = m.Reduce(ctx, sku, 19) // each segment has 2 or 3
-		require.NoError(t, err)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Reduce(ctx, sku, 2)
-		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Return(ctx, sku, 5)
-		require.NoError(t, err)
-		require.EqualValues(t, 6, rem)
-		rem, err = m.Reduce(ctx, sku, 6)
-		require.NoError(t, err)
-		require.Zero(t, rem)
+		sellThin(t, ctx, m, sku)
 
 		// An Init with fewer segments leaves none of the old ones behind.
 		require.NoError(t, m.Init(ctx, sku, 100))
