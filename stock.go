@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/stockkit/inventory/internal/callopt"
+	"github.com/stockkit/inventory/internal/poll"
 )
 
 // MaxStock is the largest stock level and the largest quantity any call
@@ -374,16 +375,9 @@ func Reap(ctx context.Context, s Sweeper, period time.Duration, onErr func(error
 	if period <= 0 {
 		return fmt.Errorf("%w: reap period %v is not positive", ErrInvalidArgument, period)
 	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if _, err := s.Sweep(ctx); err != nil && onErr != nil && ctx.Err() == nil {
-				onErr(err)
-			}
-		}
+	sweep := func(ctx context.Context) error {
+		_, err := s.Sweep(ctx)
+		return err
 	}
+	return poll.Every(ctx, period, false, sweep, onErr)
 }

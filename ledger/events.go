@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/poll"
 )
 
 // EventKind says what a stock [Event] reports.
@@ -369,17 +370,5 @@ func (f *Feed) Run(ctx context.Context, period time.Duration, onErr func(error))
 	if period <= 0 {
 		return fmt.Errorf("%w: ledger feed period %v is not positive", inventory.ErrInvalidArgument, period)
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if err := f.Poll(ctx); err != nil && onErr != nil && ctx.Err() == nil {
-				onErr(err)
-			}
-			t.Reset(period)
-		}
-	}
+	return poll.Every(ctx, period, true, f.Poll, onErr)
 }
