@@ -59,7 +59,9 @@ type LedgerFaults struct {
 	// and counts the acknowledged moves without an entry in
 	// [LedgerFaultsResult].Lost instead of failing on them. It repeats no
 	// call that took effect (its key may be lost with it), and takes
-	// ErrNotFound from a Confirm or Cancel as the sign of a lost hold.
+	// ErrNotFound or ErrHoldReleased from a Confirm or Cancel as the sign
+	// of a lost hold (a server re-warmed from a system of record after a
+	// restart, as tiered's fence does, drops its holds: ErrHoldReleased).
 	Lossy bool
 }
 
@@ -71,6 +73,9 @@ type LedgerFaultsResult struct {
 	Hidden   int // unkeyed calls whose outcome the fault hid, found in the ledger
 	Entries  int // entries of the sale's SKUs, Init's included
 	Lost     int // moves known to have taken effect without an entry (allowed with Lossy only)
+	// WrittenOff is the units of the write-off entries ([ledger.Lost],
+	// [ledger.LostHeld]): stock the manager found gone, no call's move.
+	WrittenOff int64
 }
 
 func (c *LedgerFaults) defaults() {
@@ -126,12 +131,14 @@ func (c *LedgerFaults) defaults() {
 //     one entry (a keyed call's retries are recorded once, a hold's by its
 //     hold id), with its SKU, kind, units, key and the reference of one of
 //     its attempts;
-//   - no entry without its move: every entry but Init's is a call that
-//     took effect, or an unkeyed call whose outcome the fault hid (which
-//     it shows took effect);
+//   - no entry without its move: every entry but Init's and the
+//     write-offs ([ledger.Kind.WrittenOff], stock the manager found gone
+//     after the fault) is a call that took effect, or an unkeyed call
+//     whose outcome the fault hid (which it shows took effect);
 //   - the replay equals the stock: [ledger.Replay] of the whole history
 //     succeeds and ends at the stock read back (Get, and Held on an
-//     OrderManager), and its Sold is what the calls sold.
+//     OrderManager), its Sold is what the calls sold and its Held what
+//     they hold less the held units written off.
 //
 // With Lossy set, a move that took effect may lack its entry, if the
 // server lost both (see LedgerFaults.Lossy); the rest holds.
@@ -275,7 +282,8 @@ func (f *faultSale) do(ctx context.Context, t *testing.T, c *faultCall, name str
 			return true
 		case errors.Is(err, inventory.ErrInsufficientStock):
 			return false
-		case f.cfg.Lossy && c.hold != "" && c.kind != ledger.Reserve && errors.Is(err, inventory.ErrNotFound):
+		case f.cfg.Lossy && c.hold != "" && c.kind != ledger.Reserve &&
+			(errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrHoldReleased)):
 			return false // its Reserve was lost
 		case errors.Is(err, inventory.ErrContention): // nothing changed: try again
 		case !unknownOutcome(err):
@@ -426,6 +434,7 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 // and the stock.
 func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult {
 	replayed := map[string]ledger.Stock{}
+	heldOff := map[string]int64{} // held units written off, per SKU
 	res := LedgerFaultsResult{Attempts: int(f.attempts.Load()), Failed: int(f.failed.Load())}
 	for _, sku := range f.skus {
 		es := f.history(ctx, t, sku)
@@ -444,20 +453,28 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 			f.compareStock(ctx, t, sku, st)
 		}
 		for _, e := range es {
-			if e.Kind != ledger.Init && f.matchEntry(t, e) {
+			switch {
+			case e.Kind == ledger.Init:
+			case e.Kind.WrittenOff():
+				res.WrittenOff += e.Units
+				if e.Kind == ledger.LostHeld {
+					heldOff[sku] += e.Units
+				}
+			case f.matchEntry(t, e):
 				res.Hidden++
 			}
 		}
 	}
 	sold, held := f.tally(t, &res)
 	for sku, sum := range replayed {
-		if sum.Sold != sold[sku] || sum.Held != held[sku] {
-			t.Errorf("%s: the ledger says %d sold and %d held; the calls that took effect, %d and %d", sku, sum.Sold, sum.Held, sold[sku], held[sku])
+		if sum.Sold != sold[sku] || sum.Held != held[sku]-heldOff[sku] {
+			t.Errorf("%s: the ledger says %d sold and %d held; the calls that took effect, %d and %d (%d held written off)",
+				sku, sum.Sold, sum.Held, sold[sku], held[sku], heldOff[sku])
 		}
 	}
 	t.Logf("%d buyers, %d attempts, %d of them failed by the fault; %d moves known, %d of them without an entry; "+
-		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d entries on %d SKUs",
-		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Entries, len(f.skus))
+		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d entries on %d SKUs; %d units written off",
+		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Entries, len(f.skus), res.WrittenOff)
 	if res.Failed == 0 {
 		t.Errorf("the fault failed no call: Kill did not strike mid-sale")
 	}

@@ -69,8 +69,10 @@ func (c Cursor) Before(e Entry) (int64, bool) {
 		return e.After.Available + e.Units, true
 	case Return, Cancel, Expire:
 		return e.After.Available - e.Units, true
-	case Confirm:
+	case Confirm, LostHeld:
 		return e.After.Available, true
+	case Lost:
+		return e.After.Available + e.Units, true
 	case Init:
 		return c.Available, c.Pos > 0
 	}

@@ -22,7 +22,9 @@
 // ([Confirm]), Cancel ([Cancel]) and a hold released after its TTL, by a
 // later call, Sweep or a Confirm or Cancel that came too late ([Expire]).
 // A call that changed nothing (refused, a duplicate, failed) records
-// nothing. An entry carries the SKU, its position in the SKU's history,
+// nothing. A backend that finds units gone without a call (tiered, when
+// Redis lost its state) records their write-off ([Lost], [LostHeld]), so
+// that the replay still adds up to the stock. An entry carries the SKU, its position in the SKU's history,
 // the kind, the units, the stock after it, the call's idempotency key and
 // reference, the hold id of a hold's entry, and the time on the backend's
 // clock.
@@ -71,7 +73,18 @@ const (
 	Confirm Kind = "confirm" // Held -= Units; Sold += Units
 	Cancel  Kind = "cancel"  // Held -= Units; Available += Units
 	Expire  Kind = "expire"  // Held -= Units; Available += Units (after the hold's TTL)
+
+	// Write-offs: no call made them; the backend found units gone and
+	// wrote them off, with the reason in Ref (tiered, when Redis lost its
+	// state or an Init dropped holds). The units are neither sold nor
+	// back on sale.
+	Lost     Kind = "lost"      // Available -= Units
+	LostHeld Kind = "lost-held" // Held -= Units
 )
+
+// WrittenOff reports whether k is a write-off ([Lost], [LostHeld]): an
+// entry no call made.
+func (k Kind) WrittenOff() bool { return k == Lost || k == LostHeld }
 
 // Stock is a SKU's stock: the units on sale (what Get returns), the units
 // held by holds, and the units sold (reduced and confirmed, less
@@ -95,6 +108,10 @@ func (s Stock) Apply(k Kind, units int64) (Stock, error) {
 		s.Held, s.Sold = s.Held-units, s.Sold+units
 	case Cancel, Expire:
 		s.Held, s.Available = s.Held-units, s.Available+units
+	case Lost:
+		s.Available -= units
+	case LostHeld:
+		s.Held -= units
 	default:
 		return s, fmt.Errorf("ledger: unknown kind %q", k)
 	}

@@ -42,10 +42,12 @@ const maxWait = 250 * time.Millisecond
 // not cost a connection per wait.
 const linger = 200 * time.Millisecond
 
-// LockKey returns the Redis key of the lock on sku: PREFIX{tag}:l:SKU, with
-// the hash tag of the SKU's stock key, so that a lock and the stock it
-// guards share a Redis Cluster slot.
-func LockKey(prefix, sku string) string { return tagged(prefix, sku, "l") }
+// LockKey returns the Redis key of the lock on sku: PREFIX{tag}:lk:SKU,
+// with the hash tag of the SKU's stock key, so that a lock and the stock it
+// guards share a Redis Cluster slot. (It was PREFIX{tag}:l:SKU, the key of
+// the SKU's ledger stream under the same prefix: see
+// redisstore.WithLedger.)
+func LockKey(prefix, sku string) string { return tagged(prefix, sku, "lk") }
 
 // queueKey returns the key of the queue of the processes waiting for the
 // lock on sku: PREFIX{tag}:q:SKU, in the lock's slot.

@@ -115,7 +115,7 @@ type Option func(*config)
 
 // WithPrefix sets the prefix of the lock keys. It must be 1 to 64 bytes of
 // UTF-8 without braces or control characters. The default is "inv", giving
-// lock keys such as inv{3f2a...}:l:SKU, apart from the store's keys.
+// lock keys such as inv{3f2a...}:lk:SKU, apart from the store's keys.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithTTL sets how long a lock lives unless renewed; a held lock is renewed

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockkit/inventory/internal/merge"
 	"github.com/stockkit/inventory/internal/sqldialect"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // maxBatch is the most unkeyed Reduces of one SKU a Manager combines.
@@ -71,9 +72,11 @@ func (m *Manager) sendBatch(ctx context.Context, sku string, _ *struct{}, batch 
 
 // wholeBatch is the SKU path of a batch: a snapshot read of the SKU's sum
 // refuses every call when it fits none of them, with no lock; otherwise
-// one transaction locks every segment row of sku, serves the calls in
-// order while the sum fits them (a call it cannot fit is refused with the
-// sum as it stands), and writes the new stock back spread evenly.
+// the order engine's batch ([sqlengine.Orders.MoveBatch]), one transaction
+// that locks every segment row of sku, releases its lines held past their
+// TTL, serves the calls in order while the sum fits them (a call it cannot
+// fit is refused with the sum as it stands), and writes the new stock back
+// spread evenly.
 func (m *Manager) wholeBatch(ctx context.Context, sku string, batch []*merge.Call[int64, got]) {
 	least := batch[0].Req
 	for _, c := range batch {
@@ -90,31 +93,17 @@ func (m *Manager) wholeBatch(ctx context.Context, sku string, batch []*merge.Cal
 		}
 		return
 	}
-	ans := make([]got, len(batch))
-	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-		segs, sum, err := m.lock(ctx, tx, sku)
-		if err != nil {
-			return err
-		}
-		took := false
-		for i, c := range batch {
-			if err := m.t.Check(sku, driver.DirReduce, sum, c.Req); err != nil {
-				ans[i] = got{sum, err}
-				continue
-			}
-			sum -= c.Req
-			ans[i], took = got{rem: sum}, true
-		}
-		if !took {
-			return nil
-		}
-		return m.write(ctx, tx, sku, segs, sum)
-	})
+	steps := make([]sqlengine.Step, len(batch))
 	for i, c := range batch {
-		c.Ans = ans[i]
+		steps[i] = sqlengine.Step{Qty: c.Req, Dir: driver.DirReduce}
+	}
+	out, err := m.o.MoveBatch(ctx, sku, steps)
+	for i, c := range batch {
 		if err != nil {
 			c.Ans = got{err: err}
+			continue
 		}
+		c.Ans = got{out[i].Remaining, out[i].Err}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/sqlengine"
 )
 
 // errMiss says that a segment could not fit a Reduce: it rolls the
@@ -109,60 +111,29 @@ func (m *Manager) duplicate(ctx context.Context, sku string, dir driver.Directio
 }
 
 // whole is the SKU path of a move: for a Reduce, a snapshot read of the
-// SKU's sum and key first, which refuses without a lock; then one
-// transaction that locks every segment row of sku in segment order,
-// decides on their sum, and writes the new stock back spread evenly over
-// the segments, with the key.
+// SKU's sum and key first, which refuses without a lock; then the order
+// engine's move of one SKU ([sqlengine.Orders.Move]), one transaction that
+// locks every segment row of sku in segment order (segRows), releases its
+// lines held past their TTL, decides on the sum, and writes the new stock
+// back spread evenly over the segments, with the key.
 func (m *Manager) whole(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	if dir == driver.DirReduce {
 		if rem, err := m.peek(ctx, sku, qty, key); err != nil {
 			return rem, err
 		}
 	}
-	var rem int64
-	var segs []int
-	err := m.t.Tx(ctx, func(tx *sqlx.Tx) error {
-		var sum int64
-		var err error
-		segs, sum, err = m.lock(ctx, tx, sku)
-		if err != nil {
-			return err
-		}
-		if key != "" {
-			r, found, err := m.t.Seen(ctx, tx, sku, dir, key)
-			if err != nil {
-				return err
-			}
-			if found {
-				rem = r
-				return m.t.Duplicate(sku, dir, key)
-			}
-		}
-		if err := m.t.Check(sku, dir, sum, qty); err != nil {
-			rem = sum
-			return err
-		}
-		rem = sum + qty
-		if dir == driver.DirReduce {
-			rem = sum - qty
-		}
-		if err := m.write(ctx, tx, sku, segs, rem); err != nil {
-			return err
-		}
-		return m.record(ctx, tx, sku, dir, key, rem)
-	})
-	if err != nil {
-		return rem, err
-	}
-	return rem, nil
+	return m.o.Move(ctx, nil, sku, qty, dir, key)
 }
 
-// peek refuses a Reduce that the SKU's sum, read in one snapshot, cannot
-// fit, or whose key was recorded; nil means go on and lock.
+// peek refuses a Reduce that the SKU's sum, with the units of its lines
+// held past their TTL (which the SKU path releases first), read in one
+// snapshot, cannot fit, or whose key was recorded; nil means go on and
+// lock. A refusal's remaining is the sum alone: what Get shows.
 func (m *Manager) peek(ctx context.Context, sku string, qty int64, key string) (int64, error) {
-	var sum, n int64
+	var sum, n, expired int64
 	var seen sql.NullInt64
-	err := m.t.DB.QueryRowxContext(ctx, m.q.peek, sku, string(driver.DirReduce), key, time.Now().UnixMilli(), sku).Scan(&sum, &n, &seen)
+	err := m.t.DB.QueryRowxContext(ctx, m.q.peek, sku, string(driver.DirReduce), key, time.Now().UnixMilli(), sku, sku).
+		Scan(&sum, &n, &seen, &expired)
 	switch {
 	case err != nil:
 		return 0, m.t.Err(ctx, "read", err)
@@ -171,43 +142,72 @@ func (m *Manager) peek(ctx context.Context, sku string, qty int64, key string) (
 	case seen.Valid:
 		return seen.Int64, m.t.Duplicate(sku, driver.DirReduce, key)
 	}
-	return sum, m.t.Check(sku, driver.DirReduce, sum, qty)
+	if sum+expired < qty {
+		return sum, m.t.Check(sku, driver.DirReduce, sum, qty)
+	}
+	return sum, nil
 }
 
-// lock locks and reads every segment row of sku, and returns their
-// segment numbers, in order, and their sum.
-func (m *Manager) lock(ctx context.Context, tx *sqlx.Tx, sku string) (segs []int, sum int64, err error) {
-	last := len(m.q.lock) - 1
-	for _, stmt := range m.q.lock[:last] {
+// segRows is the Manager as the order engine's [sqlengine.StockRows]: a
+// SKU's stock is the sum of its segment rows.
+type segRows Manager
+
+// LockHolds locks and reads every segment row of sku, in segment order,
+// until tx ends: its Row's Stock is their sum, its Version the segment
+// numbers the SKU has, a bit each, which Set writes back.
+func (r *segRows) LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (sqlengine.Row, error) {
+	last := len(r.q.lock) - 1
+	for _, stmt := range r.q.lock[:last] {
 		if _, err := tx.ExecContext(ctx, stmt, sku); err != nil {
-			return nil, 0, m.t.Err(ctx, "lock", err)
+			return sqlengine.Row{}, r.t.Err(ctx, "lock", err)
 		}
 	}
-	rows, err := tx.QueryxContext(ctx, m.q.lock[last], sku)
+	rows, err := tx.QueryxContext(ctx, r.q.lock[last], sku)
 	if err != nil {
-		return nil, 0, m.t.Err(ctx, "lock", err)
+		return sqlengine.Row{}, r.t.Err(ctx, "lock", err)
 	}
 	defer rows.Close()
+	var out sqlengine.Row
+	var mask uint64
 	for rows.Next() {
 		var s int
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, 0, m.t.Err(ctx, "lock", err)
+		var expired bool
+		if err := rows.Scan(&s, &n, &expired); err != nil {
+			return sqlengine.Row{}, r.t.Err(ctx, "lock", err)
 		}
-		segs, sum = append(segs, s), sum+n
+		if s < 0 || s >= MaxSegments {
+			return sqlengine.Row{}, r.t.Fail("lock", fmt.Errorf("%q has segment %d, outside 0..%d", sku, s, MaxSegments-1))
+		}
+		mask |= 1 << s
+		out.Stock += n
+		out.Expired = out.Expired || expired
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, m.t.Err(ctx, "lock", err)
+		return sqlengine.Row{}, r.t.Err(ctx, "lock", err)
 	}
-	if len(segs) == 0 {
-		return nil, 0, m.t.NotFound(sku)
+	if mask == 0 {
+		return sqlengine.Row{}, r.t.NotFound(sku)
 	}
-	return segs, sum, nil
+	out.Version = int64(mask)
+	return out, nil
 }
 
-// write sets the segments segs of sku to total spread evenly, through tx,
+// Set writes stock spread evenly over the segments version names (see
+// LockHolds), which tx locked; ok is always true.
+func (r *segRows) Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (bool, error) {
+	var segs []int
+	for s := range MaxSegments {
+		if uint64(version)&(1<<s) != 0 {
+			segs = append(segs, s)
+		}
+	}
+	return true, (*Manager)(r).write(ctx, e, sku, segs, stock)
+}
+
+// write sets the segments segs of sku to total spread evenly, through e,
 // and notes which of them it left empty.
-func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, segs []int, total int64) error {
+func (m *Manager) write(ctx context.Context, e sqlx.ExecerContext, sku string, segs []int, total int64) error {
 	args := make([]any, 0, 3*len(segs))
 	base, extra := total/int64(len(segs)), total%int64(len(segs))
 	var empty uint64
@@ -216,12 +216,12 @@ func (m *Manager) write(ctx context.Context, tx *sqlx.Tx, sku string, segs []int
 		if int64(i) < extra {
 			n++
 		}
-		if n == 0 && s < MaxSegments {
+		if n == 0 {
 			empty |= 1 << s
 		}
 		args = append(args, sku, s, n)
 	}
-	if _, err := tx.ExecContext(ctx, m.q.upsertOf(m.t.Engine, len(segs)), args...); err != nil {
+	if _, err := e.ExecContext(ctx, m.q.upsertOf(m.t.Engine, len(segs)), args...); err != nil {
 		return m.t.Err(ctx, "write", err)
 	}
 	m.hints.set(sku, empty)

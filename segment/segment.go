@@ -1,5 +1,6 @@
-// Package segment is an [inventory.StockManager] over SQL that splits each
-// SKU's stock into segment rows, so that the writers of one hot SKU, in
+// Package segment is an [inventory.StockManager] and an
+// [inventory.OrderManager] over SQL that splits each SKU's stock into
+// segment rows, so that the writers of one hot SKU, in
 // many processes, update different rows instead of queueing on one. It
 // runs on MariaDB/MySQL, PostgreSQL and SQLite through
 // [github.com/jmoiron/sqlx].
@@ -20,12 +21,14 @@
 // 128. A batch picks a segment by a rotation of its Manager's (Managers
 // start theirs at random), skipping the segments it last saw empty, and
 // takes its units from it in one autocommit conditional UPDATE
-// (available = available - n WHERE available >= n). If that segment
-// cannot fit the batch, the batch takes the SKU path: a snapshot read of
-// the SKU's sum refuses every call it cannot fit, with no lock; otherwise
-// one transaction locks every segment row of the SKU in segment order,
-// serves the calls in order while the sum fits them, and writes the SKU's
-// new stock back spread evenly over its segments (rebalancing). A keyed
+// (available = available - n WHERE available >= n, and the SKU has no
+// hold past its TTL). If that segment cannot fit the batch, the batch
+// takes the SKU path: a snapshot read of the SKU's sum (and of its units
+// held past their TTL) refuses every call it cannot fit, with no lock;
+// otherwise one transaction locks every segment row of the SKU in segment
+// order, releases its holds past their TTL, serves the calls in order
+// while the sum fits them, and writes the SKU's new stock back spread
+// evenly over its segments (rebalancing). A keyed
 // Reduce runs alone: one transaction takes its units from one segment and
 // writes its key; if the segment cannot fit it, it tries one other
 // segment, then the SKU path as above. So a Reduce is refused only when
@@ -34,8 +37,8 @@
 // several, all or nothing; and a drained segment is refilled by the next
 // Reduce that misses it. docs/segments.md gives the measured costs.
 //
-// A Return takes the SKU path: it locks the segment rows, checks the
-// SKU's sum against [inventory.MaxStock] and writes the new stock back
+// A Return takes the SKU path: it locks the segment rows, releases the
+// SKU's holds past their TTL, checks the SKU's sum against [inventory.MaxStock] and writes the new stock back
 // spread evenly. Returns are rare next to Reduces; they cost a lock of
 // the SKU's rows.
 //
@@ -68,10 +71,34 @@
 // The conformance suite runs with
 // inventorytest.Config.RemainingNotLinearizable set for this reason.
 //
-// # Not in this package (yet)
+// # Orders
 //
-// The Manager is not an [inventory.OrderManager]: the lines calls and
-// holds on segmented SKUs, and a movement ledger, are later work.
+// The Manager is also an [inventory.OrderManager]: the calls of
+// rowlock's order engine (internal/sqlengine), whose rows are here the
+// SKUs' segment rows. Every lines call, Reserve, Confirm, Cancel and Sweep
+// is one transaction that locks every segment row of its SKUs, SKU by SKU
+// in SKU order, releases the SKUs' lines held past their TTL, checks
+// every line against its SKU's sum and writes each SKU's new stock back
+// spread evenly over its segments, with the holds' rows (the holds table
+// of [sqlstore.Schema]). So a Reserve takes a line's units from several
+// segments at once, all or nothing, refused only when the SKU's sum
+// cannot fit it; Cancel and an expiry give the units back spread over the
+// segments, and Confirm sells them (the holds' rows alone change).
+// A Reduce that takes from one segment does so only if the SKU has no
+// line held past its TTL; otherwise it takes the SKU path, which releases
+// them first. Held is the units of the SKU's held lines, as of one
+// statement. docs/segments.md says what a caller may rely on.
+//
+// The idempotency key of ReduceLines and ReturnLines is kept in the
+// ledger under the empty SKU, apart from the keys of single-SKU calls.
+// The SKUs of a Manager's holds must all be segmented: Sweep skips a hold
+// with a SKU that has no segment rows (it is another strategy's to
+// release), and the other calls refuse one with [inventory.ErrNotFound].
+//
+// # Redis
+//
+// [NewRedis] returns a [Redis], the same idea over Redis: segment keys
+// spread over a Cluster's slots (a StockManager only; see its doc).
 package segment
 
 import (
@@ -103,26 +130,39 @@ const DefaultSegments = 8
 
 const pkg = "segment"
 
-// Manager implements [inventory.StockManager] over segment rows. It is safe
-// for concurrent use. Create it with [New].
+// Manager implements [inventory.StockManager] and [inventory.OrderManager]
+// over segment rows: its methods are those of the two interfaces,
+// documented there and in the package documentation. It is safe for
+// concurrent use. Create it with [New].
 type Manager struct {
-	t     *sqlengine.Tables
-	q     statements
-	n     int           // segments per SKU
-	seg   string        // the segments table's name, unquoted
-	next  atomic.Uint64 // the rotation over segments
-	hints hints         // the segments each SKU was last seen to have empty
-	st    *stmts        // the hot statements, prepared on MySQL
+	sqlFace // validates, checks ctx, wraps errors; calls *sqlBackend (segment.go, orders.go)
+	t       *sqlengine.Tables
+	o       *sqlengine.Orders // the order engine over the segment rows (orders.go)
+	q       statements
+	n       int           // segments per SKU
+	seg     string        // the segments table's name, unquoted
+	next    atomic.Uint64 // the rotation over segments
+	hints   hints         // the segments each SKU was last seen to have empty
+	st      *stmts        // the hot statements, prepared on MySQL
 
 	comb *merge.Keyed[string, struct{}, int64, got] // the unkeyed Reduces of each SKU in flight (combine.go)
 }
 
-var _ inventory.StockManager = (*Manager)(nil)
+// sqlFace is the Manager's [front.Front], embedded under a name of its own
+// so that the field stays unexported.
+type sqlFace = front.Front
+
+var (
+	_ inventory.StockManager = (*Manager)(nil)
+	_ inventory.OrderManager = (*Manager)(nil)
+)
 
 type config struct {
 	schema sqlstore.Schema
 	ttl    time.Duration
 	n      int
+	sweep  int
+	prefix string // NewRedis's key prefix (redis.go)
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -138,21 +178,26 @@ type Option func(*config)
 func WithSegments(n int) Option { return func(c *config) { c.n = n } }
 
 // WithSchema names the tables: the segments table is named after
-// Schema.Table (see [Suffix]), and idempotency keys go to Schema.Ledger;
-// the other names are unused. The default is the zero Schema: sqlstore's
-// default names.
+// Schema.Table (see [Suffix]), idempotency keys go to Schema.Ledger and
+// holds to Schema.Holds; the other names are unused. The default is the
+// zero Schema: sqlstore's default names.
 func WithSchema(s sqlstore.Schema) Option { return func(c *config) { c.schema = s } }
 
-// WithKeyTTL sets how long an idempotency key is remembered; at least a
-// millisecond. The default is [inventory.DefaultKeyTTL].
+// WithKeyTTL sets how long an idempotency key, and the id of a hold that
+// ended, is remembered; at least a millisecond. The default is
+// [inventory.DefaultKeyTTL].
 func WithKeyTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithSweepLimit sets how many holds one Sweep releases at most, each in
+// a transaction of its own; at least 1. The default is 1000.
+func WithSweepLimit(n int) Option { return func(c *config) { c.sweep = n } }
 
 // New returns a Manager over db. The tables must exist: see
 // [Manager.CreateTables]. New validates the options and names and chooses
 // the dialect from db.DriverName(); it does no I/O. Errors wrap
 // [inventory.ErrInvalidArgument].
 func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
-	c := config{ttl: inventory.DefaultKeyTTL, n: DefaultSegments}
+	c := config{ttl: inventory.DefaultKeyTTL, n: DefaultSegments, sweep: 1000}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -161,13 +206,19 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.n < 1 || c.n > MaxSegments {
 		return nil, fmt.Errorf("%s: %w: %d segments, want 1..%d", pkg, inventory.ErrInvalidArgument, c.n, MaxSegments)
 	}
+	if c.sweep < 1 {
+		return nil, fmt.Errorf("%s: %w: sweep limit %d < 1", pkg, inventory.ErrInvalidArgument, c.sweep)
+	}
 	t, err := sqlengine.New(db, sqlengine.Config{Pkg: pkg, Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
 	if err != nil {
 		return nil, err
 	}
 	s := sqldialect.Schema(c.schema).WithDefaults()
 	seg := s.Table[:min(len(s.Table), 63-len(Suffix))] + Suffix
-	m := &Manager{t: t, q: build(t.Engine, seg, s.Ledger), n: c.n, seg: seg}
+	m := &Manager{t: t, q: build(t.Engine, seg, s.Ledger, t.Render("{{.Holds}}"), t.Render("{{.Now}}")), n: c.n, seg: seg}
+	m.o = &sqlengine.Orders{T: t, Stock: (*segRows)(m), Attempts: attempts, Base: time.Millisecond, Cap: 20 * time.Millisecond,
+		SweepLimit: c.sweep}
+	m.sqlFace = front.New(pkg, (*sqlBackend)(m), nil)
 	m.hints.seed = maphash.MakeSeed()
 	m.next.Store(rand.Uint64()) // Managers of one SKU start their rotations apart
 	m.comb = merge.NewKeyed(maxBatch, m.sendBatch)
@@ -180,8 +231,8 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 func (m *Manager) Table() string { return m.seg }
 
 // CreateTables creates the segments table and the library's other tables
-// (those of [sqlstore.Store.CreateTables], the idempotency ledger among
-// them), if they are absent.
+// (those of [sqlstore.Store.CreateTables], the idempotency ledger and the
+// holds table among them), if they are absent.
 func (m *Manager) CreateTables(ctx context.Context) error {
 	if err := m.t.CreateTables(ctx); err != nil {
 		return err
@@ -194,20 +245,20 @@ func (m *Manager) CreateTables(ctx context.Context) error {
 	return nil
 }
 
-// Init implements [inventory.StockManager]: it sets the SKU's segments to
-// qty spread evenly over the Manager's number of segments.
-func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
-	if err := driver.ValidateInit(sku, qty); err != nil {
-		return m.wrap("init", "", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return m.wrap("init", sku, err)
-	}
+// sqlBackend is the Manager seen by its face: the calls with valid
+// arguments and a live ctx.
+type sqlBackend Manager
+
+// Init implements [front.Backend]: it sets the SKU's segments to qty
+// spread evenly over the Manager's number of segments. The SKU's holds
+// stay as they are.
+func (b *sqlBackend) Init(ctx context.Context, sku string, qty int64) error {
+	m := (*Manager)(b)
 	segs := make([]int, m.n)
 	for i := range segs {
 		segs[i] = i
 	}
-	err := m.retry(ctx, func() error {
+	return m.retry(ctx, func() error {
 		return m.t.Tx(ctx, func(tx *sqlx.Tx) error {
 			if err := m.write(ctx, tx, sku, segs, qty); err != nil {
 				return err
@@ -218,55 +269,33 @@ func (m *Manager) Init(ctx context.Context, sku string, qty int64) error {
 			return nil
 		})
 	})
-	return m.wrap("init", sku, err)
 }
 
-// Get implements [inventory.StockManager]: the sum of the SKU's segments.
-func (m *Manager) Get(ctx context.Context, sku string) (int64, error) {
-	if err := driver.ValidateSKU(sku); err != nil {
-		return 0, m.wrap("get", "", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, m.wrap("get", sku, err)
-	}
+// Get implements [front.Backend]: the sum of the SKU's segments.
+func (b *sqlBackend) Get(ctx context.Context, sku string) (int64, error) {
 	var sum, n int64
-	if err := m.t.DB.QueryRowxContext(ctx, m.q.total, sku).Scan(&sum, &n); err != nil {
-		return 0, m.wrap("get", sku, m.t.Err(ctx, "get", err))
+	if err := b.t.DB.QueryRowxContext(ctx, b.q.total, sku).Scan(&sum, &n); err != nil {
+		return 0, b.t.Err(ctx, "get", err)
 	}
 	if n == 0 {
-		return 0, m.wrap("get", sku, m.t.NotFound(sku))
+		return 0, b.t.NotFound(sku)
 	}
 	return sum, nil
 }
 
-// Reduce implements [inventory.StockManager].
-func (m *Manager) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, driver.DirReduce, opts)
-}
-
-// Return implements [inventory.StockManager].
-func (m *Manager) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return m.move(ctx, sku, qty, driver.DirReturn, opts)
-}
-
-func (m *Manager) move(ctx context.Context, sku string, qty int64, dir driver.Direction, opts []inventory.Option) (int64, error) {
-	o, err := driver.ValidateMove(sku, qty, opts)
-	if err != nil {
-		return 0, m.wrap(string(dir), "", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, m.wrap(string(dir), sku, err)
-	}
+// Move implements [front.Backend]: a Reduce or a Return.
+func (b *sqlBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
+	m := (*Manager)(b)
 	var rem int64
-	err = m.retry(ctx, func() (err error) {
+	err := m.retry(ctx, func() (err error) {
 		if dir == driver.DirReturn {
-			rem, err = m.whole(ctx, sku, qty, dir, o.Key)
+			rem, err = m.whole(ctx, sku, qty, dir, key)
 		} else {
-			rem, err = m.reduce(ctx, sku, qty, o.Key)
+			rem, err = m.reduce(ctx, sku, qty, key)
 		}
 		return err
 	})
-	return rem, m.wrap(string(dir), sku, err)
+	return rem, err
 }
 
 // attempts is how many times a call runs when the database broke its
@@ -283,16 +312,4 @@ func (m *Manager) retry(ctx context.Context, fn func() error) error {
 		}
 	}
 	return err
-}
-
-// wrap wraps err, if any, as the error of op on subject, unless it names
-// this package already.
-func (m *Manager) wrap(op, subject string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if e, ok := errors.AsType[*front.Error](err); ok && e.Strategy == pkg {
-		return err
-	}
-	return &front.Error{Strategy: pkg, Op: op, Subject: subject, Err: err}
 }

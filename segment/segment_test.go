@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,16 @@ func schema(t testing.TB, db *sqlx.DB) sqlstore.Schema {
 	return s
 }
 
+// harness returns the schema of the suite's subtest t: shared, or tables
+// of its own for the order subtests (see sqltest.Harness), whose
+// segments table it creates and drops too.
+func harness(t *testing.T, db *sqlx.DB, shared sqlstore.Schema) sqlstore.Schema {
+	if !strings.Contains(t.Name(), "/Orders/") {
+		return shared
+	}
+	return schema(t, db)
+}
+
 func newManager(t testing.TB, db *sqlx.DB, s sqlstore.Schema, opts ...segment.Option) *segment.Manager {
 	t.Helper()
 	m, err := segment.New(db, append([]segment.Option{segment.WithSchema(s)}, opts...)...)
@@ -45,10 +57,10 @@ func bounded(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// TestConformance runs the public suite with 8 segments (the flash sale
-// sells 100 units to 2,000 keyed buyers, the last unit included) on every
-// engine, and with one segment, where the remaining value is
-// linearizable, on PostgreSQL.
+// TestConformance runs the public suite, its order subtests included,
+// with 8 segments (the flash sale sells 100 units to 2,000 keyed buyers,
+// the last unit included) on every engine, and with one segment, where
+// the remaining value is linearizable, on PostgreSQL.
 func TestConformance(t *testing.T) {
 	for _, n := range []int{segment.DefaultSegments, 1} {
 		t.Run(fmt.Sprintf("segments=%d", n), func(t *testing.T) {
@@ -59,9 +71,10 @@ func TestConformance(t *testing.T) {
 				s := schema(t, db)
 				inventorytest.Run(t, inventorytest.Config{
 					RemainingNotLinearizable: n > 1,
+					RequireOrders:            true,
 					Timeout:                  5 * time.Minute,
 					NewManager: func(t *testing.T) inventory.StockManager {
-						return newManager(t, db, s, segment.WithSegments(n))
+						return newManager(t, db, harness(t, db, s), segment.WithSegments(n))
 					},
 				})
 			})
@@ -89,19 +102,7 @@ func TestNoFalseSoldOut(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.Zero(t, rem)
 
-		require.NoError(t, m.Init(ctx, sku, 20))
-		rem, err = m.Reduce(ctx, sku, 19) // each segment has 2 or 3
-		require.NoError(t, err)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Reduce(ctx, sku, 2)
-		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
-		require.EqualValues(t, 1, rem)
-		rem, err = m.Return(ctx, sku, 5)
-		require.NoError(t, err)
-		require.EqualValues(t, 6, rem)
-		rem, err = m.Reduce(ctx, sku, 6)
-		require.NoError(t, err)
-		require.Zero(t, rem)
+		sellThin(t, ctx, m, sku)
 
 		// An Init with fewer segments leaves none of the old ones behind.
 		require.NoError(t, m.Init(ctx, sku, 100))
@@ -122,29 +123,20 @@ func TestNoFalseSoldOut(t *testing.T) {
 func TestManagers(t *testing.T) {
 	for _, e := range sqltest.Engines[:2] { // the server engines: SQLite's file is one pool's
 		t.Run(e.Name, func(t *testing.T) {
-			db := e.Open(t)
-			s := schema(t, db)
-			ms := []*segment.Manager{newManager(t, db, s)}
-			for range 3 {
-				ms = append(ms, newManager(t, e.Open(t), s))
-			}
+			ms := fourManagers(t, e)
 			ctx := bounded(t, 3*time.Minute)
 			sku := testenv.Prefix()
 			const stock, buyers = 100, 2000
 			require.NoError(t, ms[0].Init(ctx, sku, stock))
 			var mu sync.Mutex
-			var sold, dups, refused, contention int
+			var sold, dups, refused int
 			var wg sync.WaitGroup
+			var contention contended
 			call := func(m *segment.Manager, key string) error {
-				for {
+				return contention.do(ctx, func() error {
 					_, err := m.Reduce(ctx, sku, 1, inventory.WithKey(key))
-					if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
-						return err
-					}
-					mu.Lock()
-					contention++
-					mu.Unlock()
-				}
+					return err
+				})
 			}
 			for i := range buyers {
 				wg.Go(func() {
@@ -174,12 +166,38 @@ func TestManagers(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			t.Logf("sold %d, %d repeats told ErrDuplicate, %d refused, %d ErrContention retries", sold, dups, refused, contention)
+			t.Logf("sold %d, %d repeats told ErrDuplicate, %d refused, %d ErrContention retries", sold, dups, refused, contention.n.Load())
 			got, err := ms[3].Get(ctx, sku)
 			require.NoError(t, err)
 			require.Equal(t, stock, sold, "exactly the stock is sold")
 			require.Zero(t, got, "the last unit is sold")
 		})
+	}
+}
+
+// fourManagers returns four Managers over tables of the test's own on
+// engine e, each on a pool of its own, as four processes would be.
+func fourManagers(t *testing.T, e sqltest.Engine) []*segment.Manager {
+	db := e.Open(t)
+	s := schema(t, db)
+	ms := []*segment.Manager{newManager(t, db, s)}
+	for range 3 {
+		ms = append(ms, newManager(t, e.Open(t), s))
+	}
+	return ms
+}
+
+// contended runs calls again while they fail with ErrContention, as a
+// client should, and counts those retries.
+type contended struct{ n atomic.Int64 }
+
+func (c *contended) do(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !errors.Is(err, inventory.ErrContention) || ctx.Err() != nil {
+			return err
+		}
+		c.n.Add(1)
 	}
 }
 
@@ -191,11 +209,13 @@ func TestOptionsRule(t *testing.T) {
 		"max segments": segment.WithSegments(segment.MaxSegments),
 		"key TTL":      segment.WithKeyTTL(time.Second),
 		"schema":       segment.WithSchema(sqlstore.Schema{Table: "s"}),
+		"sweep limit":  segment.WithSweepLimit(1),
 	}, map[string]segment.Option{
 		"zero segments":     segment.WithSegments(0),
 		"too many segments": segment.WithSegments(segment.MaxSegments + 1),
 		"zero key TTL":      segment.WithKeyTTL(0),
 		"injected table":    segment.WithSchema(sqlstore.Schema{Table: "x; DROP TABLE y"}),
+		"zero sweep limit":  segment.WithSweepLimit(0),
 	}, func(o segment.Option) (any, error) { return segment.New(db, o) })
 	_, err := segment.New(sqlx.NewDb(nil, "oracle"))
 	require.ErrorIs(t, err, inventory.ErrInvalidArgument)

@@ -351,14 +351,14 @@ func (m *Manager) fbLedger(ctx context.Context, tx *sqlx.Tx, sku string, rows []
 	return m.writeRows(ctx, tx, sku, st, [][]lrow{rows})
 }
 
-// fbRow is the ledger row of a fallback call that moved, at the time of
-// the Go clock (the fallback's own).
+// fbRow is the ledger row of a fallback call that moved, dated by the
+// database's clock as its transaction writes it.
 func fbRow(c fbReq) lrow {
 	kind := ledger.Reduce
 	if c.dir == driver.DirReturn {
 		kind = ledger.Return
 	}
-	return lrow{kind, c.qty, c.key, c.ref, "", time.Now().UnixMicro()}
+	return lrow{kind: kind, units: c.qty, key: c.key, ref: c.ref}
 }
 
 // fbDecide decides c on a pool of cur units, setting its answer, and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // pairLog collects what WithDoubleApplied reports.
@@ -62,8 +64,9 @@ func TestKeyedFallback(t *testing.T) {
 func keyedFallback(t *testing.T, db *sqlx.DB, giveBack bool) {
 	var log pairLog
 	srv, m := privateManager(t, db, WithChunk(10), WithLowWater(0), WithBreaker(1, 100*time.Millisecond),
-		WithKeyedFallback(giveBack), WithDoubleApplied(log.add))
+		WithKeyedFallback(giveBack), WithDoubleApplied(log.add), WithLedger())
 	ctx := ctxT(t, time.Minute)
+	require.NoError(t, m.CreateTables(ctx))
 	const sku, initial = "a", 100
 	key := func(k string) inventory.Option { return inventory.WithKey(k) }
 	require.NoError(t, m.Init(ctx, sku, initial))
@@ -164,6 +167,25 @@ func keyedFallback(t *testing.T, db *sqlx.DB, giveBack bool) {
 		sold--
 	}
 	assert.Equal(t, sold, s.sold-s.returned+s.direct, "%+v", s)
+
+	// The ledger adds up: both applications of the key, the units given
+	// back (a return no call made), and the allotment the recovery found
+	// gone after the restart (written off).
+	st, err := ledger.Check(ctx, m, m, sku)
+	require.NoError(t, err)
+	assert.Equal(t, sold, st.Sold)
+	var back, lost int64
+	for _, e := range entries(ctx, t, m, sku) {
+		switch {
+		case e.Kind == ledger.Return && strings.HasPrefix(e.Ref, "tiered: given back: key unsynced "):
+			back += e.Units
+			assert.Empty(t, e.Key)
+		case e.Kind.WrittenOff():
+			lost += e.Units
+		}
+	}
+	assert.Equal(t, want, back, "given back")
+	assert.Equal(t, rec.Drifts[0].Lost, lost, "written off: %+v", rec.Drifts[0])
 }
 
 // keyedSale is the ledger of TestKeyedOutage's buyers.

@@ -26,7 +26,9 @@ import (
 // effect, and nothing else is written to Redis.
 //
 // The records carry the kind, the units, the key, the reference and the
-// hold id; the time is the journal entry's id (Redis's clock, ms). The
+// hold id; the time of a Redis move is its journal entry's id (Redis's
+// clock, ms), that of the other rows the database's clock as they are
+// written (lnowSQL). The
 // stock after each entry is not taken from Redis: SQL counts it on from
 // the SKU's last row, as it writes the rows, so that the moves of Redis and
 // of the fallback, which sell from two disjoint stocks (Redis's allotment,
@@ -67,6 +69,16 @@ var (
 //     committed (the journal's retention: until synced).
 //   - The fallback, while Redis is unreachable, writes the rows of its
 //     moves in its own transaction; Init in its own.
+//   - Stock that changes without a call is recorded too, in the
+//     transaction that changes it, with no key and the reason as its
+//     reference: the units a recovery or [Manager.Reconcile] records lost
+//     ([Drift].Lost: the holds Redis lost as [ledger.LostHeld], the rest
+//     as [ledger.Lost]); the holds an Init drops ([ledger.LostHeld], before
+//     its init entry); the units [WithKeyedFallback](true) gives back for
+//     a key applied twice (a return, or a reduce for a Return's pair).
+//
+// The time of a Redis move is its journal entry's id (Redis's clock); of
+// every other row, the database's clock as the row is written.
 //
 // A row's position is the table's auto-increment key, given when the row
 // is written to SQL: a Redis move's at sync time. Each SKU's rows are
@@ -166,7 +178,7 @@ type lrow struct {
 	kind         ledger.Kind
 	units        int64
 	key, ref, hd string
-	us           int64 // moved_at, Unix µs
+	us           int64 // moved_at, Unix µs; 0: the database's clock as the row is written
 }
 
 // parseRecs appends to rows the records of a journal entry's l field.
@@ -230,7 +242,7 @@ func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st led
 		if n == 0 {
 			return nil
 		}
-		_, err := tx.ExecContext(ctx, m.db.Rebind(m.q.linsert+groups7(n)), args...)
+		_, err := tx.ExecContext(ctx, m.db.Rebind(m.q.linsert+strings.Repeat(m.q.lrow+", ", n-1)+m.q.lrow), args...)
 		args, n = args[:0], 0
 		return err
 	}
@@ -250,7 +262,11 @@ func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st led
 				}
 				b.WriteString(lrec(r.kind, r.units, r.key, r.ref, r.hd))
 			}
-			args = append(args, sku, len(part), st.Available, st.Held, st.Sold, b.String(), part[0].us)
+			var us any // nil: the database's clock (lrow)
+			if part[0].us != 0 {
+				us = part[0].us
+			}
+			args = append(args, sku, len(part), st.Available, st.Held, st.Sold, b.String(), us)
 			if n++; n == maxLedgerRows {
 				if err := flush(); err != nil {
 					return fmt.Errorf("ledger: %w", err)
@@ -264,32 +280,90 @@ func (m *Manager) writeRows(ctx context.Context, tx *sqlx.Tx, sku string, st led
 	return nil
 }
 
-// groups7 returns n groups of seven placeholders.
-func groups7(n int) string { return groups(n, 7) }
-
-// syncLedger writes the ledger rows of fresh in the sync's tx.
-func (m *Manager) syncLedger(ctx context.Context, tx *sqlx.Tx, sku string, fresh []syncEntry) error {
+// syncLedger writes the ledger rows of fresh in the sync's tx, then
+// those of the units given back for pairs (giveBackRows); nothing without
+// a ledger.
+func (m *Manager) syncLedger(ctx context.Context, tx *sqlx.Tx, sku string, fresh []syncEntry, pairs []DoubleApply) error {
+	if !m.cfg.ledgerOn {
+		return nil
+	}
 	n := 0
 	for _, e := range fresh {
 		n += len(e.rows)
 	}
-	if n == 0 {
+	back := giveBackRows(pairs)
+	if n == 0 && len(back) == 0 {
 		return nil
 	}
 	gen, st, err := m.ledgerHead(ctx, tx, sku)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	return m.writeRows(ctx, tx, sku, st, syncedRows(fresh, gen))
+	gs := syncedRows(fresh, gen)
+	if len(back) > 0 {
+		gs = append(gs, back)
+	}
+	return m.writeRows(ctx, tx, sku, st, gs)
 }
 
-// initLedger writes the init row of an Init of qty in its tx.
+// giveBackRows returns the ledger records of the units given back for
+// pairs (WithKeyedFallback(true)): a Reduce applied twice gives its units
+// back as a return would, a Return applied twice takes them back out as a
+// reduce would, each with no key (no call made it) and the reason as its
+// reference.
+func giveBackRows(pairs []DoubleApply) []lrow {
+	var rows []lrow
+	for _, p := range pairs {
+		if p.GivenBack == 0 {
+			continue
+		}
+		kind := ledger.Return
+		if p.Dir == driver.DirReturn {
+			kind = ledger.Reduce
+		}
+		ref := "tiered: given back: key " + p.Key + " applied twice (journal entry " + p.Entry + ")"
+		rows = append(rows, lrow{kind: kind, units: p.GivenBack, ref: ref})
+	}
+	return rows
+}
+
+// initLedger writes in Init's tx the init row of an Init of qty, after a
+// lost-held row of the units the ledger counts held: Init drops the
+// SKU's holds (Redis's state of the older generation goes, and SQL's held
+// count with it).
 func (m *Manager) initLedger(ctx context.Context, tx *sqlx.Tx, sku string, qty int64) error {
 	_, st, err := m.ledgerHead(ctx, tx, sku)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	return m.writeRows(ctx, tx, sku, st, [][]lrow{{{ledger.Init, qty, "", driver.Ref(ctx), "", time.Now().UnixMicro()}}})
+	gs := [][]lrow{{{kind: ledger.Init, units: qty, ref: driver.Ref(ctx)}}}
+	if st.Held > 0 {
+		gs = append([][]lrow{{{kind: ledger.LostHeld, units: st.Held, ref: "tiered: holds dropped by Init"}}}, gs...)
+	}
+	return m.writeRows(ctx, tx, sku, st, gs)
+}
+
+// writeOff writes in tx, which recorded the loss of lost units of sku
+// (Reconcile, the recovery), their write-off rows: the held units the
+// ledger counts first, when the holds went too (held), then the rest as
+// lost from the stock on sale, each with the reason why.
+func (m *Manager) writeOff(ctx context.Context, tx *sqlx.Tx, sku string, lost int64, held bool, why string) error {
+	if !m.cfg.ledgerOn || lost <= 0 {
+		return nil
+	}
+	_, st, err := m.ledgerHead(ctx, tx, sku)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	var rows []lrow
+	if h := st.Held; held && h > 0 {
+		rows = append(rows, lrow{kind: ledger.LostHeld, units: h, ref: why})
+		lost -= h
+	}
+	if lost > 0 {
+		rows = append(rows, lrow{kind: ledger.Lost, units: lost, ref: why})
+	}
+	return m.writeRows(ctx, tx, sku, st, [][]lrow{rows})
 }
 
 // readPage reads the records of sku after position after, up to limit:

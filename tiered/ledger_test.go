@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
@@ -145,9 +146,9 @@ func TestLedgerOutage(t *testing.T) {
 	e := newEnv(t, rdb, testenv.MySQL(t))
 	ledgerEnv(t, e)
 	// A Redis started a moment ago looks restarted to the recovery (its
-	// uptime), which would drop its allotment as lost, a change of stock
-	// the ledger has no kind for: this Redis forgot nothing (stopped, not
-	// restarted), so trust it.
+	// uptime), which would drop its allotment as lost (written off in the
+	// ledger, see TestLedgerWriteOffs): this Redis forgot nothing
+	// (stopped, not restarted), so trust it, and count every entry.
 	m := e.manager(t, WithLedger(), WithChunk(20), WithLowWater(5), WithBreaker(3, 200*time.Millisecond), WithTrustRestarts())
 	ctx := ctxT(t, time.Minute)
 	const sku = "o"
@@ -245,4 +246,78 @@ func entries(ctx context.Context, t *testing.T, r ledger.Reader, sku string) []l
 		out = append(out, e)
 	}
 	return out
+}
+
+// TestLedgerWriteOffs: the stock a recovery finds gone, and the holds an
+// Init drops, are written off in the ledger (ledger.Lost, LostHeld), in
+// the transaction that records them, so that ledger.Check replays to Get
+// and Held. A private Redis is SIGKILLed with a hold and part of its
+// allotment, the fallback sells meanwhile, and Redis restarts: the fence
+// drops its state, and the recovery re-warms it from SQL and records the
+// allotment and the hold lost.
+func TestLedgerWriteOffs(t *testing.T) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			srv, m := privateManager(t, eng.open(t), WithLedger(), WithChunk(20), WithLowWater(0), WithBreaker(1, 100*time.Millisecond))
+			ctx := ctxT(t, time.Minute)
+			require.NoError(t, m.CreateTables(ctx))
+			const sku = "w"
+			require.NoError(t, m.Init(ctx, sku, 100))
+			for range 5 {
+				_, err := m.Reduce(ctx, sku, 1)
+				require.NoError(t, err)
+			}
+			require.NoError(t, m.Reserve(ctx, "h1", []inventory.Line{{SKU: sku, Qty: 3}}, time.Minute))
+			_, err := ledger.Check(ctx, m, m, sku)
+			require.NoError(t, err)
+
+			srv.Kill()
+			sellDown(ctx, t, m, sku, 2)
+			srv.Start()
+			rec := m.awaitRecovery(ctx, t)
+			require.True(t, rec.Restarted, "%+v", rec)
+			require.Len(t, rec.Drifts, 1, "%+v", rec)
+			d := rec.Drifts[0]
+			require.True(t, d.RedisMissing, "%+v", d)
+			require.Greater(t, d.Lost, int64(3), "the hold and the allotment left: %+v", d)
+			st, err := ledger.Check(ctx, m, m, sku)
+			require.NoError(t, err, "the replay is the stock after the recovery")
+			assert.Equal(t, ledger.Stock{Available: 100 - 7 - d.Lost, Sold: 7}, st, "the hold's units are lost with it")
+
+			var lost, lostHeld int64
+			for _, e := range entries(ctx, t, m, sku) {
+				switch e.Kind {
+				case ledger.Lost:
+					lost += e.Units
+				case ledger.LostHeld:
+					lostHeld += e.Units
+				}
+				// Redis's moves are dated by Redis's clock, Init, the
+				// fallback's moves and the write-offs by the database's:
+				// both on this machine.
+				assert.WithinDuration(t, time.Now(), e.Time, time.Minute, "%+v", e)
+				assert.Empty(t, e.Key, "%+v", e)
+			}
+			assert.EqualValues(t, 3, lostHeld, "the hold")
+			assert.Equal(t, d.Lost, lost+lostHeld, "the write-offs are the loss recorded")
+
+			// The hold is gone: its Confirm says so and records nothing.
+			require.ErrorIs(t, m.Confirm(ctx, "h1"), inventory.ErrHoldReleased)
+			_, err = ledger.Check(ctx, m, m, sku)
+			require.NoError(t, err)
+
+			// An Init drops the holds: their units are written off first.
+			require.NoError(t, m.Reserve(ctx, "h2", []inventory.Line{{SKU: sku, Qty: 2}}, time.Minute))
+			require.NoError(t, m.Init(driver.WithRef(ctx, "recount"), sku, 50))
+			st, err = ledger.Check(ctx, m, m, sku)
+			require.NoError(t, err)
+			assert.Equal(t, ledger.Stock{Available: 50, Sold: 7}, st)
+			es := entries(ctx, t, m, sku)
+			n := len(es)
+			assert.Equal(t, ledger.LostHeld, es[n-2].Kind, "%+v", es[n-2])
+			assert.EqualValues(t, 2, es[n-2].Units)
+			assert.Equal(t, ledger.Init, es[n-1].Kind)
+			assert.Equal(t, "recount", es[n-1].Ref)
+		})
+	}
 }

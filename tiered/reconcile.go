@@ -57,7 +57,9 @@ type Drift struct {
 	// should hold but does not, as after Redis lost its state (or its
 	// journal). They are not given back to the pool: a lost journal may
 	// have held sales. They are recorded in SQL (the lost column), so
-	// later Reconciles count them as gone. Excess is the allotment less Expected, when
+	// later Reconciles count them as gone, and with [WithLedger] written
+	// off in the ledger in the same transaction (ledger.Lost,
+	// ledger.LostHeld). Excess is the allotment less Expected, when
 	// positive; Reconcile took it out of the allotment.
 	Lost, Excess int64
 	// GrantsApplied counts grants SQL had made that Redis had not applied
@@ -248,6 +250,9 @@ func (m *Manager) reconcileMissing(ctx context.Context, tx *sqlx.Tx, d *Drift, l
 	if _, err := tx.ExecContext(ctx, m.q.lose, d.Lost, d.SKU, d.Gen); err != nil {
 		return err
 	}
+	if err := m.writeOff(ctx, tx, d.SKU, d.Lost, true, "tiered: written off by Reconcile: Redis had no state of this generation (lost, or dropped after a restart)"); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, m.q.unhold, d.SKU, d.Gen); err != nil {
 		return err
 	}
@@ -270,6 +275,9 @@ func (m *Manager) reconcileLive(ctx context.Context, tx *sqlx.Tx, d *Drift, snap
 	d.Excess, d.Lost = max(snap.a-d.Expected, 0), max(d.Expected-snap.a, 0)
 	if d.Lost > 0 {
 		if _, err := tx.ExecContext(ctx, m.q.lose, d.Lost, d.SKU, d.Gen); err != nil {
+			return err
+		}
+		if err := m.writeOff(ctx, tx, d.SKU, d.Lost, false, "tiered: written off by Reconcile: Redis's allotment short of what its grants leave"); err != nil {
 			return err
 		}
 	}

@@ -42,10 +42,11 @@ type statements struct {
 	sharedStatements
 	// The movement ledger's (ledger.go), run only WithLedger: lcreate
 	// creates its table; lhead reads a SKU's generation and the stock
-	// after its last row; linsert (followed by groups of ten placeholders,
-	// written ?) writes rows; lpage reads a page.
-	lcreate               []string
-	lhead, linsert, lpage string
+	// after its last row; linsert (followed by lrow groups, written ?)
+	// writes rows; lpage reads a page. lrow is one row's values: seven
+	// placeholders, the last moved_at, the database's clock when nil.
+	lcreate                     []string
+	lhead, linsert, lpage, lrow string
 }
 
 // The engine-neutral statements of the movement ledger, bound by engineSQL
@@ -59,6 +60,15 @@ const (
 	lpageSQL   = `SELECT pos, n, available, held, sold, recs, moved_at FROM {{p}}moves
 		WHERE sku = ? AND pos >= ? ORDER BY pos LIMIT ?`
 )
+
+// lnowSQL is each engine's clock in Unix µs, as internal/sqldialect reads
+// it for the SQL strategies' holds: the time of the ledger rows that no
+// Redis journal entry dates (Init, the fallback, write-offs, give-backs).
+var lnowSQL = map[sqldialect.Engine]string{
+	sqldialect.MySQL:    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))",
+	sqldialect.Postgres: `(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT`,
+	sqldialect.SQLite:   `CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)`,
+}
 
 // lcreateSQL is each engine's movement ledger table: pos, an
 // auto-increment key; moved_at in Unix µs.
@@ -358,6 +368,7 @@ func engineSQL(driver, prefix string) (statements, error) {
 	s := map[sqldialect.Engine]statements{sqldialect.MySQL: mysqlSQL, sqldialect.Postgres: postgresSQL, sqldialect.SQLite: sqliteSQL}[eng]
 	s.keyStatements, s.sharedStatements = keySQL, sharedSQL
 	s.lcreate, s.lhead, s.linsert, s.lpage = lcreateSQL[eng], lheadSQL, linsertSQL, lpageSQL
+	s.lrow = "(?, ?, ?, ?, ?, ?, COALESCE(?, " + lnowSQL[eng] + "))"
 	r := strings.NewReplacer("{{p}}", prefix)
 	for _, q := range []*string{&s.lock, &s.initUpsert, &s.seen, &s.record, &s.seenEntry, &s.mark, &s.keysPut, &s.keysFind} {
 		*q = r.Replace(*q)

@@ -209,7 +209,7 @@ func (m *Manager) applyTx(ctx context.Context, tx *sqlx.Tx, sku string, msgs []r
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := m.syncLedger(ctx, tx, sku, fresh); err != nil {
+	if err := m.syncLedger(ctx, tx, sku, fresh, pairs); err != nil {
 		return nil, nil, err
 	}
 	byGen := map[int64]*entryMove{}

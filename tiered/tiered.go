@@ -152,7 +152,10 @@
 // [WithLedger] records every move that took effect: the journal entry a
 // script appends also carries its moves' records, the syncer writes them as
 // rows of TABLEPREFIXmoves in the transaction that applies the entry, and
-// the fallback and Init write theirs in their own; the Manager is a
+// the fallback and Init write theirs in their own, and the stock a
+// recovery or Reconcile records lost, the holds an Init drops and the
+// units WithKeyedFallback gives back are recorded where they are (see
+// WithLedger); the Manager is a
 // [github.com/stockkit/inventory/ledger.Reader] (see WithLedger and
 // docs/ledger.md).
 //

@@ -319,7 +319,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ledger.ErrNotKept):
 		reply(w, http.StatusNotImplemented, response{Status: "not_implemented", SKU: sku,
-			Message: "this service keeps no movement ledger: run it with -ledger (strategies optimistic, rowlock, luascript)"})
+			Message: "this service keeps no movement ledger: run it with -ledger (every -strategy keeps one)"})
 		return
 	case err != nil:
 		h.fail(w, r, sku, err)

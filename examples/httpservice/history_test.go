@@ -16,7 +16,12 @@ import (
 	"github.com/stockkit/inventory/inventorytest"
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/redislock"
+	"github.com/stockkit/inventory/redisstore"
 	"github.com/stockkit/inventory/rowlock"
+	"github.com/stockkit/inventory/sqlstore"
+	"github.com/stockkit/inventory/tiered"
+	"github.com/stockkit/inventory/zklock"
 )
 
 // history answers GET /history/{sku} with the query q.
@@ -34,7 +39,7 @@ func testHistory(t *testing.T, c client, sku string) {
 		code, r := c.buy(sku, buyer, 1)
 		require.Equal(t, http.StatusOK, code, r.Message)
 	}
-	order := testenv.Prefix() + "-order"
+	order := sku + "-order"
 	code, r := c.post("/reserve", map[string]any{"order": order, "lines": lines{{"sku": sku, "qty": 2}}})
 	require.Equal(t, http.StatusOK, code, r.Message)
 	code, r = c.post("/confirm", map[string]any{"order": order})
@@ -115,6 +120,81 @@ func TestHistoryOnSQLite(t *testing.T) {
 	})
 }
 
+// tiered.WithLedger over Redis and SQLite, no syncer running: a read
+// syncs the SKU's journal to SQL before it reads the rows.
+func TestHistoryOnTiered(t *testing.T) {
+	rc := testenv.Redis(t)
+	m, err := tiered.New(rc, testenv.SQLite(t), tiered.WithPrefix(testenv.RedisPrefix(t, rc)), tiered.WithLedger())
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.CreateTables(context.Background()))
+	serveHistory(t, m)
+}
+
+// The lock strategies keep the ledger in their store: redislock over
+// redisstore.WithLedger, redislock and zklock over sqlstore.WithLedger.
+func TestHistoryOnLockStrategies(t *testing.T) {
+	rc := testenv.Redis(t)
+	sqlStore := func(t *testing.T) *sqlstore.Store {
+		s, err := sqlstore.New(testenv.SQLite(t), sqlstore.WithLedger())
+		require.NoError(t, err)
+		require.NoError(t, s.CreateTables(context.Background()))
+		return s
+	}
+	t.Run("redislock/redisstore", func(t *testing.T) {
+		p := testenv.RedisPrefix(t, rc)
+		s, err := redisstore.New(rc, redisstore.WithPrefix(p), redisstore.WithLedger(0))
+		require.NoError(t, err)
+		m, err := redislock.New(rc, s, redislock.WithPrefix(p))
+		require.NoError(t, err)
+		serveHistory(t, m)
+	})
+	t.Run("redislock/sqlstore", func(t *testing.T) {
+		m, err := redislock.New(rc, sqlStore(t), redislock.WithPrefix(testenv.RedisPrefix(t, rc)))
+		require.NoError(t, err)
+		serveHistory(t, m)
+	})
+	t.Run("zklock/sqlstore", func(t *testing.T) {
+		conn := testenv.ZooKeeper(t)
+		m, err := zklock.New(conn, sqlStore(t), zklock.WithRoot(testenv.ZKRoot(t, conn)))
+		require.NoError(t, err)
+		serveHistory(t, m)
+	})
+}
+
+// -ledger makes the service's store keep the ledger for the lock
+// strategies (sqllock, redislock over -store sql and -store redis), and
+// tiered keep one.
+func TestHistoryFlagStrategies(t *testing.T) {
+	p := testenv.Prefix()
+	sku := p + "/shoe"
+	t.Run("sqllock", func(t *testing.T) {
+		c, _ := start(t, "-strategy", "sqllock", "-sql-driver", "pgx", "-dsn", privatePostgres(t), "-ledger", "-init", sku+"=5")
+		testHistory(t, c, sku)
+	})
+	redisAddr := testenv.Get(testenv.EnvRedis, testenv.DefaultRedis)
+	t.Run("redislock/sql", func(t *testing.T) {
+		c, _ := start(t, "-strategy", "redislock", "-store", "sql", "-dsn", sqliteDSN(t), "-redis", redisAddr, "-ledger", "-init", sku+"=5")
+		testHistory(t, c, sku)
+	})
+	t.Run("redislock/redis", func(t *testing.T) { // the lock's keys and the store's under their default prefixes
+		rdb := testenv.Redis(t)
+		t.Cleanup(func() { testenv.DeleteKeys(t, rdb, "*"+p+"*") }) // the SKU's keys and its order's
+		c, _ := start(t, "-strategy", "redislock", "-store", "redis", "-redis", redisAddr, "-ledger", "-ledger-max-len", "1000", "-init", sku+"=5")
+		testHistory(t, c, sku)
+	})
+	t.Run("tiered", func(t *testing.T) {
+		rdb := testenv.Redis(t)
+		t.Cleanup(func() {
+			testenv.DeleteKeys(t, rdb, "*"+p+"*")           // the SKU's keys and its order's
+			testenv.DeleteKeys(t, rdb, "tiered:run")        // the service's Manager stamps the server's run_id under its prefix
+			rdb.ZRem(context.Background(), "tiered:x", sku) // and indexes the SKU of its hold for Sweep
+		})
+		c, _ := start(t, "-strategy", "tiered", "-redis", redisAddr, "-dsn", sqliteDSN(t), "-ledger", "-init", sku+"=5")
+		testHistory(t, c, sku)
+	})
+}
+
 // The service run with -ledger serves the history through its decorators
 // (otelstock, ratelimit); without it, it answers 501.
 func TestHistoryFlag(t *testing.T) {
@@ -143,7 +223,7 @@ func TestHistoryNotKept(t *testing.T) {
 		code, r := c.history("shoe", "?limit=5")
 		assert.Equal(t, http.StatusNotImplemented, code, name)
 		assert.Equal(t, "not_implemented", r.Status, name)
-		assert.Equal(t, "this service keeps no movement ledger: run it with -ledger (strategies optimistic, rowlock, luascript)", r.Message, name)
+		assert.Equal(t, "this service keeps no movement ledger: run it with -ledger (every -strategy keeps one)", r.Message, name)
 		code, r = c.history("shoe", "?limit=0")
 		assert.Equal(t, http.StatusBadRequest, code, name)
 		assert.Equal(t, "invalid", r.Status, name)

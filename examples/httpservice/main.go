@@ -40,10 +40,14 @@
 //
 // # History: the movement ledger
 //
-// With -ledger (strategies optimistic, rowlock and luascript; luascript
-// trims each SKU's stream to about -ledger-max-len stream entries, 0
-// keeping every one), every move is recorded with the move (package
-// ledger), and GET /history/{sku}?after=N&limit=M answers up to M (1..1000,
+// With -ledger (any strategy), every move is recorded with the move
+// (package ledger): optimistic and rowlock in their tables, luascript in a
+// stream per SKU, tiered in SQL (its syncer writes the Redis moves' rows,
+// and a read syncs the SKU first), and the lock strategies (sqllock,
+// redislock, redlock, zklock) through their -store, sqlstore.WithLedger or
+// redisstore.WithLedger. A Redis stream (luascript, -store redis) is
+// trimmed to about -ledger-max-len stream entries per SKU, 0 keeping every
+// one. GET /history/{sku}?after=N&limit=M answers up to M (1..1000,
 // default 100) entries of the SKU's ledger after position N (default 0:
 // from the first), in order, and next, the after of the next page (a page
 // shorter than M is the end for now):
@@ -131,7 +135,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -217,8 +220,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.holdTTL, "hold-ttl", 15*time.Minute, "TTL of a POST /reserve hold that gives no ttl_ms: unpaid after that, its units come back")
 	fs.DurationVar(&c.reap, "reap", time.Second, "how often a reaper releases expired holds (inventory.Reap), so that their units come back even when nobody touches the SKU; 0: only lazily, by the calls that move it")
 	fs.BoolVar(&c.initForce, "init-force", false, "let -init overwrite the stock of a SKU that exists already")
-	fs.BoolVar(&c.ledger, "ledger", false, "keep a movement ledger (strategies optimistic, rowlock and luascript), which GET /history/{sku} serves")
-	fs.Int64Var(&c.ledgerMaxLen, "ledger-max-len", 0, "luascript with -ledger: trim each SKU's ledger stream to about its last n stream entries; 0: keep every entry")
+	fs.BoolVar(&c.ledger, "ledger", false, "keep a movement ledger, which GET /history/{sku} serves (any -strategy; the lock strategies keep it in their -store)")
+	fs.Int64Var(&c.ledgerMaxLen, "ledger-max-len", 0, "with -ledger, luascript and the lock strategies over -store redis: trim each SKU's ledger stream to about its last n stream entries; 0: keep every entry")
 	fs.Func("init", "`sku=qty`: create sku with qty units at start, unless it exists already (see -init-force); repeatable, for trying the service out", func(s string) error {
 		i := strings.LastIndexByte(s, '=')
 		if i < 0 {
@@ -249,8 +252,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fmt.Fprintf(stderr, "httpservice: -hold-ttl must lie in %v..%v and -reap must not be negative\n", inventory.MinHoldTTL, inventory.MaxHoldTTL)
 		return nil, errUsage
 	}
-	if !c.ledgerFlagsOK() {
-		fmt.Fprintf(stderr, "httpservice: -ledger needs -strategy %s, and -ledger-max-len must not be negative\n", ledgerStrategies)
+	if c.ledgerMaxLen < 0 {
+		fmt.Fprintln(stderr, "httpservice: -ledger-max-len must not be negative")
 		return nil, errUsage
 	}
 	if !(c.rate >= 0) || !(c.ratePerSKU >= 0) || c.burst < 0 || c.burstPerSKU < 0 {
@@ -258,12 +261,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errUsage
 	}
 	return &c, nil
-}
-
-// ledgerFlagsOK reports whether -ledger names a strategy that keeps a
-// ledger and -ledger-max-len is not negative.
-func (c *config) ledgerFlagsOK() bool {
-	return (!c.ledger || slices.Contains(ledgerKeepers, c.strategy)) && c.ledgerMaxLen >= 0
 }
 
 // run serves until ctx is done, then shuts the server down gracefully. It
@@ -434,7 +431,7 @@ func (b *backends) manager(ctx context.Context) (inventory.StockManager, error) 
 			return rowlock.New(db)
 		})
 	case "sqllock":
-		_, s, err := b.sql(ctx)
+		s, err := b.sqlStore(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -489,12 +486,6 @@ func (b *backends) luascriptOptions() []luascript.Option {
 	return nil
 }
 
-// ledgerKeepers are the strategies that keep a ledger with -ledger.
-var ledgerKeepers = []string{"optimistic", "rowlock", "luascript"}
-
-// ledgerStrategies names them in messages.
-const ledgerStrategies = "optimistic, rowlock or luascript"
-
 // sqlManager is a SQL strategy's Manager.
 type sqlManager interface {
 	inventory.StockManager
@@ -521,14 +512,19 @@ func (b *backends) sqlManager(ctx context.Context, build func(db *sqlx.DB) (sqlM
 }
 
 // tiered returns a tiered Manager over -redis and the SQL of -sql-driver
-// and -dsn, its tables created, and a syncer running until the service
-// closes its clients: the syncer moves Redis's sales to SQL.
+// and -dsn (keeping a ledger with -ledger), its tables created, and a
+// syncer running until the service closes its clients: the syncer moves
+// Redis's sales to SQL.
 func (b *backends) tiered(ctx context.Context) (inventory.StockManager, error) {
 	db, _, err := b.sql(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m, err := tiered.New(b.redis(b.cfg.redis), db)
+	var opts []tiered.Option
+	if b.cfg.ledger {
+		opts = append(opts, tiered.WithLedger())
+	}
+	m, err := tiered.New(b.redis(b.cfg.redis), db, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -546,16 +542,31 @@ func (b *backends) tiered(ctx context.Context) (inventory.StockManager, error) {
 	return m, nil
 }
 
-// store is where the lock strategies keep the stock.
+// store is where redislock, redlock and zklock keep the stock (and, with
+// -ledger, the ledger).
 func (b *backends) store(ctx context.Context) (redislock.Store, error) {
 	switch b.cfg.store {
 	case "redis":
-		return redisstore.New(b.redis(b.cfg.redis))
+		var opts []redisstore.Option
+		if b.cfg.ledger {
+			opts = append(opts, redisstore.WithLedger(b.cfg.ledgerMaxLen))
+		}
+		return redisstore.New(b.redis(b.cfg.redis), opts...)
 	case "sql":
-		_, s, err := b.sql(ctx)
-		return s, err
+		return b.sqlStore(ctx)
 	}
 	return nil, fmt.Errorf("-store %q: want redis or sql", b.cfg.store)
+}
+
+// sqlStore is the sqlstore.Store of the lock strategies, its tables
+// created: with -ledger, it keeps the ledger.
+func (b *backends) sqlStore(ctx context.Context) (*sqlstore.Store, error) {
+	var opts []sqlstore.Option
+	if b.cfg.ledger {
+		opts = append(opts, sqlstore.WithLedger())
+	}
+	_, s, err := b.sql(ctx, opts...)
+	return s, err
 }
 
 // redis returns a client of one Redis server, or of a Redis Cluster when
@@ -594,13 +605,14 @@ func (b *backends) open() (*sqlx.DB, error) {
 	return db, nil
 }
 
-// sql opens the database and creates the stock tables if they are absent.
-func (b *backends) sql(ctx context.Context) (*sqlx.DB, *sqlstore.Store, error) {
+// sql opens the database and creates the tables of a sqlstore.Store made
+// with opts if they are absent.
+func (b *backends) sql(ctx context.Context, opts ...sqlstore.Option) (*sqlx.DB, *sqlstore.Store, error) {
 	db, err := b.open()
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := sqlstore.New(db)
+	s, err := sqlstore.New(db, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -455,7 +455,6 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"-strategy", "redislock", "-store", "floppy"},
 		{"-strategy", "rowlock", "-sql-driver", "oracle"},
 		{"-init", "noqty"},
-		{"-strategy", "sqllock", "-ledger"},
 		{"-strategy", "luascript", "-ledger", "-ledger-max-len", "-1"},
 		{"stray"},
 	} {

@@ -290,7 +290,7 @@ func (o *Orders) rows(ctx context.Context, s *shot, q sqlx.QueryerContext, tx *s
 	out := make(map[string]*row, len(skus))
 	if lock {
 		for _, sku := range skus {
-			r, err := o.T.LockHolds(s.lockCtx, tx, sku)
+			r, err := o.stock().LockHolds(s.lockCtx, tx, sku)
 			if err != nil {
 				s.gaveUp = s.lockCtx.Err() != nil && ctx.Err() == nil
 				return nil, err
@@ -327,7 +327,7 @@ func (o *Orders) rows(ctx context.Context, s *shot, q sqlx.QueryerContext, tx *s
 
 // write sets sku's row to stock, releasing its expired lines, through tx.
 func (o *Orders) write(ctx context.Context, tx *sqlx.Tx, sku string, r *row, stock int64) error {
-	ok, err := o.T.Set(ctx, tx, sku, r.Version, stock)
+	ok, err := o.stock().Set(ctx, tx, sku, r.Version, stock)
 	if err == nil && ok {
 		ok, err = o.T.Release(ctx, tx, sku, r.refs)
 	}

@@ -57,6 +57,27 @@ type Orders struct {
 	// AfterLock, if set (by tests, before any call), runs once a call has
 	// locked its rows, before it writes.
 	AfterLock func(skus []string)
+	// Stock, if set, is where the calls that lock (all but those of CAS)
+	// lock, read and write each SKU's stock, in place of the stock table
+	// (package segment: a SKU's segment rows). Nil is the stock table.
+	Stock StockRows
+}
+
+// StockRows locks and writes the stock of a SKU for [Orders]. *Tables is
+// one, over the stock table; see [Tables.LockHolds] and [Tables.Set]. The
+// Version of LockHolds' Row is the StockRows' own: the calls hand it back
+// to Set of the same SKU in the same transaction.
+type StockRows interface {
+	LockHolds(ctx context.Context, tx *sqlx.Tx, sku string) (Row, error)
+	Set(ctx context.Context, e sqlx.ExecerContext, sku string, version, stock int64) (ok bool, err error)
+}
+
+// stock is where o's calls lock and write the stock: see Orders.Stock.
+func (o *Orders) stock() StockRows {
+	if o.Stock != nil {
+		return o.Stock
+	}
+	return o.T
 }
 
 // Move is one move of one SKU: Reduce or Return of qty, keyed when key is

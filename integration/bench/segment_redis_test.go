@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/integration/internal/benchcmp"
+	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/luascript"
+	"github.com/stockkit/inventory/segment"
+)
+
+// BenchmarkSegmentRedis compares, on one hot SKU of a private 3-master
+// Redis Cluster (no replicas, no other client), segment's Redis Manager
+// (8 segments, spread over the 3 masters) with luascript (the default
+// Manager, merging the calls of the SKU's one slot) at the same client
+// load: 64 goroutines, Reduces of one unit from MaxStock, unkeyed and
+// keyed (a fresh key each). Then it runs the segments alone for 3 s and
+// reports each master's share of the Redis CPU the SKU's calls took
+// (INFO commandstats, the usec of every command, before and after; and
+// used_cpu_user + used_cpu_sys), and the largest share over the smallest
+// (issue 33's target: within 2x).
+//
+// On a 2-core machine the three masters, the client and its goroutines
+// share the same two cores, so the throughput ratio is bound by the
+// machine, not by any one master: see docs/segments.md.
+func BenchmarkSegmentRedis(b *testing.B) {
+	ctx := context.Background()
+	cl := faulttest.StartCluster(b, 3, 0, "--appendonly", "no")
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 256, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { client.Close() })
+	seg, err := segment.NewRedis(client, segment.WithPrefix("bench"), segment.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lua, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const sku = "hot-seg"
+	var keys atomic.Int64
+	side := func(name string, m inventory.StockManager, keyed bool) benchcmp.Side {
+		return benchcmp.Side{Name: name,
+			Reset: func(ctx context.Context) error { return m.Init(ctx, sku, inventory.MaxStock) },
+			Op: func(ctx context.Context, _ int, _ *rand.Rand) error {
+				var opts []inventory.Option
+				if keyed {
+					opts = append(opts, inventory.WithKey("k"+strconv.FormatInt(keys.Add(1), 10)))
+				}
+				_, err := m.Reduce(ctx, sku, 1, opts...)
+				return err
+			}}
+	}
+	for _, keyed := range []bool{false, true} {
+		kind := "unkeyed"
+		if keyed {
+			kind = "keyed"
+		}
+		benchcmp.Run(b, benchcmp.Case{
+			Group: "segments, Redis", Name: "Cluster, 3 masters, " + kind, Layout: hot.String(), Goroutines: 64,
+			Strategy: side("segment Redis, 8 segments, "+kind, seg, keyed),
+			Baseline: side("luascript (merged), one slot, "+kind, lua, keyed),
+		})
+	}
+	b.Run("CPU per master", func(b *testing.B) {
+		if err := seg.Init(ctx, sku, inventory.MaxStock); err != nil {
+			b.Fatal(err)
+		}
+		before, err := masterCPU(ctx, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		calls := loadFor(ctx, b, 64, 3*time.Second, func(ctx context.Context) error {
+			_, err := seg.Reduce(ctx, sku, 1)
+			return err
+		})
+		after, err := masterCPU(ctx, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var usec, cpu []float64
+		var lines []string
+		for addr, a := range after {
+			u, c := a.usec-before[addr].usec, a.cpu-before[addr].cpu
+			usec, cpu = append(usec, u), append(cpu, c)
+			lines = append(lines, fmt.Sprintf("%s: commands %.0f ms, process CPU %.0f ms", addr, u/1000, c*1000))
+		}
+		b.Logf("%d calls in 3s (%.0f/s); %s", calls, float64(calls)/3, strings.Join(lines, "; "))
+		b.ReportMetric(maxOverMin(usec), "commandstats-max/min")
+		b.ReportMetric(maxOverMin(cpu), "cpu-max/min")
+		b.ReportMetric(float64(calls)/3, "ops/s")
+		b.ReportMetric(0, "ns/op")
+	})
+}
+
+// cpuStat is what one master has spent: the usec of every command
+// (INFO commandstats) and its process's CPU seconds (used_cpu_user +
+// used_cpu_sys).
+type cpuStat struct{ usec, cpu float64 }
+
+// masterCPU reads cpuStat of every master of client.
+func masterCPU(ctx context.Context, client *redis.ClusterClient) (map[string]cpuStat, error) {
+	var mu sync.Mutex
+	out := map[string]cpuStat{}
+	err := client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return err
+		}
+		var s cpuStat
+		for l := range strings.SplitSeq(info, "\n") {
+			l = strings.TrimSpace(l)
+			switch {
+			case strings.HasPrefix(l, "cmdstat_"):
+				for f := range strings.SplitSeq(l[strings.IndexByte(l, ':')+1:], ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						n, _ := strconv.ParseFloat(v, 64)
+						s.usec += n
+					}
+				}
+			case strings.HasPrefix(l, "used_cpu_user:"), strings.HasPrefix(l, "used_cpu_sys:"):
+				n, _ := strconv.ParseFloat(l[strings.IndexByte(l, ':')+1:], 64)
+				s.cpu += n
+			}
+		}
+		mu.Lock()
+		out[c.Options().Addr] = s
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+// maxOverMin is the largest of xs over the smallest.
+func maxOverMin(xs []float64) float64 {
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return hi / lo
+}
+
+// loadFor runs op from g goroutines for d and returns how many calls
+// succeeded.
+func loadFor(ctx context.Context, b *testing.B, g int, d time.Duration, op func(context.Context) error) int64 {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if err := op(ctx); err == nil {
+					n.Add(1)
+				} else if ctx.Err() == nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return n.Load()
+}

@@ -1,0 +1,545 @@
+package segment
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/driver"
+	"github.com/stockkit/inventory/internal/front"
+	"github.com/stockkit/inventory/internal/merge"
+	"github.com/stockkit/inventory/internal/rediskeys"
+	"github.com/stockkit/inventory/sqlstore"
+)
+
+// Redis is an [inventory.StockManager] that keeps each SKU's stock in
+// Redis, split over segment keys spread over the Cluster's slots, so that
+// one hot SKU's calls spread over the Cluster's masters instead of all
+// landing on one. It is safe for concurrent use. Create it with
+// [NewRedis]; docs/segments.md (Redis) gives the design and the measured
+// costs.
+//
+// # Layout
+//
+// Segment i of a SKU's n ([WithSegments], 8 by default) is a hash,
+// PREFIX{tag}:gI:SKU, whose hash tag puts it at the i-th of n even steps
+// around the slot space from the SKU's own slot: on a Cluster whose
+// masters own equal runs of slots, the n segments spread evenly over them
+// (8 segments on 3 masters: 3, 3 and 2). It holds the units available
+// (a), the units out in transfers to another segment (o), and the
+// transfers themselves. Init spreads the stock evenly; Get sums a + o
+// over the segments.
+//
+// # A call
+//
+// A Reduce or Return runs on one segment, its home: the segment of its
+// idempotency key (a hash of the key, the same in every process), or
+// else the next of a rotation. It reads the other segments' units (one
+// pipeline), then runs one script on its home's slot, which checks the
+// key's record, moves the units and writes the record, all at once. A
+// keyed call therefore always meets its own record: a keyed retry never
+// applies twice. The calls of one segment that a Manager has in
+// flight merge (as luascript's do): while one script call of the segment
+// is in flight, those that arrive queue, and go together, up to 256, in
+// one script call after one read of the others when it returns, each
+// with its own outcome.
+//
+// A Reduce its home cannot fit borrows. It reads every segment; if the SKU
+// as a whole cannot fit it, it is refused (a keyed one after a last look
+// at its home, for its record). An unkeyed Reduce then takes its units
+// from a segment that has them. Otherwise units move to the home in
+// transfers, as a two-phase commit with the home deciding: each source's
+// script moves units from a to o and records the transfer under an id;
+// the home's script decides every transfer once (applied, or aborted) and,
+// when applied, takes the call's units with them and writes its record, in
+// one step; each source's script then settles its transfers (removes the
+// applied units from o, or puts aborted ones back in a). A crash between
+// the steps leaves transfers pending, their units still counted in o:
+// [Redis.Recover], or any borrow or Get that finds them over a second
+// old, decides them at their home (aborting what the home never applied)
+// and settles them. No unit is lost or counted twice once settled.
+//
+// Returns need no borrowing: a segment holds any number of units. A
+// Return is refused when the SKU's stock as read, plus its quantity,
+// passes [inventory.MaxStock].
+//
+// # What a caller may rely on
+//
+// No oversell, and no false sold-out: a Reduce is refused only when the
+// segments, read one by one and checked to have gained no units while
+// being read (each segment counts its adds), cannot fit it, which means
+// the SKU could not fit it at the end of that read; a Reduce larger than
+// any one segment takes from several, all or nothing. A keyed call's
+// record lives in its home's slot, written in the script that moves the
+// stock: a retry with the same key is told [inventory.ErrDuplicate] with
+// the first call's remaining value.
+//
+// The remaining value of a successful call is its home segment after it
+// plus the other segments as read just before it: exact when no call
+// overlaps it, at least 0, and below the stock before the call when no
+// Return or Init overlaps it; but not linearizable (the conformance suite
+// runs with inventorytest.Config.RemainingNotLinearizable). Get is not a
+// snapshot on a Cluster: it reads the segments one by one (one pipeline
+// per master), again until they gained no units meanwhile, and settles
+// transfers left over a second old; it is exact when no call overlaps it,
+// and while borrows are in flight it may count the units of a transfer
+// its home applied and its source has not yet settled (an overcount of at
+// most the units in flight, for a round trip).
+//
+// Concurrent Returns that each fit, near MaxStock, may together pass it
+// (each is checked against the stock read before it); each segment stays
+// within it. Init is not atomic across segments: run it before calls of
+// the SKU, not during them (an Init during a borrow may let the borrow
+// keep units from before the Init). Managers sharing SKUs must use the
+// same number of segments and prefix. The records of transfer decisions
+// live as long as idempotency records ([WithKeyTTL]).
+type Redis struct {
+	face   front.Front
+	client redis.UniversalClient
+	n      int
+	prefix string
+	ttlMs  int64
+	next   atomic.Uint64                                    // the rotation of unkeyed calls over segments
+	queue  *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
+	reads  *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
+}
+
+var _ inventory.StockManager = (*Redis)(nil)
+
+// WithPrefix sets the prefix of every key a [Redis] writes: 1 to 64 bytes
+// of UTF-8 without braces or control characters, "inv" by default. New
+// ignores it.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// NewRedis returns a Redis Manager over client (a plain, Sentinel or
+// Cluster client; Redis 7.0 or later). Its options are [WithSegments],
+// [WithKeyTTL] and [WithPrefix]; [WithSchema] is refused. It does no I/O.
+// Errors wrap [inventory.ErrInvalidArgument].
+func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: %s: nil Redis client", inventory.ErrInvalidArgument, pkg)
+	}
+	c := config{ttl: inventory.DefaultKeyTTL, n: DefaultSegments, prefix: rediskeys.DefaultPrefix}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.n < 1 || c.n > MaxSegments {
+		return nil, fmt.Errorf("%s: %w: %d segments, want 1..%d", pkg, inventory.ErrInvalidArgument, c.n, MaxSegments)
+	}
+	if c.schema != (sqlstore.Schema{}) {
+		return nil, fmt.Errorf("%s: %w: WithSchema names SQL tables; NewRedis takes WithPrefix", pkg, inventory.ErrInvalidArgument)
+	}
+	if err := rediskeys.ValidateOptions(pkg, c.prefix, c.ttl, false, 0, 0); err != nil {
+		return nil, err
+	}
+	m := &Redis{client: client, n: c.n, prefix: c.prefix, ttlMs: c.ttl.Milliseconds()}
+	m.next.Store(rand.Uint64())
+	m.queue = m.newQueue()
+	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {
+		w, err := m.collectNow(ctx, sku)
+		for _, c := range batch {
+			c.Ans = shared{w, err}
+		}
+	})
+	m.face = front.New(pkg, (*redisBackend)(m), nil)
+	return m, nil
+}
+
+// Init implements [inventory.StockManager]: it sets the SKU's segments to
+// qty spread evenly.
+func (m *Redis) Init(ctx context.Context, sku string, qty int64) error {
+	return m.face.Init(ctx, sku, qty)
+}
+
+// Get implements [inventory.StockManager]: the sum of the SKU's segments
+// (see [Redis] for what it holds while calls are in flight).
+func (m *Redis) Get(ctx context.Context, sku string) (int64, error) {
+	return m.face.Get(ctx, sku)
+}
+
+// Reduce implements [inventory.StockManager].
+func (m *Redis) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.face.Reduce(ctx, sku, qty, opts...)
+}
+
+// Return implements [inventory.StockManager].
+func (m *Redis) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
+	return m.face.Return(ctx, sku, qty, opts...)
+}
+
+// Recover settles every transfer of sku still pending (a borrowing call
+// that crashed, or lost its connection, between its steps): each is
+// decided at its destination, which aborts it unless it was applied, and
+// settled at its source. It returns how many it settled. A borrow in
+// flight meanwhile may see its transfers aborted; it then tries again.
+// A borrow that finds units stuck in transfers, and Get, do the same on
+// their own for transfers over a second old.
+func (m *Redis) Recover(ctx context.Context, sku string) (int, error) {
+	if err := driver.ValidateSKU(sku); err != nil {
+		return 0, &front.Error{Strategy: pkg, Op: "recover", Err: err}
+	}
+	n, err := m.resolve(ctx, sku, nil, 0)
+	if err != nil {
+		return n, &front.Error{Strategy: pkg, Op: "recover", Subject: sku, Err: err}
+	}
+	return n, nil
+}
+
+//go:embed redis_take.lua
+var takeLua string
+
+//go:embed redis_depart.lua
+var departLua string
+
+//go:embed redis_arrive.lua
+var arriveLua string
+
+//go:embed redis_settle.lua
+var settleLua string
+
+//go:embed redis_decide.lua
+var decideLua string
+
+//go:embed redis_init.lua
+var initLua string
+
+var (
+	takeScript   = rediskeys.NewScript(takeLua)
+	departScript = rediskeys.NewScript(departLua)
+	arriveScript = rediskeys.NewScript(arriveLua)
+	settleScript = rediskeys.NewScript(settleLua)
+	decideScript = rediskeys.NewScript(decideLua)
+	initScript   = rediskeys.NewScript(initLua)
+)
+
+// The codes of redis_take.lua and redis_arrive.lua.
+const (
+	codeMoved = iota
+	codeMiss
+	codeNotFound
+	codeDuplicate
+	codeOverflow
+)
+
+// segKey is the key of segment i of sku: PREFIX{tag}:gI:SKU.
+func (m *Redis) segKey(sku string, i int) string {
+	return m.prefix + rediskeys.SegmentTag(sku, i, m.n) + ":g" + strconv.Itoa(i) + ":" + sku
+}
+
+// recKey is the record of key, for a call in direction dir, in segment
+// i's slot: PREFIX{tag}:k:DIR:LEN:SKU:KEY.
+func (m *Redis) recKey(sku string, i int, dir driver.Direction, key string) string {
+	return m.prefix + rediskeys.SegmentTag(sku, i, m.n) + ":k:" + string(dir) + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + key
+}
+
+// decisionKey is the decision on transfer id, in its destination segment
+// i's slot: PREFIX{tag}:x:LEN:SKU:ID.
+func (m *Redis) decisionKey(sku string, i int, id string) string {
+	return m.prefix + rediskeys.SegmentTag(sku, i, m.n) + ":x:" + strconv.Itoa(len(sku)) + ":" + sku + ":" + id
+}
+
+// home is the segment of a call: its key's, or the rotation's next.
+func (m *Redis) home(key string) int {
+	if key == "" {
+		return int(m.next.Add(1) % uint64(m.n))
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return int(h.Sum64() % uint64(m.n))
+}
+
+// redisBackend is the Redis Manager seen by its front.
+type redisBackend Redis
+
+// Init implements [front.Backend].
+func (b *redisBackend) Init(ctx context.Context, sku string, qty int64) error {
+	m := (*Redis)(b)
+	base, extra := qty/int64(m.n), qty%int64(m.n)
+	for i := range m.n {
+		share := base
+		if int64(i) < extra {
+			share++
+		}
+		if _, _, err := initScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, i)}, share); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Get implements [front.Backend].
+func (b *redisBackend) Get(ctx context.Context, sku string) (int64, error) {
+	m := (*Redis)(b)
+	w, err := m.collect(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	if w.out() > 0 {
+		n, err := m.resolve(ctx, sku, &w, staleAfter)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			if w, err = m.collect(ctx, sku); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return w.total(), nil
+}
+
+// Move implements [front.Backend].
+func (b *redisBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
+	m := (*Redis)(b)
+	s := m.home(key)
+	code, val, err := m.merged(ctx, redisCall{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir})
+	if err == nil && code == codeMiss {
+		return m.borrow(ctx, sku, s, qty, key)
+	}
+	return m.outcome(code, val, qty, dir, key, err)
+}
+
+// The order calls: a Redis is not an [inventory.OrderManager], and its
+// front's order methods are never exposed.
+func (*redisBackend) MoveLines(context.Context, []inventory.Line, driver.Direction, string) error {
+	return errors.ErrUnsupported
+}
+func (*redisBackend) Reserve(context.Context, string, []inventory.Line, time.Duration) error {
+	return errors.ErrUnsupported
+}
+func (*redisBackend) Confirm(context.Context, string) error       { return errors.ErrUnsupported }
+func (*redisBackend) Cancel(context.Context, string) error        { return errors.ErrUnsupported }
+func (*redisBackend) Held(context.Context, string) (int64, error) { return 0, errors.ErrUnsupported }
+func (*redisBackend) Sweep(context.Context) (int, error)          { return 0, errors.ErrUnsupported }
+
+// outcome is a call's result from a script's code and value.
+func (m *Redis) outcome(code, val, qty int64, dir driver.Direction, key string, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	switch code {
+	case codeMoved:
+		return val, nil
+	case codeMiss:
+		return val, fmt.Errorf("%w: has %d, asked %d", inventory.ErrInsufficientStock, val, qty)
+	case codeNotFound:
+		return 0, inventory.ErrNotFound
+	case codeDuplicate:
+		return val, fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
+	case codeOverflow:
+		return val, driver.CheckReturn(val, qty)
+	}
+	return 0, fmt.Errorf("unknown script code %d (%s)", code, dir)
+}
+
+// signedQty is qty as the scripts take it: negative for a Return.
+func signedQty(qty int64, dir driver.Direction) int64 {
+	if dir == driver.DirReturn {
+		return -qty
+	}
+	return qty
+}
+
+// take runs one call on segment s, with the other segments' units read
+// first unless w gives them.
+func (m *Redis) take(ctx context.Context, sku string, s int, qty int64, dir driver.Direction, key string, w *view) (code, val int64, err error) {
+	res, err := m.run(ctx, []redisCall{{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir}}, w)
+	if err != nil {
+		return 0, 0, err
+	}
+	return res[0], res[1], nil
+}
+
+// run runs redis_take.lua for calls, all on one segment of one SKU, with
+// the other segments' units read first unless w gives them, and returns
+// its {code, value} pairs.
+func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]int64, error) {
+	sku, s := calls[0].sku, calls[0].s
+	var others int64
+	if w != nil {
+		others = w.total() - w.a[s] - w.o[s]
+	} else {
+		var err error
+		if others, err = m.others(ctx, sku, s); err != nil {
+			return nil, err
+		}
+	}
+	keys := []string{m.segKey(sku, s)}
+	args := make([]any, 2, 2+2*len(calls))
+	args[0], args[1] = others, m.ttlMs
+	for _, c := range calls {
+		rec := 0
+		if c.key != "" {
+			keys = append(keys, m.recKey(sku, s, c.dir, c.key))
+			rec = len(keys)
+		}
+		args = append(args, c.q, rec)
+	}
+	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	res, err := cmd.Int64Slice()
+	if err == nil && len(res) != 2*len(calls) {
+		err = fmt.Errorf("take script returned %d values for %d calls", len(res), len(calls))
+	}
+	return res, err
+}
+
+// others reads the units (a + o) of every segment of sku but s, in one
+// pipeline (on a Cluster, one per master, concurrently).
+func (m *Redis) others(ctx context.Context, sku string, s int) (int64, error) {
+	if m.n == 1 {
+		return 0, nil
+	}
+	cmds := make([]*redis.SliceCmd, 0, m.n-1)
+	_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range m.n {
+			if i != s {
+				cmds = append(cmds, p.HMGet(ctx, m.segKey(sku, i), "a", "o"))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, c := range cmds {
+		for _, f := range c.Val() {
+			sum += field(f)
+		}
+	}
+	return sum, nil
+}
+
+// field is the integer value of a hash field as HMGET returns it, 0 when
+// absent.
+func field(f any) int64 {
+	s, _ := f.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// view is what one read of every segment of a SKU saw: per segment, its
+// units available (a), out in transfers (o), its count of adds (v), and
+// whether it exists. It may be shared by several calls: read only.
+type view struct {
+	a, o, v []int64
+	found   []bool
+	// claimed counts the units the borrows sharing the view mean to take
+	// from it (see borrow), so that no more of them go for its units than
+	// it saw.
+	claimed *atomic.Int64
+}
+
+func (w *view) total() int64 {
+	var t int64
+	for i := range w.a {
+		t += w.a[i] + w.o[i]
+	}
+	return t
+}
+
+func (w *view) avail() int64 {
+	var t int64
+	for _, a := range w.a {
+		t += a
+	}
+	return t
+}
+
+func (w *view) out() int64 {
+	var t int64
+	for _, o := range w.o {
+		t += o
+	}
+	return t
+}
+
+// read reads every segment of sku in one pipeline.
+func (m *Redis) read(ctx context.Context, sku string) (view, error) {
+	cmds := make([]*redis.SliceCmd, m.n)
+	_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range m.n {
+			cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "v")
+		}
+		return nil
+	})
+	if err != nil {
+		return view{}, err
+	}
+	w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
+		claimed: new(atomic.Int64)}
+	for i, c := range cmds {
+		f := c.Val()
+		w.found[i] = f[0] != nil
+		w.a[i], w.o[i], w.v[i] = field(f[0]), field(f[1]), field(f[2])
+	}
+	return w, nil
+}
+
+// collectTries bounds how often collect reads the segments.
+const collectTries = 8
+
+// shared is the answer of a read shared by the borrows and Gets of a SKU.
+type shared struct {
+	w   view
+	err error
+}
+
+// collect is collectNow shared: the reads of sku that a Manager's calls
+// ask for while one is in flight wait for it to end, and share the next
+// one, which starts after they asked (so that it still says what the SKU
+// held during each of their calls).
+func (m *Redis) collect(ctx context.Context, sku string) (view, error) {
+	a, err := m.reads.Do(ctx, sku, struct{}{})
+	if err != nil {
+		return view{}, err
+	}
+	return a.w, a.err
+}
+
+// collectNow reads every segment of sku until two reads in a row saw the same
+// count of adds in each, and returns the first of the two: then no units
+// were added to any segment between its read and the end of that read, so
+// that the SKU had at most the sum read (a + o) at its end. It fails with
+// ErrNotFound when a segment is absent, and with ErrContention when units
+// kept being added.
+func (m *Redis) collectNow(ctx context.Context, sku string) (view, error) {
+	prev, err := m.read(ctx, sku)
+	if err != nil {
+		return view{}, err
+	}
+	for range collectTries {
+		for _, ok := range prev.found {
+			if !ok {
+				return view{}, inventory.ErrNotFound
+			}
+		}
+		cur, err := m.read(ctx, sku)
+		if err != nil {
+			return view{}, err
+		}
+		same := true
+		for i := range cur.v {
+			same = same && cur.v[i] == prev.v[i]
+		}
+		if same {
+			return prev, nil
+		}
+		prev = cur
+	}
+	return view{}, fmt.Errorf("%w: units kept being added while the segments were read", inventory.ErrContention)
+}
