@@ -174,6 +174,7 @@ func TestMergedContext(t *testing.T) {
 	const stall = 400 * time.Millisecond
 	p.stall.Store(int64(stall))
 	inFlight := make(chan error, 1)
+	launched := time.Now()
 	go func() { _, err := m.Reduce(ctx, "shoe", 1); inFlight <- err }()
 	time.Sleep(50 * time.Millisecond) // the call is in flight, stalled
 
@@ -185,9 +186,15 @@ func TestMergedContext(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// Queued, then sent in the next batch (stalled too), then its ctx ends.
+	// That batch leaves when the call in flight's reply comes back, about
+	// launched+stall, and its own reply about launched+2*stall: the ctx
+	// ends halfway, at launched+1.5*stall, whenever this goroutine starts
+	// (a timeout counted from here ended the ctx 50 ms before the batch's
+	// reply came back, and a start that slipped 50 ms under load let the
+	// call finish).
 	sent := make(chan error, 1)
 	go func() {
-		_, err := faulttest.CheckLate(t, "sent call", stall+200*time.Millisecond, func(ctx context.Context) error {
+		_, err := faulttest.CheckLate(t, "sent call", time.Until(launched.Add(stall+stall/2)), func(ctx context.Context) error {
 			_, err := m.Reduce(ctx, "shoe", 2, inventory.WithKey("sent"))
 			return err
 		})
