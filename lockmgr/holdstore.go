@@ -89,10 +89,20 @@ type HoldStore interface {
 	// CreateOrder records a new order id with its lines, in state
 	// [OrderHeld], not complete, not done, expiring ttl from now on the
 	// backend's clock. An order that stays incomplete is abandoned grace
-	// after its expiry (see UpdateOrder). It returns the record as
-	// written, or an error wrapping inventory.ErrDuplicate when a record
-	// of id exists (in any state: a done record is kept for the key TTL,
-	// which the store's options set); nothing was written then.
+	// after it was recorded, on the backend's clock (now plus grace,
+	// whatever ttl is; see StepExpire and ExpiredOrders). It returns the
+	// record as written, or an error wrapping inventory.ErrDuplicate when
+	// a record of id exists (in any state: a done record is kept for the
+	// key TTL, which the store's options set); nothing was written then.
+	//
+	// The Manager stops holding an order's lines grace/2 after recording
+	// it, and gives back what it held when StepComplete does not find the
+	// order held: abandoning an incomplete order grace after it was
+	// recorded loses no unit and sells none twice, and the hold TTL adds
+	// nothing to that; grace bounds how long a Reserve cut by a crash
+	// keeps its hold id and its units. A HoldStore that abandons later
+	// (the rule before was grace after the order's expiry) stays safe,
+	// only slower: such a Reserve keeps them until then.
 	CreateOrder(ctx context.Context, id string, lines []inventory.Line, ttl, grace time.Duration) (Order, error)
 
 	// Order returns the record of id, or an error wrapping
@@ -113,9 +123,10 @@ type HoldStore interface {
 
 	// ExpiredOrders returns the ids of up to max orders that are not done
 	// and are due on the backend's clock: past their expiry, or, for an
-	// incomplete order (one that StepComplete never reached), past their
-	// expiry plus the grace given to CreateOrder. Earliest due first; max
-	// is in 1..1000. It writes nothing.
+	// incomplete order (one that StepComplete never reached), once the
+	// grace given to CreateOrder has passed since it was recorded (which
+	// may be before its expiry). Earliest due first; max is in 1..1000.
+	// It writes nothing.
 	ExpiredOrders(ctx context.Context, max int) ([]string, error)
 }
 
@@ -176,8 +187,9 @@ const (
 	StepCancel OrderStep = "cancel"
 
 	// StepExpire: held -> expired when now is at or past the expiry and
-	// the order is complete, or past the expiry plus grace (abandoned)
-	// when it is not.
+	// the order is complete, or, when it is not, at or past its creation
+	// plus the grace given to CreateOrder (abandoned; this may be before
+	// its expiry).
 	StepExpire OrderStep = "expire"
 
 	// StepFinish: not held and not done -> done, and no longer due

@@ -82,9 +82,13 @@
 //
 // A crash midway leaves an incomplete order and some held lines: the
 // units are out of the available stock (never sold twice, never lost) and
-// come back once the order's TTL plus the abandon grace ([AbandonGrace]
-// unless configured) has passed, through Sweep or through the lazy
-// release below. The final effect of the Reserve is then none.
+// come back once the order is abandoned, the abandon grace
+// ([AbandonGrace] unless configured) after it was recorded, whatever the
+// hold's TTL: through Sweep, or through a retry of the call with the same
+// hold id or key, which gives the order up and then takes effect itself
+// (until then it answers ErrContention); at the latest, after the hold's
+// TTL, through the lazy release below. The final effect of the cut call
+// is then none.
 //
 // Expired holds of a SKU are released lazily, under the SKU's lock, by
 // every later call that moves it (Reduce, Return, the lines calls,

@@ -19,17 +19,20 @@ import (
 	"github.com/stockkit/inventory/ledger"
 )
 
-// AbandonGrace is how long after its TTL an incomplete order (a Reserve
-// that crashed midway, or is still running) is given up, unless
-// configured otherwise ([WithAbandonGrace]): its held lines are then given
-// back. A Reserve that takes longer than half of it to hold its lines
-// gives up with inventory.ErrContention.
+// AbandonGrace is how long after it was recorded (on the store's clock)
+// an incomplete order (a Reserve or a keyed lines call that crashed
+// midway, or is still running) is given up, unless configured otherwise
+// ([WithAbandonGrace]), whatever the hold's TTL: Sweep, or a retry of the
+// call with the same hold id or key, then gives its held lines back and
+// frees the id, which the retry then uses. A Reserve (or ReduceLines)
+// that takes longer than half of it to hold its lines gives up with
+// inventory.ErrContention.
 const AbandonGrace = time.Minute
 
-// WithAbandonGrace sets how long after its TTL an incomplete order is
-// given up (see [AbandonGrace], the default). Every Manager on one store
-// should use the same. New has no error to return, so it treats values
-// below 2ms as 2ms.
+// WithAbandonGrace sets how long after it was recorded an incomplete
+// order is given up (see [AbandonGrace], the default). Every Manager on
+// one store should use the same. New has no error to return, so it treats
+// values below 2ms as 2ms.
 func WithAbandonGrace(d time.Duration) Option {
 	return func(c *config) { c.abandon = max(d, 2*time.Millisecond) }
 }
@@ -84,9 +87,20 @@ func (m *Manager) reduceLines(ctx context.Context, lines []inventory.Line, key s
 	if key != "" {
 		id = kindReduceKey + key
 	}
-	err = m.reserve(ctx, hs, id, lines, linesTTL)
+	return m.reduceOrder(ctx, hs, id, lines, key, true)
+}
+
+// reduceOrder is reduceLines under order id. When the id's record exists
+// (a keyed call again) it answers as repeat does; with takeOver, it gives
+// up an incomplete record that is abandoned, and runs once more.
+func (m *Manager) reduceOrder(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, key string, takeOver bool) error {
+	err := m.reserve(ctx, hs, id, lines, linesTTL)
 	if errors.Is(err, inventory.ErrDuplicate) {
-		return m.repeat(ctx, hs, id, key)
+		var again func(context.Context) error
+		if takeOver {
+			again = func(ctx context.Context) error { return m.reduceOrder(ctx, hs, id, lines, key, false) }
+		}
+		return m.repeat(ctx, hs, id, key, again)
 	}
 	if err != nil {
 		return err
@@ -119,9 +133,18 @@ func (m *Manager) sell(ctx context.Context, hs HoldStore, id string, keyed bool)
 
 // repeat answers a keyed lines call whose order id exists: a repeat of a
 // call that took effect is ErrDuplicate; one that held every line and then
-// failed is finished now.
-func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) error {
+// failed is finished now. A record still incomplete is a call in progress,
+// or one cut midway: once it is abandoned (the abandon grace after it was
+// recorded) and again is not nil, repeat gives it up as Sweep does
+// (giveUp) and runs again, the call once more.
+func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string, again func(context.Context) error) error {
 	o, err := hs.Order(ctx, id)
+	if err == nil && !o.Complete && again != nil {
+		var gone bool
+		if o, gone, err = m.giveUp(ctx, hs, id); err == nil && gone {
+			return again(ctx)
+		}
+	}
 	switch {
 	case errors.Is(err, inventory.ErrNotFound): // it went in between
 		return fmt.Errorf("%w: a call with key %q just ended", inventory.ErrContention, key)
@@ -136,6 +159,9 @@ func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string) erro
 		return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 	case o.State == OrderHeld && o.Complete && strings.HasPrefix(id, kindReduceKey):
 		return m.sell(ctx, hs, id, true)
+	case o.State == OrderHeld && !o.Complete:
+		return fmt.Errorf("%w: a call with key %q is in progress (or was cut midway: its record is given up %v after it was recorded)",
+			inventory.ErrContention, key, m.abandon)
 	case o.State == OrderHeld:
 		return fmt.Errorf("%w: a call with key %q is in progress", inventory.ErrContention, key)
 	}
@@ -160,10 +186,20 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 		_, err := m.returnAll(ctx, hs, lines, "L"+randomID(), nil)
 		return err
 	}
-	id := kindReturnKey + key
+	return m.returnKeyed(ctx, hs, kindReturnKey+key, lines, key, true)
+}
+
+// returnKeyed is a keyed ReturnLines under record id. When the record
+// exists it answers as returnRepeat does; with takeOver, it gives up an
+// incomplete record that is abandoned, and runs once more.
+func (m *Manager) returnKeyed(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, key string, takeOver bool) error {
 	switch _, err := m.createOrder(ctx, hs, id, lines, linesTTL); {
 	case errors.Is(err, inventory.ErrDuplicate):
-		return m.returnRepeat(ctx, hs, id, key)
+		var again func(context.Context) error
+		if takeOver {
+			again = func(ctx context.Context) error { return m.returnKeyed(ctx, hs, id, lines, key, false) }
+		}
+		return m.returnRepeat(ctx, hs, id, key, again)
 	case err != nil:
 		return err
 	}
@@ -172,11 +208,15 @@ func (m *Manager) returnLines(ctx context.Context, lines []inventory.Line, key s
 
 // returnRepeat is a keyed ReturnLines whose record id exists already: a
 // record complete but not confirmed has its missing lines written (and
-// reports ErrDuplicate); any other is answered as a repeat.
-func (m *Manager) returnRepeat(ctx context.Context, hs HoldStore, id, key string) error {
+// reports ErrDuplicate); any other is answered as a repeat (which, with
+// again, takes an abandoned incomplete record over: see repeat). An
+// incomplete record wrote nothing (its call writes only once StepComplete
+// made it complete, which decides against StepExpire), so giving it up
+// needs no bound on how long its call takes.
+func (m *Manager) returnRepeat(ctx context.Context, hs HoldStore, id, key string, again func(context.Context) error) error {
 	rec, err := hs.Order(ctx, id)
 	if err != nil || !rec.Complete || rec.State == OrderConfirmed {
-		return m.repeat(ctx, hs, id, key)
+		return m.repeat(ctx, hs, id, key, again)
 	}
 	// Checked, and perhaps written in part: write the rest. The
 	// lines' ledger entries say which are written.
@@ -386,29 +426,77 @@ func (b *backend) Reserve(ctx context.Context, id string, lines []inventory.Line
 	if err != nil {
 		return err
 	}
-	err = m.reserve(ctx, hs, kindHold+id, lines, ttl)
+	return m.reserveHold(ctx, hs, id, lines, ttl, true)
+}
+
+// reserveHold is Reserve of hold id. When its order exists it answers as
+// used does; with takeOver, it gives up an incomplete order that is
+// abandoned, and runs once more.
+func (m *Manager) reserveHold(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration, takeOver bool) error {
+	err := m.reserve(ctx, hs, kindHold+id, lines, ttl)
 	if errors.Is(err, inventory.ErrDuplicate) {
-		err = m.used(ctx, hs, kindHold+id, id)
+		var again func(context.Context) error
+		if takeOver {
+			again = func(ctx context.Context) error { return m.reserveHold(ctx, hs, id, lines, ttl, false) }
+		}
+		err = m.used(ctx, hs, kindHold+id, id, again)
 	}
 	return err
 }
 
 // used answers a Reserve of hold id whose order, oid, exists: ErrDuplicate
-// once that order is complete (its Reserve took effect); while it is not,
-// ErrContention, since the Reserve that made it is still holding its lines
-// or giving them back (after its ctx ended, or a line was refused), and
-// the id is free again once it has.
-func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string) error {
+// once that order is complete (its Reserve took effect). While it is not,
+// the Reserve that made it is still holding its lines or giving them back
+// (after its ctx ended, or a line was refused), or was cut midway (a
+// crash); once the order is abandoned, the abandon grace after it was
+// recorded, and again is not nil, used gives it up as Sweep does (giveUp)
+// and runs again, the Reserve once more; before, it answers ErrContention.
+func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string, again func(context.Context) error) error {
 	o, err := hs.Order(ctx, oid)
+	if err == nil && !o.Complete && again != nil {
+		var gone bool
+		if o, gone, err = m.giveUp(ctx, hs, oid); err == nil && gone {
+			return again(ctx)
+		}
+	}
 	switch {
 	case errors.Is(err, inventory.ErrNotFound):
 		return fmt.Errorf("%w: an earlier Reserve of hold id %q just gave its lines back", inventory.ErrContention, id)
 	case err != nil:
 		return err
 	case !o.Complete:
-		return fmt.Errorf("%w: an earlier Reserve of hold id %q is holding or giving back its lines", inventory.ErrContention, id)
+		return fmt.Errorf("%w: an earlier Reserve of hold id %q is holding or giving back its lines (or was cut midway: its order is given up %v after it was recorded)",
+			inventory.ErrContention, id, m.abandon)
 	}
 	return fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+}
+
+// giveUp expires the incomplete order id if it is abandoned (StepExpire
+// decides on the store's clock: the abandon grace after the order was
+// recorded) and then finishes it as Sweep does (sweepOrder): its lines
+// given back, each with the entry Sweep records, and the record deleted.
+// gone says the record is no more, so that its id is free; otherwise o is
+// the record as it is (held: not abandoned yet, or complete meanwhile).
+//
+// This is safe for the reason Sweep's give-up is: the call that recorded
+// the order stopped holding lines grace/2 after that (reserve), and a
+// call that finds its order given up at StepComplete gives back what it
+// held; a keyed ReturnLines writes nothing before StepComplete.
+func (m *Manager) giveUp(ctx context.Context, hs HoldStore, id string) (o Order, gone bool, err error) {
+	o, _, err = m.step(ctx, hs, id, StepExpire, m.maxAttempts)
+	switch {
+	case errors.Is(err, inventory.ErrNotFound):
+		return o, true, nil // given up, or given back by its call, meanwhile
+	case err != nil:
+		return o, false, err
+	case o.State == OrderHeld:
+		return o, false, nil
+	}
+	// Expired, by this call or another that has not finished it yet.
+	if _, err := m.finishOrder(ctx, hs, o); err != nil {
+		return o, false, err
+	}
+	return o, !o.Complete, nil
 }
 
 // reserve records the order id and holds each line under it, giving back
@@ -453,8 +541,9 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 
 // undo gives back the lines of order id that reserve took and deletes the
 // order, and returns cause, why reserve gave up. When it cannot, the lines
-// stay held until the order is abandoned (the abandon grace after its
-// TTL), and the error says so without claiming that nothing changed.
+// stay held until the order is abandoned (the abandon grace after it was
+// recorded: Sweep, or a retry of the call, then gives them back), and the
+// error says so without claiming that nothing changed.
 func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, cause error) error {
 	ref := driver.Ref(ctx) // the call giving back is the one that took
 	err := m.giveBack(ctx, func(ctx context.Context) error {
@@ -467,7 +556,7 @@ func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inv
 		return m.abort(ctx, hs, id)
 	})
 	if err != nil {
-		return unsettled(fmt.Sprintf("giving back what the call held failed; it comes back %v after the hold's TTL", m.abandon), errors.Join(cause, err))
+		return unsettled(fmt.Sprintf("giving back what the call held failed; it comes back once the order is given up, %v after it was recorded (by Sweep, or a retry of the call)", m.abandon), errors.Join(cause, err))
 	}
 	return cause
 }
@@ -605,7 +694,10 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 		return 0, err
 	case o.State == OrderHeld:
 		// Not expired on the order's clock, or not yet abandoned: its
-		// Reserve is still holding lines. Ask again only once it may be.
+		// Reserve is still holding lines. Ask again only once it may be:
+		// it is abandoned the grace after it was recorded, before its
+		// expiry (which has passed, as its line's has), or, on a store
+		// of the rule before, the grace after its expiry.
 		again := 10 * time.Millisecond
 		if !o.Complete {
 			again = max(time.Until(o.Expires.Add(m.abandon)), again)

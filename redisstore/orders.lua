@@ -1,6 +1,7 @@
 -- The order records of one bucket (see holds.go).
 -- KEYS[1]: the order's record, a hash: l (its lines, JSON), s (state), e
--- (expiry, Unix ms on the Redis clock), a (abandoned at, ms), c ("1" once
+-- (expiry, Unix ms on the Redis clock), a (abandoned at, ms: grace after
+-- the create, whatever the expiry; it applies while incomplete), c ("1" once
 -- complete), d ("1" once done). KEYS[2]: the bucket's index of orders not
 -- done, scored by when they fall due. (A call is never sent twice: see
 -- internal/rediskeys.Script.)
@@ -32,7 +33,7 @@ if op == 'create' then
     return -1
   end
   local e = now + tonumber(ARGV[4])
-  local a = e + tonumber(ARGV[5])
+  local a = now + tonumber(ARGV[5]) -- abandoned grace after it is recorded
   redis.call('HSET', rec, 'l', ARGV[3], 's', 'held', 'e', e, 'a', a, 'c', 0, 'd', 0)
   redis.call('ZADD', idx, a, id)
   return reply(1)

@@ -236,14 +236,14 @@ type orderRow struct {
 
 // CreateOrder forgets a done record of id kept past its time, then
 // inserts the record, held, expiring ttl from the database's clock now
-// and abandoned grace later, and returns it. ok=false: a record of id
-// exists.
+// and, while incomplete, abandoned (abandon_at, due_at) grace from now,
+// and returns it. ok=false: a record of id exists.
 func (h *holds) CreateOrder(ctx context.Context, caller *sqlx.Tx, id string, lines []byte, ttl, grace time.Duration) (o orderRow, ok bool, err error) {
 	create := func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, h.q.forgetOrder, id); err != nil {
 			return h.t.Err(ctx, "create order", err)
 		}
-		abandon := (ttl + grace).Microseconds()
+		abandon := grace.Microseconds()
 		n, err := sqlengine.Rows(tx.ExecContext(ctx, h.q.createOrder, id, lines, ttl.Microseconds(), abandon, abandon))
 		if err != nil {
 			return h.t.Err(ctx, "create order", err)

@@ -78,6 +78,7 @@ var (
 		"no-held-total":        {mustFail: []string{"HoldUnhold", "ByteExactIDs", "ConcurrentHold"}, mustPass: []string{"OrderSteps", "Abandoned"}},
 		"ignores-version":      {mustFail: []string{"HoldStaleVersion", "ConcurrentHold"}, mustPass: []string{"HoldUnhold", "OrderSteps"}},
 		"ignores-ctx":          {mustFail: []string{"CancelledContext"}, mustPass: []string{"HoldUnhold", "OrderSteps"}},
+		"abandon-after-expiry": {mustFail: []string{"Abandoned"}, mustPass: []string{"HoldUnhold", "OrderSteps", "OrderExpiry", "ExpiredOrders"}},
 	}
 )
 

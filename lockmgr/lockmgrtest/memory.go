@@ -238,8 +238,12 @@ func (s *MemoryStore) CreateOrder(ctx context.Context, id string, lines []invent
 		return lockmgr.Order{}, fmt.Errorf("%w: order %q", inventory.ErrDuplicate, id)
 	}
 	exp := t.Add(ttl).Truncate(time.Millisecond)
+	abandon := t.Add(grace) // grace after it is recorded, whatever its expiry
+	if s.broken == "abandon-after-expiry" {
+		abandon = exp.Add(grace) // the rule before: safe, only slower
+	}
 	o := &memOrder{o: lockmgr.Order{ID: id, Lines: slices.Clone(lines), State: lockmgr.OrderHeld, Expires: exp},
-		abandon: exp.Add(grace)}
+		abandon: abandon}
 	s.orders[id] = o
 	return copyOrder(o.o), nil
 }
