@@ -17,15 +17,15 @@ import (
 
 // withoutOrders is m without its order methods, so that RunLedgerFaults
 // sells with Reduce and Return only. With holds, a run fails now and then
-// (on 2026-12-06, with a 3s abandon grace: redislock over redisstore 1 run
-// of 13, the SQL engine subtests 5 of 12): a Reserve that the crash cut
-// after it held its line leaves its order incomplete, and its retry, once
-// the order is abandoned (lockmgr.WithAbandonGrace after it was recorded),
-// gives the line back, recorded as Sweep records it (an expire entry of
-// the hold), then reserves it again. The ledger adds up (the replay equals
-// the stock), but RunLedgerFaults matches one entry per call and kind: it
-// reports the expire entry as an entry without its move and the second
-// reserve as a call recorded twice. The lock strategies over
+// (on 2026-12-06, with a 3s abandon grace: redislock over redisstore 2
+// runs of 17, the SQL engine subtests 6 of 14): a Reserve that the crash
+// cut after it held its line leaves its order incomplete, and its retry,
+// once the order is abandoned (lockmgr.WithAbandonGrace after it was
+// recorded), gives the line back, recorded as Sweep records it (an expire
+// entry of the hold), then reserves it again. The ledger adds up (the
+// replay equals the stock), but RunLedgerFaults matches one entry per call
+// and kind: it reports the expire entry as an entry without its move and
+// the second reserve as a call recorded twice. The lock strategies over
 // sqlstore.WithLedger are tested so in integration/sqlstore.
 type withoutOrders struct {
 	inventory.StockManager

@@ -21,9 +21,9 @@ import (
 // withoutOrders is a lock strategy's Manager without its order methods, so
 // that RunLedgerFaults sells with Reduce and Return only. With holds, a
 // run fails now and then (on 2026-12-06, with a 3s abandon grace:
-// redislock over redisstore 1 run of 13, the SQL engine subtests about
-// half of 12): a Reserve that the crash cut after it held its line leaves
-// its order incomplete, and its retry, once the order is abandoned
+// redislock over redisstore 2 runs of 17, the SQL engine subtests 6 of
+// 14): a Reserve that the crash cut after it held its line leaves its
+// order incomplete, and its retry, once the order is abandoned
 // (lockmgr.WithAbandonGrace after it was recorded), gives the line back,
 // recorded as Sweep records it (an expire entry of the hold), then
 // reserves it again. The ledger adds up (the replay equals the stock), but
