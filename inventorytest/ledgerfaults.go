@@ -73,6 +73,7 @@ type LedgerFaultsResult struct {
 	Hidden   int // unkeyed calls whose outcome the fault hid, found in the ledger
 	Entries  int // entries of the sale's SKUs, Init's included
 	Lost     int // moves known to have taken effect without an entry (allowed with Lossy only)
+	Retaken  int // holds an attempt cut by the fault held, gave back (an Expire entry) and a retry held again
 	// WrittenOff is the units of the write-off entries ([ledger.Lost],
 	// [ledger.LostHeld]): stock the manager found gone, no call's move.
 	WrittenOff int64
@@ -134,7 +135,12 @@ func (c *LedgerFaults) defaults() {
 //   - no entry without its move: every entry but Init's and the
 //     write-offs ([ledger.Kind.WrittenOff], stock the manager found gone
 //     after the fault) is a call that took effect, or an unkeyed call
-//     whose outcome the fault hid (which it shows took effect);
+//     whose outcome the fault hid (which it shows took effect). A hold
+//     is the exception: an attempt the fault cut after it held may have
+//     its units given back (an Expire entry: its order abandoned, or
+//     taken over by a retry) before a later attempt holds them again, so
+//     a hold's Reserve and Expire entries must net to one hold when its
+//     Reserve took effect and to none when it did not;
 //   - the replay equals the stock: [ledger.Replay] of the whole history
 //     succeeds and ends at the stock read back (Get, and Held on an
 //     OrderManager), its Sold is what the calls sold and its Held what
@@ -286,6 +292,7 @@ func (f *faultSale) do(ctx context.Context, t *testing.T, c *faultCall, name str
 			(errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrHoldReleased)):
 			return false // its Reserve was lost
 		case errors.Is(err, inventory.ErrContention): // nothing changed: try again
+			sleepCtx(ctx, backoff(attempt))
 		case !unknownOutcome(err):
 			t.Errorf("%s, attempt %d: %v", name, attempt, err)
 			f.mu.Lock()
@@ -434,6 +441,7 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 // and the stock.
 func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult {
 	replayed := map[string]ledger.Stock{}
+	retakes := holdAttempts{}
 	heldOff := map[string]int64{} // held units written off, per SKU
 	res := LedgerFaultsResult{Attempts: int(f.attempts.Load()), Failed: int(f.failed.Load())}
 	for _, sku := range f.skus {
@@ -455,6 +463,8 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		for _, e := range es {
 			switch {
 			case e.Kind == ledger.Init:
+			case e.Hold != "" && (e.Kind == ledger.Reserve || e.Kind == ledger.Expire):
+				retakes.add(e)
 			case e.Kind.WrittenOff():
 				res.WrittenOff += e.Units
 				if e.Kind == ledger.LostHeld {
@@ -465,6 +475,11 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 			}
 		}
 	}
+	for _, h := range retakes {
+		if f.matchHold(t, h) {
+			res.Retaken++
+		}
+	}
 	sold, held := f.tally(t, &res)
 	for sku, sum := range replayed {
 		if sum.Sold != sold[sku] || sum.Held != held[sku]-heldOff[sku] {
@@ -473,8 +488,9 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		}
 	}
 	t.Logf("%d buyers, %d attempts, %d of them failed by the fault; %d moves known, %d of them without an entry; "+
-		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d entries on %d SKUs; %d units written off",
-		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Entries, len(f.skus), res.WrittenOff)
+		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d holds given back and taken again; "+
+		"%d entries on %d SKUs; %d units written off",
+		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Retaken, res.Entries, len(f.skus), res.WrittenOff)
 	if res.Failed == 0 {
 		t.Errorf("the fault failed no call: Kill did not strike mid-sale")
 	}
@@ -561,6 +577,63 @@ func (f *faultSale) matchEntry(t *testing.T, e ledger.Entry) bool {
 		t.Errorf("entry of %s: reference %q is none of its attempts' %v", id, e.Ref, c.refs)
 	}
 	return c.unknown
+}
+
+// holdAttempts gathers, per hold id, the Reserve and Expire entries of
+// a hold's attempts.
+type holdAttempts map[string]*holdEntries
+
+type holdEntries struct {
+	reserves, expires []ledger.Entry
+}
+
+func (a holdAttempts) add(e ledger.Entry) {
+	h := a[e.Hold]
+	if h == nil {
+		h = &holdEntries{}
+		a[e.Hold] = h
+	}
+	if e.Kind == ledger.Reserve {
+		h.reserves = append(h.reserves, e)
+	} else {
+		h.expires = append(h.expires, e)
+	}
+}
+
+// matchHold matches a hold's Reserve and Expire entries with its Reserve
+// call. An attempt cut by the fault after it held may have its units given
+// back (the order abandoned, or taken over by a retry: an Expire entry)
+// before a later attempt holds them again, so the entries must net to one
+// hold when the call took effect and to none when it did not, each move of
+// one unit of the call's SKU. It reports whether the hold was given back
+// and taken again.
+func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (retaken bool) {
+	if len(h.reserves) == 0 {
+		t.Errorf("an entry without its move: no Reserve recorded before %+v", h.expires[0])
+		return false
+	}
+	first := h.reserves[0]
+	id := entryID(ledger.Reserve, "", first.Hold, "")
+	c, ok := f.calls[id]
+	if !ok {
+		t.Errorf("an entry without its move: no call made %+v", first)
+		return false
+	}
+	for _, e := range slices.Concat(h.reserves, h.expires) {
+		if e.SKU != c.sku || e.Units != 1 {
+			t.Errorf("entry of %s: %+v, want SKU %q, 1 unit", id, e, c.sku)
+		}
+	}
+	net := len(h.reserves) - len(h.expires)
+	switch {
+	case c.took && net == 1:
+		c.matched = true
+	case !c.took && net == 0, f.cfg.Lossy && c.took && net == 0:
+	default:
+		t.Errorf("%s (took effect: %v, attempts %v, %v): %d Reserve and %d Expire entries, want them to net to %d",
+			id, c.took, c.refs, c.unexpected, len(h.reserves), len(h.expires), map[bool]int{true: 1}[c.took])
+	}
+	return len(h.expires) > 0
 }
 
 // compareStock compares the replay st of sku with the stock read back.
