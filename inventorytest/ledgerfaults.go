@@ -140,7 +140,9 @@ func (c *LedgerFaults) defaults() {
 //     its units given back (an Expire entry: its order abandoned, or
 //     taken over by a retry) before a later attempt holds them again, so
 //     a hold's Reserve and Expire entries must net to one hold when its
-//     Reserve took effect and to none when it did not;
+//     Reserve took effect and to none when it did not, or to more by
+//     attempts whose held units a restart wrote off (per SKU, no more
+//     than the held units written off);
 //   - the replay equals the stock: [ledger.Replay] of the whole history
 //     succeeds and ends at the stock read back (Get, and Held on an
 //     OrderManager), its Sold is what the calls sold and its Held what
@@ -475,10 +477,19 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 			}
 		}
 	}
+	cut := map[string]int64{} // per SKU, held units of cut attempts neither given back nor taken again
 	for _, h := range retakes {
-		if f.matchHold(t, h) {
+		sku, n, retaken := f.matchHold(t, h)
+		cut[sku] += n
+		if retaken {
 			res.Retaken++
 		}
+	}
+	for sku, n := range cut {
+		if n > heldOff[sku] {
+			t.Errorf("%s: %d held units of Reserve attempts neither given back nor written off (%d written off)", sku, n, heldOff[sku])
+		}
+		heldOff[sku] -= n // written off already as the attempts'
 	}
 	sold, held := f.tally(t, &res)
 	for sku, sum := range replayed {
@@ -602,38 +613,46 @@ func (a holdAttempts) add(e ledger.Entry) {
 
 // matchHold matches a hold's Reserve and Expire entries with its Reserve
 // call. An attempt cut by the fault after it held may have its units given
-// back (the order abandoned, or taken over by a retry: an Expire entry)
-// before a later attempt holds them again, so the entries must net to one
-// hold when the call took effect and to none when it did not, each move of
-// one unit of the call's SKU. It reports whether the hold was given back
-// and taken again.
-func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (retaken bool) {
+// back (its order abandoned, or taken over by a retry: an Expire entry)
+// before a later attempt holds them again, or written off (a restart that
+// dropped Redis's holds: ledger.LostHeld, which names no hold). So a
+// hold's Reserve entries less its Expire entries must be one when the
+// call took effect, none when it did not, plus the cut attempts whose
+// units were written off, which matchHold returns (per SKU, the caller
+// checks them against the write-offs). It also reports whether the hold
+// was given back and taken again.
+func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (sku string, cut int64, retaken bool) {
 	if len(h.reserves) == 0 {
 		t.Errorf("an entry without its move: no Reserve recorded before %+v", h.expires[0])
-		return false
+		return "", 0, false
 	}
 	first := h.reserves[0]
 	id := entryID(ledger.Reserve, "", first.Hold, "")
 	c, ok := f.calls[id]
 	if !ok {
 		t.Errorf("an entry without its move: no call made %+v", first)
-		return false
+		return "", 0, false
 	}
 	for _, e := range slices.Concat(h.reserves, h.expires) {
 		if e.SKU != c.sku || e.Units != 1 {
 			t.Errorf("entry of %s: %+v, want SKU %q, 1 unit", id, e, c.sku)
 		}
 	}
+	took := 0
+	if c.took {
+		took = 1
+	}
 	net := len(h.reserves) - len(h.expires)
 	switch {
-	case c.took && net == 1:
-		c.matched = true
-	case !c.took && net == 0, f.cfg.Lossy && c.took && net == 0:
+	case net >= took:
+		c.matched = c.took
+		cut = int64(net - took)
+	case f.cfg.Lossy && c.took && net == 0:
 	default:
-		t.Errorf("%s (took effect: %v, attempts %v, %v): %d Reserve and %d Expire entries, want them to net to %d",
-			id, c.took, c.refs, c.unexpected, len(h.reserves), len(h.expires), map[bool]int{true: 1}[c.took])
+		t.Errorf("%s (took effect: %v, attempts %v, %v): %d Reserve and %d Expire entries, want them to net to %d or more",
+			id, c.took, c.refs, c.unexpected, len(h.reserves), len(h.expires), took)
 	}
-	return len(h.expires) > 0
+	return c.sku, cut, len(h.expires) > 0
 }
 
 // compareStock compares the replay st of sku with the stock read back.
