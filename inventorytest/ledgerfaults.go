@@ -63,6 +63,17 @@ type LedgerFaults struct {
 	// of a lost hold (a server re-warmed from a system of record after a
 	// restart, as tiered's fence does, drops its holds: ErrHoldReleased).
 	Lossy bool
+
+	// DropsHolds says a restart drops the holds made before it and writes
+	// their units off (ledger.LostHeld), as tiered's fence does, while
+	// the stock moves survive: a Confirm of such a hold may then say
+	// ErrHoldReleased, or succeed without its entry (the order was
+	// confirmed before the restart, its units written off instead of
+	// sold), and a Cancel of it succeed without its entry (its units were
+	// written off, not given back). The suite counts those
+	// holds per SKU, and fails if they are more than the held units
+	// written off.
+	DropsHolds bool
 }
 
 // LedgerFaultsResult is what [RunLedgerFaults] saw.
@@ -73,7 +84,8 @@ type LedgerFaultsResult struct {
 	Hidden   int // unkeyed calls whose outcome the fault hid, found in the ledger
 	Entries  int // entries of the sale's SKUs, Init's included
 	Lost     int // moves known to have taken effect without an entry (allowed with Lossy only)
-	Retaken  int // holds an attempt cut by the fault held, gave back (an Expire entry) and a retry held again
+	Retaken  int // holds more than one attempt held: one cut by the fault (given back or written off), then a retry
+	Dropped  int // Confirms and Cancels of holds a restart dropped (LedgerFaults.DropsHolds)
 	// WrittenOff is the units of the write-off entries ([ledger.Lost],
 	// [ledger.LostHeld]): stock the manager found gone, no call's move.
 	WrittenOff int64
@@ -193,6 +205,7 @@ type faultCall struct {
 	refs       []string // its attempts'
 	took       bool     // it took effect, as far as its caller knows
 	unknown    bool     // an unkeyed call whose outcome the fault hid
+	dropped    bool     // a Confirm of a hold a restart dropped (DropsHolds)
 	matched    bool     // an entry was found
 	unexpected error
 }
@@ -293,6 +306,11 @@ func (f *faultSale) do(ctx context.Context, t *testing.T, c *faultCall, name str
 		case f.cfg.Lossy && c.hold != "" && c.kind != ledger.Reserve &&
 			(errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrHoldReleased)):
 			return false // its Reserve was lost
+		case f.cfg.DropsHolds && c.kind == ledger.Confirm && errors.Is(err, inventory.ErrHoldReleased):
+			f.mu.Lock()
+			c.dropped = true
+			f.mu.Unlock()
+			return false
 		case errors.Is(err, inventory.ErrContention): // nothing changed: try again
 			sleepCtx(ctx, backoff(attempt))
 		case !unknownOutcome(err):
@@ -491,7 +509,14 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		}
 		heldOff[sku] -= n // written off already as the attempts'
 	}
-	sold, held := f.tally(t, &res)
+	sold, held, dropped := f.tally(t, &res)
+	for sku, n := range dropped {
+		res.Dropped += int(n)
+		if n > heldOff[sku] {
+			t.Errorf("%s: %d holds found dropped (Confirm said ErrHoldReleased, or a Confirm or Cancel left no entry), more than the %d held units written off",
+				sku, n, heldOff[sku])
+		}
+	}
 	for sku, sum := range replayed {
 		if sum.Sold != sold[sku] || sum.Held != held[sku]-heldOff[sku] {
 			t.Errorf("%s: the ledger says %d sold and %d held; the calls that took effect, %d and %d (%d held written off)",
@@ -499,9 +524,9 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		}
 	}
 	t.Logf("%d buyers, %d attempts, %d of them failed by the fault; %d moves known, %d of them without an entry; "+
-		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d holds given back and taken again; "+
+		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d holds held by more than one attempt; %d holds found dropped; "+
 		"%d entries on %d SKUs; %d units written off",
-		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Retaken, res.Entries, len(f.skus), res.WrittenOff)
+		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Retaken, res.Dropped, res.Entries, len(f.skus), res.WrittenOff)
 	if res.Failed == 0 {
 		t.Errorf("the fault failed no call: Kill did not strike mid-sale")
 	}
@@ -529,10 +554,14 @@ func (f *faultSale) history(ctx context.Context, t *testing.T, sku string) []led
 
 // tally counts the moves that took effect into res, reports those without
 // an entry (unless Lossy), and returns the units the calls with an entry
-// sold and hold, per SKU.
-func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held map[string]int64) {
-	sold, held = map[string]int64{}, map[string]int64{}
+// sold and hold, and the holds found dropped (DropsHolds), per SKU.
+func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held, dropped map[string]int64) {
+	sold, held, dropped = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for id, c := range f.calls {
+		if c.dropped || f.cfg.DropsHolds && (c.kind == ledger.Cancel || c.kind == ledger.Confirm) && c.took && !c.matched {
+			dropped[c.sku]++
+			continue
+		}
 		if c.matched {
 			switch c.kind {
 			case ledger.Reduce:
@@ -562,7 +591,7 @@ func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held map
 	if !f.cfg.Lossy && res.Lost > 10 {
 		t.Errorf("%d moves without their entry in all", res.Lost)
 	}
-	return sold, held
+	return sold, held, dropped
 }
 
 // matchEntry matches e with its call; it reports whether that call is an
@@ -619,8 +648,8 @@ func (a holdAttempts) add(e ledger.Entry) {
 // hold's Reserve entries less its Expire entries must be one when the
 // call took effect, none when it did not, plus the cut attempts whose
 // units were written off, which matchHold returns (per SKU, the caller
-// checks them against the write-offs). It also reports whether the hold
-// was given back and taken again.
+// checks them against the write-offs). It also reports whether more than
+// one attempt held.
 func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (sku string, cut int64, retaken bool) {
 	if len(h.reserves) == 0 {
 		t.Errorf("an entry without its move: no Reserve recorded before %+v", h.expires[0])
@@ -652,7 +681,7 @@ func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (sku string, cut int
 		t.Errorf("%s (took effect: %v, attempts %v, %v): %d Reserve and %d Expire entries, want them to net to %d or more",
 			id, c.took, c.refs, c.unexpected, len(h.reserves), len(h.expires), took)
 	}
-	return c.sku, cut, len(h.expires) > 0
+	return c.sku, cut, len(h.reserves) > 1
 }
 
 // compareStock compares the replay st of sku with the stock read back.
