@@ -33,6 +33,8 @@ type crashable struct {
 	n       int
 	stock   map[string]int64
 	sold    map[string]int64
+	held    map[string]int64
+	holds   map[string]*crashHold
 	keys    map[string]bool
 	entries map[string][]ledger.Entry
 	pos     int64
@@ -41,17 +43,22 @@ type crashable struct {
 var errDown = errors.New("crashable: the server is down")
 
 func newCrashable(bug string) *crashable {
-	return &crashable{bug: bug, stock: map[string]int64{}, sold: map[string]int64{}, keys: map[string]bool{},
-		entries: map[string][]ledger.Entry{}}
+	return &crashable{bug: bug, stock: map[string]int64{}, sold: map[string]int64{}, held: map[string]int64{},
+		holds: map[string]*crashHold{}, keys: map[string]bool{}, entries: map[string][]ledger.Entry{}}
 }
 
 func (c *crashable) kill()    { c.mu.Lock(); c.down = true; c.mu.Unlock() }
 func (c *crashable) restart() { c.mu.Lock(); c.down = false; c.mu.Unlock() }
 
 func (c *crashable) record(sku string, kind ledger.Kind, units int64, key, ref string) {
+	c.recordHold(sku, kind, units, key, ref, "")
+}
+
+func (c *crashable) recordHold(sku string, kind ledger.Kind, units int64, key, ref, hold string) {
 	c.pos++
 	c.entries[sku] = append(c.entries[sku], ledger.Entry{SKU: sku, Pos: c.pos, Kind: kind, Units: units,
-		After: ledger.Stock{Available: c.stock[sku], Sold: c.sold[sku]}, Key: key, Ref: ref, Time: time.Now()})
+		After: ledger.Stock{Available: c.stock[sku], Held: c.held[sku], Sold: c.sold[sku]}, Key: key, Ref: ref,
+		Hold: hold, Time: time.Now()})
 }
 
 func (c *crashable) Init(ctx context.Context, sku string, qty int64) error {
