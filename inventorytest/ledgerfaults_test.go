@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,16 +192,23 @@ func TestLedgerFaultsChild(t *testing.T) {
 	if bug == "" {
 		t.Skip("runs only as the child process of TestLedgerFaultsCatchesBrokenLedgers")
 	}
+	if hold, ok := strings.CutPrefix(bug, "holds/"); ok {
+		runCrashableOrders(t, hold, hold == "released-unbounded")
+		return
+	}
 	runCrashable(t, bug)
 }
 
 // TestLedgerFaultsCatchesBrokenLedgers: RunLedgerFaults fails a ledger
-// that breaks its promise under the fault, and says how.
+// that breaks its promise under the fault, and says how; with holds too.
 func TestLedgerFaultsCatchesBrokenLedgers(t *testing.T) {
 	for bug, says := range map[string]string{
 		"move-without-entry": "a move without its entry",
 		"entry-twice":        "a call recorded twice",
 		"entry-without-move": "replay of",
+		// holds (crashableOrders)
+		"holds/retake-without-give-back": "neither given back nor written off",
+		"holds/released-unbounded":       "holds found dropped",
 	} {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel()

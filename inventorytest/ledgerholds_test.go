@@ -3,8 +3,6 @@ package inventorytest_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -210,35 +208,4 @@ func TestLedgerFaultsHolds(t *testing.T) {
 	}
 	require.Positive(t, res.Dropped, "some hold was dropped by the restart, in 5 runs")
 	require.Positive(t, res.WrittenOff)
-}
-
-const holdsBugEnv = "INVENTORYTEST_HOLDS_BUG"
-
-// TestLedgerFaultsHoldsChild is the child process of
-// TestLedgerFaultsCatchesBrokenHolds.
-func TestLedgerFaultsHoldsChild(t *testing.T) {
-	bug := os.Getenv(holdsBugEnv)
-	if bug == "" {
-		t.Skip("runs only as the child process of TestLedgerFaultsCatchesBrokenHolds")
-	}
-	runCrashableOrders(t, bug, bug == "released-unbounded")
-}
-
-// TestLedgerFaultsCatchesBrokenHolds: RunLedgerFaults fails a manager
-// whose hold moves break the ledger's promise under the fault.
-func TestLedgerFaultsCatchesBrokenHolds(t *testing.T) {
-	for bug, says := range map[string]string{
-		"retake-without-give-back": "neither given back nor written off",
-		"released-unbounded":       "holds found dropped",
-	} {
-		t.Run(bug, func(t *testing.T) {
-			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerFaultsHoldsChild$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), holdsBugEnv+"="+bug)
-			out, err := cmd.CombinedOutput()
-			require.Error(t, err, "RunLedgerFaults passed holds with the bug %s:\n%s", bug, out)
-			require.Contains(t, string(out), says, "the run with the bug %s", bug)
-			require.Contains(t, string(out), "--- FAIL: TestLedgerFaultsHoldsChild", "the run with the bug %s", bug)
-		})
-	}
 }
