@@ -63,6 +63,17 @@ type LedgerFaults struct {
 	// of a lost hold (a server re-warmed from a system of record after a
 	// restart, as tiered's fence does, drops its holds: ErrHoldReleased).
 	Lossy bool
+
+	// DropsHolds says a restart drops the holds made before it and writes
+	// their units off (ledger.LostHeld), as tiered's fence does, while
+	// the stock moves survive: a Confirm of such a hold may then say
+	// ErrHoldReleased, or succeed without its entry (the order was
+	// confirmed before the restart, its units written off instead of
+	// sold), and a Cancel of it succeed without its entry (its units were
+	// written off, not given back). The suite counts those
+	// holds per SKU, and fails if they are more than the held units
+	// written off.
+	DropsHolds bool
 }
 
 // LedgerFaultsResult is what [RunLedgerFaults] saw.
@@ -73,6 +84,8 @@ type LedgerFaultsResult struct {
 	Hidden   int // unkeyed calls whose outcome the fault hid, found in the ledger
 	Entries  int // entries of the sale's SKUs, Init's included
 	Lost     int // moves known to have taken effect without an entry (allowed with Lossy only)
+	Retaken  int // holds more than one attempt held: one cut by the fault (given back or written off), then a retry
+	Dropped  int // Confirms and Cancels of holds a restart dropped (LedgerFaults.DropsHolds)
 	// WrittenOff is the units of the write-off entries ([ledger.Lost],
 	// [ledger.LostHeld]): stock the manager found gone, no call's move.
 	WrittenOff int64
@@ -134,7 +147,14 @@ func (c *LedgerFaults) defaults() {
 //   - no entry without its move: every entry but Init's and the
 //     write-offs ([ledger.Kind.WrittenOff], stock the manager found gone
 //     after the fault) is a call that took effect, or an unkeyed call
-//     whose outcome the fault hid (which it shows took effect);
+//     whose outcome the fault hid (which it shows took effect). A hold
+//     is the exception: an attempt the fault cut after it held may have
+//     its units given back (an Expire entry: its order abandoned, or
+//     taken over by a retry) before a later attempt holds them again, so
+//     a hold's Reserve and Expire entries must net to one hold when its
+//     Reserve took effect and to none when it did not, or to more by
+//     attempts whose held units a restart wrote off (per SKU, no more
+//     than the held units written off);
 //   - the replay equals the stock: [ledger.Replay] of the whole history
 //     succeeds and ends at the stock read back (Get, and Held on an
 //     OrderManager), its Sold is what the calls sold and its Held what
@@ -185,6 +205,7 @@ type faultCall struct {
 	refs       []string // its attempts'
 	took       bool     // it took effect, as far as its caller knows
 	unknown    bool     // an unkeyed call whose outcome the fault hid
+	dropped    bool     // a Confirm of a hold a restart dropped (DropsHolds)
 	matched    bool     // an entry was found
 	unexpected error
 }
@@ -285,7 +306,13 @@ func (f *faultSale) do(ctx context.Context, t *testing.T, c *faultCall, name str
 		case f.cfg.Lossy && c.hold != "" && c.kind != ledger.Reserve &&
 			(errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrHoldReleased)):
 			return false // its Reserve was lost
+		case f.cfg.DropsHolds && c.kind == ledger.Confirm && errors.Is(err, inventory.ErrHoldReleased):
+			f.mu.Lock()
+			c.dropped = true
+			f.mu.Unlock()
+			return false
 		case errors.Is(err, inventory.ErrContention): // nothing changed: try again
+			sleepCtx(ctx, backoff(attempt))
 		case !unknownOutcome(err):
 			t.Errorf("%s, attempt %d: %v", name, attempt, err)
 			f.mu.Lock()
@@ -434,6 +461,7 @@ func (f *faultSale) run(ctx context.Context, t *testing.T) {
 // and the stock.
 func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult {
 	replayed := map[string]ledger.Stock{}
+	retakes := holdAttempts{}
 	heldOff := map[string]int64{} // held units written off, per SKU
 	res := LedgerFaultsResult{Attempts: int(f.attempts.Load()), Failed: int(f.failed.Load())}
 	for _, sku := range f.skus {
@@ -455,6 +483,8 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		for _, e := range es {
 			switch {
 			case e.Kind == ledger.Init:
+			case e.Hold != "" && (e.Kind == ledger.Reserve || e.Kind == ledger.Expire):
+				retakes.add(e)
 			case e.Kind.WrittenOff():
 				res.WrittenOff += e.Units
 				if e.Kind == ledger.LostHeld {
@@ -465,7 +495,28 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 			}
 		}
 	}
-	sold, held := f.tally(t, &res)
+	cut := map[string]int64{} // per SKU, held units of cut attempts neither given back nor taken again
+	for _, h := range retakes {
+		sku, n, retaken := f.matchHold(t, h)
+		cut[sku] += n
+		if retaken {
+			res.Retaken++
+		}
+	}
+	for sku, n := range cut {
+		if n > heldOff[sku] {
+			t.Errorf("%s: %d held units of Reserve attempts neither given back nor written off (%d written off)", sku, n, heldOff[sku])
+		}
+		heldOff[sku] -= n // written off already as the attempts'
+	}
+	sold, held, dropped := f.tally(t, &res)
+	for sku, n := range dropped {
+		res.Dropped += int(n)
+		if n > heldOff[sku] {
+			t.Errorf("%s: %d holds found dropped (Confirm said ErrHoldReleased, or a Confirm or Cancel left no entry), more than the %d held units written off",
+				sku, n, heldOff[sku])
+		}
+	}
 	for sku, sum := range replayed {
 		if sum.Sold != sold[sku] || sum.Held != held[sku]-heldOff[sku] {
 			t.Errorf("%s: the ledger says %d sold and %d held; the calls that took effect, %d and %d (%d held written off)",
@@ -473,8 +524,9 @@ func (f *faultSale) check(ctx context.Context, t *testing.T) LedgerFaultsResult 
 		}
 	}
 	t.Logf("%d buyers, %d attempts, %d of them failed by the fault; %d moves known, %d of them without an entry; "+
-		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d entries on %d SKUs; %d units written off",
-		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Entries, len(f.skus), res.WrittenOff)
+		"%d unkeyed calls the fault hid had taken effect; %d repeats said ErrDuplicate; %d holds held by more than one attempt; %d holds found dropped; "+
+		"%d entries on %d SKUs; %d units written off",
+		f.cfg.Buyers, res.Attempts, res.Failed, res.Moves, res.Lost, res.Hidden, f.dups.Load(), res.Retaken, res.Dropped, res.Entries, len(f.skus), res.WrittenOff)
 	if res.Failed == 0 {
 		t.Errorf("the fault failed no call: Kill did not strike mid-sale")
 	}
@@ -502,10 +554,14 @@ func (f *faultSale) history(ctx context.Context, t *testing.T, sku string) []led
 
 // tally counts the moves that took effect into res, reports those without
 // an entry (unless Lossy), and returns the units the calls with an entry
-// sold and hold, per SKU.
-func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held map[string]int64) {
-	sold, held = map[string]int64{}, map[string]int64{}
+// sold and hold, and the holds found dropped (DropsHolds), per SKU.
+func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held, dropped map[string]int64) {
+	sold, held, dropped = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for id, c := range f.calls {
+		if c.dropped || f.cfg.DropsHolds && (c.kind == ledger.Cancel || c.kind == ledger.Confirm) && c.took && !c.matched {
+			dropped[c.sku]++
+			continue
+		}
 		if c.matched {
 			switch c.kind {
 			case ledger.Reduce:
@@ -535,7 +591,7 @@ func (f *faultSale) tally(t *testing.T, res *LedgerFaultsResult) (sold, held map
 	if !f.cfg.Lossy && res.Lost > 10 {
 		t.Errorf("%d moves without their entry in all", res.Lost)
 	}
-	return sold, held
+	return sold, held, dropped
 }
 
 // matchEntry matches e with its call; it reports whether that call is an
@@ -561,6 +617,71 @@ func (f *faultSale) matchEntry(t *testing.T, e ledger.Entry) bool {
 		t.Errorf("entry of %s: reference %q is none of its attempts' %v", id, e.Ref, c.refs)
 	}
 	return c.unknown
+}
+
+// holdAttempts gathers, per hold id, the Reserve and Expire entries of
+// a hold's attempts.
+type holdAttempts map[string]*holdEntries
+
+type holdEntries struct {
+	reserves, expires []ledger.Entry
+}
+
+func (a holdAttempts) add(e ledger.Entry) {
+	h := a[e.Hold]
+	if h == nil {
+		h = &holdEntries{}
+		a[e.Hold] = h
+	}
+	if e.Kind == ledger.Reserve {
+		h.reserves = append(h.reserves, e)
+	} else {
+		h.expires = append(h.expires, e)
+	}
+}
+
+// matchHold matches a hold's Reserve and Expire entries with its Reserve
+// call. An attempt cut by the fault after it held may have its units given
+// back (its order abandoned, or taken over by a retry: an Expire entry)
+// before a later attempt holds them again, or written off (a restart that
+// dropped Redis's holds: ledger.LostHeld, which names no hold). So a
+// hold's Reserve entries less its Expire entries must be one when the
+// call took effect, none when it did not, plus the cut attempts whose
+// units were written off, which matchHold returns (per SKU, the caller
+// checks them against the write-offs). It also reports whether more than
+// one attempt held.
+func (f *faultSale) matchHold(t *testing.T, h *holdEntries) (sku string, cut int64, retaken bool) {
+	if len(h.reserves) == 0 {
+		t.Errorf("an entry without its move: no Reserve recorded before %+v", h.expires[0])
+		return "", 0, false
+	}
+	first := h.reserves[0]
+	id := entryID(ledger.Reserve, "", first.Hold, "")
+	c, ok := f.calls[id]
+	if !ok {
+		t.Errorf("an entry without its move: no call made %+v", first)
+		return "", 0, false
+	}
+	for _, e := range slices.Concat(h.reserves, h.expires) {
+		if e.SKU != c.sku || e.Units != 1 {
+			t.Errorf("entry of %s: %+v, want SKU %q, 1 unit", id, e, c.sku)
+		}
+	}
+	took := 0
+	if c.took {
+		took = 1
+	}
+	net := len(h.reserves) - len(h.expires)
+	switch {
+	case net >= took:
+		c.matched = c.took
+		cut = int64(net - took)
+	case f.cfg.Lossy && c.took && net == 0:
+	default:
+		t.Errorf("%s (took effect: %v, attempts %v, %v): %d Reserve and %d Expire entries, want them to net to %d or more",
+			id, c.took, c.refs, c.unexpected, len(h.reserves), len(h.expires), took)
+	}
+	return c.sku, cut, len(h.reserves) > 1
 }
 
 // compareStock compares the replay st of sku with the stock read back.

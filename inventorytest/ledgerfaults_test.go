@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,8 @@ type crashable struct {
 	n       int
 	stock   map[string]int64
 	sold    map[string]int64
+	held    map[string]int64
+	holds   map[string]*crashHold
 	keys    map[string]bool
 	entries map[string][]ledger.Entry
 	pos     int64
@@ -41,17 +44,22 @@ type crashable struct {
 var errDown = errors.New("crashable: the server is down")
 
 func newCrashable(bug string) *crashable {
-	return &crashable{bug: bug, stock: map[string]int64{}, sold: map[string]int64{}, keys: map[string]bool{},
-		entries: map[string][]ledger.Entry{}}
+	return &crashable{bug: bug, stock: map[string]int64{}, sold: map[string]int64{}, held: map[string]int64{},
+		holds: map[string]*crashHold{}, keys: map[string]bool{}, entries: map[string][]ledger.Entry{}}
 }
 
 func (c *crashable) kill()    { c.mu.Lock(); c.down = true; c.mu.Unlock() }
 func (c *crashable) restart() { c.mu.Lock(); c.down = false; c.mu.Unlock() }
 
 func (c *crashable) record(sku string, kind ledger.Kind, units int64, key, ref string) {
+	c.recordHold(sku, kind, units, key, ref, "")
+}
+
+func (c *crashable) recordHold(sku string, kind ledger.Kind, units int64, key, ref, hold string) {
 	c.pos++
 	c.entries[sku] = append(c.entries[sku], ledger.Entry{SKU: sku, Pos: c.pos, Kind: kind, Units: units,
-		After: ledger.Stock{Available: c.stock[sku], Sold: c.sold[sku]}, Key: key, Ref: ref, Time: time.Now()})
+		After: ledger.Stock{Available: c.stock[sku], Held: c.held[sku], Sold: c.sold[sku]}, Key: key, Ref: ref,
+		Hold: hold, Time: time.Now()})
 }
 
 func (c *crashable) Init(ctx context.Context, sku string, qty int64) error {
@@ -184,16 +192,23 @@ func TestLedgerFaultsChild(t *testing.T) {
 	if bug == "" {
 		t.Skip("runs only as the child process of TestLedgerFaultsCatchesBrokenLedgers")
 	}
+	if hold, ok := strings.CutPrefix(bug, "holds/"); ok {
+		runCrashableOrders(t, hold, hold == "released-unbounded")
+		return
+	}
 	runCrashable(t, bug)
 }
 
 // TestLedgerFaultsCatchesBrokenLedgers: RunLedgerFaults fails a ledger
-// that breaks its promise under the fault, and says how.
+// that breaks its promise under the fault, and says how; with holds too.
 func TestLedgerFaultsCatchesBrokenLedgers(t *testing.T) {
 	for bug, says := range map[string]string{
 		"move-without-entry": "a move without its entry",
 		"entry-twice":        "a call recorded twice",
 		"entry-without-move": "replay of",
+		// holds (crashableOrders)
+		"holds/retake-without-give-back": "neither given back nor written off",
+		"holds/released-unbounded":       "holds found dropped",
 	} {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel()

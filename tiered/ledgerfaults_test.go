@@ -2,7 +2,6 @@ package tiered
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,38 +13,7 @@ import (
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
-	"github.com/stockkit/inventory/ledger"
 )
-
-// stockCalls is a Manager's stock calls and ledger alone (not an
-// OrderManager: the suite then makes no holds), remembering the SKUs it
-// was asked to Init (the suite's, named by it).
-type stockCalls struct {
-	m    *Manager
-	mu   sync.Mutex
-	skus []string
-}
-
-func (s *stockCalls) Init(ctx context.Context, sku string, qty int64) error {
-	s.mu.Lock()
-	s.skus = append(s.skus, sku)
-	s.mu.Unlock()
-	return s.m.Init(ctx, sku, qty)
-}
-
-func (s *stockCalls) Reduce(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return s.m.Reduce(ctx, sku, qty, opts...)
-}
-
-func (s *stockCalls) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
-	return s.m.Return(ctx, sku, qty, opts...)
-}
-
-func (s *stockCalls) Get(ctx context.Context, sku string) (int64, error) { return s.m.Get(ctx, sku) }
-
-func (s *stockCalls) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
-	return s.m.Entries(ctx, sku, after, limit)
-}
 
 // faultManager returns a ledger-keeping Manager over rdb and db, its
 // tables created and its syncer running until t ends.
@@ -62,36 +30,34 @@ func faultManager(t *testing.T, e *env, opts ...Option) *Manager {
 // (inventorytest.RunLedgerFaults) on tiered over a private redis-server
 // (appendonly yes, appendfsync always) SIGKILLed mid-sale and restarted on
 // its data, with MariaDB behind it and a syncer running, with the stock
-// calls (Reduce and Return, keyed and not).
+// calls (Reduce and Return, keyed and not) and the holds.
 //
 // Not Lossy: this Redis forgets no move it acknowledged (its journal and
 // its keys come back), and the restart fence, which drops Redis's state of
 // every SKU and re-warms it from SQL, syncs each SKU's journal first. The
-// allotment it drops is written off (ledger.Lost), which the suite counts
-// in the replay and matches with no call.
-//
-// Without the order calls: a Reserve cut by the kill after it made its
-// record, whose part the fence then drops, is finished by no retry (the
-// retry says ErrDuplicate, the record stays "reserving", and Confirm says
-// ErrContention until the hold's TTL), and one whose part had been held
-// leaves a reserve entry (written off) for a call that ends refused; see
-// the report of issue 32. TestLedgerFaultsMariaDBKilled runs them.
+// allotment and the holds it drops are written off (ledger.Lost and
+// ledger.LostHeld), which the suite counts in the replay and matches with
+// no call (DropsHolds: a Confirm of a hold dropped says ErrHoldReleased,
+// a Cancel of it finds nothing to give back). A Reserve cut by the kill after it made its record is taken
+// over by its retry (a new incarnation of the record, the cut attempt's
+// parts given back), so every hold ends known.
 func TestLedgerFaultsRedisKilled(t *testing.T) {
 	srv := faulttest.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	e := newEnv(t, rdb, testenv.MySQL(t))
-	var s *stockCalls
+	var m *Manager
 	res := inventorytest.RunLedgerFaults(t, inventorytest.LedgerFaults{
 		NewManager: func(t *testing.T) inventory.StockManager {
-			s = &stockCalls{m: faultManager(t, e)}
-			return s
+			m = faultManager(t, e)
+			return m
 		},
-		Kill:    srv.Kill,
-		Restart: srv.Start,
+		Kill:       srv.Kill,
+		Restart:    srv.Start,
+		DropsHolds: true,
 	})
-	recs, failed, _ := s.m.Recoveries()
+	recs, failed, _ := m.Recoveries()
 	restarted := false
 	for _, r := range recs {
 		restarted = restarted || r.Restarted
@@ -107,7 +73,7 @@ func TestLedgerFaultsRedisKilled(t *testing.T) {
 		assert.Equal(t, lost, res.WrittenOff, "the write-offs are the units the recoveries recorded lost")
 	}
 	t.Logf("%d recoveries (%d failed), %d units recorded lost; %d units written off; %d fallback calls",
-		len(recs), failed, lost, res.WrittenOff, s.m.Fallbacks())
+		len(recs), failed, lost, res.WrittenOff, m.Fallbacks())
 }
 
 // TestLedgerFaultsMariaDBKilled runs the suite's ledger fault part on

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -309,19 +310,59 @@ func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, 
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: hold %q exists (%s)", inventory.ErrDuplicate, id, r.st)
+		if r.st != stReserving || !slices.Equal(r.lines, lines) {
+			return fmt.Errorf("%w: hold %q exists (%s)", inventory.ErrDuplicate, id, r.st)
+		}
+		// An earlier Reserve of id, cut by a fault or still running,
+		// left its record unfinished: this call takes it over.
+		if err := m.retake(ctx, r, ttl); err != nil {
+			return err
+		}
 	}
 	if err := m.holdAll(ctx, r); err != nil {
 		return err
 	}
 	st, moved, err := m.to(ctx, r, []string{stReserving}, stHeld, 0)
 	if err != nil {
-		return err // the parts expire, and a retry finds the id used
+		return err // a retry takes the record over, or finds it held
 	}
-	if !moved {
+	if !moved { // taken over by a retry, or cancelled: give back what this call held
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.refillTO)
+		defer cancel()
+		_ = m.settle(ctx, r, "release", ledger.Expire)
 		return fmt.Errorf("%w: hold %q was %s while it was being made", inventory.ErrContention, id, orGone(st))
 	}
 	return nil
+}
+
+// retake takes over r, a record that an earlier Reserve of the same hold
+// left reserving (that call was cut by a fault, or still runs). The
+// record becomes a new incarnation of r, with a new nonce and a deadline
+// ttl from now, so that the earlier call's steps, which name the old
+// nonce, fail (and it gives back what it held); then retake gives back
+// the old incarnation's parts, recorded as expired. A part it cannot give
+// back is released at its deadline, as every part is, and a part the
+// earlier call holds after this is its own to give back, or released so.
+func (m *Manager) retake(ctx context.Context, r *record, ttl time.Duration) error {
+	old := *r
+	r.nonce = rediskeys.NewNonce()
+	life := ttl + PinGrace + m.cfg.keyTTL
+	res, err := m.recordOp(ctx, r, "retake", old.nonce, r.nonce, ttl.Milliseconds(), life.Milliseconds())
+	switch {
+	case err != nil:
+		return err
+	case res[0] == "none":
+		return fmt.Errorf("%w: an earlier Reserve of hold %q gave it up meanwhile", inventory.ErrContention, r.id)
+	case len(res) != 2:
+		return fmt.Errorf("unexpected record reply %q", res)
+	case res[0] == "no":
+		return fmt.Errorf("%w: hold %q exists (%s)", inventory.ErrDuplicate, r.id, res[1])
+	}
+	r.st = stReserving
+	if r.deadline, err = strconv.ParseInt(res[1], 10, 64); err != nil {
+		return err
+	}
+	return m.settle(ctx, &old, "release", ledger.Expire)
 }
 
 func orGone(st string) string {
@@ -361,9 +402,27 @@ func (o orders) Confirm(ctx context.Context, id string) error {
 	case stReleased:
 		return inventory.ErrHoldReleased
 	case stReserving:
-		return fmt.Errorf("%w: hold %q is still being made", inventory.ErrContention, id)
+		return m.lapse(ctx, r)
 	}
 	return m.commit(ctx, r, []string{stHeld})
+}
+
+// lapse answers a Confirm of r, a record a Reserve has not finished: once
+// its deadline has passed, the hold ran out before it was made (the
+// Reserve was cut by a fault and not retried), and the record is moved to
+// released and its parts given back; before, the Reserve may still run.
+func (m *Manager) lapse(ctx context.Context, r *record) error {
+	res, err := m.recordOp(ctx, r, "to", r.nonce, stReserving, stReleased, m.cfg.keyTTL.Milliseconds(), "1")
+	if err != nil {
+		return err
+	}
+	if res[0] != "ok" {
+		return fmt.Errorf("%w: hold %q is still being made", inventory.ErrContention, r.id)
+	}
+	if err := m.settle(ctx, r, "release", ledger.Expire); err != nil {
+		return err
+	}
+	return inventory.ErrHoldReleased
 }
 
 // commit confirms r, from one of the states from: it pins every part, then

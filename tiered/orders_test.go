@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/ledger"
 )
 
 // TestHoldsReachSQL checks that every hold move is journaled and synced:
@@ -87,4 +88,83 @@ func TestGrantAfterStaleID(t *testing.T) {
 	n, err := m.Get(ctx, sku)
 	require.NoError(t, err)
 	assert.EqualValues(t, 100, n)
+}
+
+// TestReserveTakesOverCutReserve cuts a Reserve after it made its record
+// and held its first line (as a fault would), then retries it: the retry
+// takes the record over (a new incarnation), gives back what the cut
+// attempt held and holds the lines once, and the cut attempt's late steps
+// on its record fail. The ledger shows the cut attempt's hold, its give
+// back, and the retry's hold. A retry with other lines says ErrDuplicate.
+func TestReserveTakesOverCutReserve(t *testing.T) {
+	e := newEnv(t, testenv.Redis(t), testenv.SQLite(t))
+	m := e.manager(t, WithLedger())
+	ctx := ctxT(t, time.Minute)
+	require.NoError(t, m.CreateTables(ctx))
+	a, b := "a", "b {x}"
+	for _, sku := range []string{a, b} {
+		require.NoError(t, m.Init(ctx, sku, 10))
+	}
+	lines := []inventory.Line{{SKU: a, Qty: 2}, {SKU: b, Qty: 3}}
+
+	cut := m.newRecord(kindHold, "o1")
+	ok, err := m.begin(ctx, cut, lines, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, m.holdLine(ctx, lines[0], cut)) // then the fault struck
+
+	err = m.Reserve(ctx, "o1", []inventory.Line{{SKU: a, Qty: 1}}, time.Minute)
+	require.ErrorIs(t, err, inventory.ErrDuplicate, "a retry with other lines")
+	require.NoError(t, m.Reserve(ctx, "o1", lines, time.Minute), "the retry takes the cut Reserve over")
+	for _, l := range lines {
+		held, err := m.Held(ctx, l.SKU)
+		require.NoError(t, err)
+		assert.Equal(t, l.Qty, held, "%s: held once", l.SKU)
+		n, err := m.Get(ctx, l.SKU)
+		require.NoError(t, err)
+		assert.Equal(t, 10-l.Qty, n, "%s: available", l.SKU)
+	}
+	_, moved, err := m.to(ctx, cut, []string{stReserving}, stHeld, 0)
+	require.NoError(t, err)
+	assert.False(t, moved, "the cut attempt's step on the record it no longer owns")
+	require.NoError(t, m.holdLine(ctx, lines[1], cut)) // a late hold of the cut attempt...
+	held, err := m.Held(ctx, b)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3+3), held, "...holds under the old incarnation, which the retry does not own")
+
+	require.NoError(t, m.Confirm(ctx, "o1"))
+	var kinds []ledger.Kind
+	for e, err := range ledger.History(ctx, m, a, 0) {
+		require.NoError(t, err)
+		kinds = append(kinds, e.Kind)
+	}
+	assert.Equal(t, []ledger.Kind{ledger.Init, ledger.Reserve, ledger.Expire, ledger.Reserve, ledger.Confirm}, kinds, "%s's history", a)
+}
+
+// TestConfirmOfUnfinishedReserve confirms a hold whose Reserve made its
+// record and was cut before it finished (and was not retried): before the
+// hold's deadline the Reserve may still run (ErrContention); after it, the
+// hold ran out (ErrHoldReleased), and what the cut attempt held is back.
+func TestConfirmOfUnfinishedReserve(t *testing.T) {
+	e := newEnv(t, testenv.Redis(t), testenv.SQLite(t))
+	m := e.manager(t)
+	ctx := ctxT(t, time.Minute)
+	require.NoError(t, m.Init(ctx, "a", 10))
+	line := inventory.Line{SKU: "a", Qty: 4}
+	cut := m.newRecord(kindHold, "o1")
+	ok, err := m.begin(ctx, cut, []inventory.Line{line}, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, m.holdLine(ctx, line, cut))
+
+	require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrContention, "before the deadline")
+	time.Sleep(400 * time.Millisecond)
+	require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased, "after the deadline")
+	require.ErrorIs(t, m.Confirm(ctx, "o1"), inventory.ErrHoldReleased, "again")
+	n, err := m.Get(ctx, "a")
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, n)
+	held, err := m.Held(ctx, "a")
+	require.NoError(t, err)
+	assert.Zero(t, held)
 }

@@ -14,16 +14,25 @@
 --          (ms; 0 leaves its expiry). Returns {'ok', st} when it moved from
 --          st, {'no', st} when the record is in another state, {'none'} when
 --          there is no record of that nonce.
+--          With ARGV[6] '1', it moves only once the deadline has passed
+--          (else {'no', st}).
+-- retake   ARGV[2] nonce, ARGV[3] a new nonce, ARGV[4] TTL (ms), ARGV[5]
+--          how long to keep the record (ms): a record of that nonce still
+--          reserving becomes the new nonce's, with the deadline TTL from
+--          now. Returns {'ok', deadline}, {'no', st} when it is in another
+--          state, {'none'} when there is no record of that nonce.
 -- drop     ARGV[2] nonce: deletes the record of that nonce. Returns {'ok'}.
 local rec, op = KEYS[1], ARGV[1]
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 if op == 'begin' then
   local r = redis.call('HMGET', rec, 'st', 'o', 'dl', 'l')
   if r[1] then
     return {'dup', r[1], r[2], r[3], r[4]}
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dl = string.format('%.0f', now + tonumber(ARGV[3]))
+  local dl = string.format('%.0f', now() + tonumber(ARGV[3]))
   redis.call('HSET', rec, 'st', 'reserving', 'o', ARGV[2], 'dl', dl, 'l', ARGV[5])
   redis.call('PEXPIRE', rec, ARGV[4])
   return {'ok', dl}
@@ -41,7 +50,18 @@ end
 if op == 'drop' then
   redis.call('DEL', rec)
   return {'ok'}
+elseif op == 'retake' then
+  if r[1] ~= 'reserving' then
+    return {'no', r[1]}
+  end
+  local dl = string.format('%.0f', now() + tonumber(ARGV[4]))
+  redis.call('HSET', rec, 'o', ARGV[3], 'dl', dl)
+  redis.call('PEXPIRE', rec, ARGV[5])
+  return {'ok', dl}
 elseif op == 'to' then
+  if ARGV[6] == '1' and now() < tonumber(r[3]) then
+    return {'no', r[1]}
+  end
   for from in string.gmatch(ARGV[3], '[^,]+') do
     if from == r[1] then
       redis.call('HSET', rec, 'st', ARGV[4])

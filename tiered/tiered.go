@@ -200,7 +200,13 @@
 // Reserve creates the record with its deadline (Redis TIME + ttl), then
 // holds each line in its SKU's slot (granting from SQL as a Reduce does);
 // a refused line gives back the lines held before it and deletes the
-// record, so a refused Reserve uses up nothing. Confirm pins every part (a
+// record, so a refused Reserve uses up nothing. A retry of a Reserve that
+// finds the record still reserving (the first attempt was cut by a fault,
+// or still runs) takes it over: the record gets a new nonce, which names
+// its parts, and deadline, so the earlier attempt's steps fail, and the
+// earlier attempt's parts are given back before the retry holds the lines;
+// a Confirm of a record left reserving past its deadline finds the hold
+// run out (ErrHoldReleased) and gives back what it held. Confirm pins every part (a
 // pinned part no longer expires; an expired part cannot be pinned, so of
 // a Confirm and the expiry exactly one wins), moves the record to
 // confirmed, then sells the parts. Cancel moves the record to released
