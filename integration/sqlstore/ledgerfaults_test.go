@@ -11,29 +11,20 @@ import (
 	"github.com/stockkit/inventory/integration/internal/itest"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/inventorytest"
-	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/lockmgr"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/sqllock"
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// withoutOrders is a lock strategy's Manager without its order methods, so
-// that RunLedgerFaults sells with Reduce and Return only. With holds, a
-// run fails now and then (on 2026-12-06, with a 3s abandon grace:
-// redislock over redisstore 2 runs of 17, the SQL engine subtests 6 of
-// 14): a Reserve that the crash cut after it held its line leaves its
-// order incomplete, and its retry, once the order is abandoned
-// (lockmgr.WithAbandonGrace after it was recorded), gives the line back,
-// recorded as Sweep records it (an expire entry of the hold), then
-// reserves it again. The ledger adds up (the replay equals the stock), but
-// RunLedgerFaults matches one entry per call and kind: it reports the
-// expire entry as an entry without its move and the second reserve as a
-// call recorded twice.
-type withoutOrders struct {
-	inventory.StockManager
-	ledger.Reader
-}
+// abandonGrace is the abandon grace of the ledger fault tests' Managers
+// (lockmgr.WithAbandonGrace): a Reserve that the crash cut between
+// recording its order and holding its lines (or giving them back) leaves
+// the order incomplete, and its retries with the same hold id say
+// ErrContention until the order is abandoned, the grace after it was
+// recorded; the retry then gives it up (its lines back) and takes effect.
+// The default grace, a minute, would keep the buyer waiting that long.
+const abandonGrace = 3 * time.Second
 
 // ledgerKilled runs inventorytest.RunLedgerFaults on a private MariaDB
 // and a private PostgreSQL (subtests named after the engines, in
@@ -42,7 +33,8 @@ type withoutOrders struct {
 // over s, a sqlstore.WithLedger Store on srv, its tables created: every
 // move a call was told of has its entry, no entry lacks its move, keyed
 // retries are recorded once, and each SKU replays to its stock. Holds are
-// left out (see withoutOrders).
+// in: a Reserve the crash cut is taken over by its retry once abandoned
+// (see abandonGrace).
 func ledgerKilled(t *testing.T, newManager func(t *testing.T, srv *faulttest.SQLServer, s *sqlstore.Store) (*lockmgr.Manager, error)) {
 	for _, eng := range faulttest.SQLEngines {
 		t.Run(eng.Name, func(t *testing.T) {
@@ -55,7 +47,7 @@ func ledgerKilled(t *testing.T, newManager func(t *testing.T, srv *faulttest.SQL
 				NewManager: func(t *testing.T) inventory.StockManager {
 					m, err := newManager(t, srv, s)
 					require.NoError(t, err)
-					return withoutOrders{m, m}
+					return m
 				},
 				Kill:    srv.Kill,
 				Restart: srv.Start,
@@ -69,7 +61,11 @@ func ledgerKilled(t *testing.T, newManager func(t *testing.T, srv *faulttest.SQL
 // locks in a private Redis that stays up (see ledgerKilled).
 func TestLedgerRedisLockKilled(t *testing.T) {
 	ledgerKilled(t, func(t *testing.T, _ *faulttest.SQLServer, s *sqlstore.Store) (*lockmgr.Manager, error) {
-		return redislock.New(itest.FaultClient(t, faulttest.StartRedis(t).Addr(), time.Second), s)
+		l, err := redislock.NewLocker(itest.FaultClient(t, faulttest.StartRedis(t).Addr(), time.Second))
+		if err != nil {
+			return nil, err
+		}
+		return lockmgr.NewManager(l, s, lockmgr.WithName("redislock"), lockmgr.WithAbandonGrace(abandonGrace))
 	})
 }
 
@@ -79,6 +75,10 @@ func TestLedgerRedisLockKilled(t *testing.T) {
 // of their own, as sqllock advises (see ledgerKilled).
 func TestLedgerSQLLockKilled(t *testing.T) {
 	ledgerKilled(t, func(t *testing.T, srv *faulttest.SQLServer, s *sqlstore.Store) (*lockmgr.Manager, error) {
-		return sqllock.New(srv.Open(t, 16), s)
+		l, err := sqllock.NewLocker(srv.Open(t, 16))
+		if err != nil {
+			return nil, err
+		}
+		return lockmgr.NewManager(l, s, lockmgr.WithName("sqllock"), lockmgr.WithAbandonGrace(abandonGrace))
 	})
 }
