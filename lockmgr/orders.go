@@ -695,9 +695,9 @@ func (m *Manager) expireLine(ctx context.Context, hs HoldStore, sku, id string) 
 	case o.State == OrderHeld:
 		// Not expired on the order's clock, or not yet abandoned: its
 		// Reserve is still holding lines. Ask again only once it may be:
-		// it is abandoned the grace after it was recorded, before its
-		// expiry (which has passed, as its line's has), or, on a store
-		// of the rule before, the grace after its expiry.
+		// it is abandoned the grace after it was recorded, so at the
+		// latest the grace after its expiry (which has passed, as its
+		// line's has), when a store of the rule before abandons it.
 		again := 10 * time.Millisecond
 		if !o.Complete {
 			again = max(time.Until(o.Expires.Add(m.abandon)), again)
