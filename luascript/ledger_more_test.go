@@ -2,16 +2,13 @@ package luascript_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/ledger"
@@ -75,42 +72,7 @@ func TestLedgerRuns(t *testing.T) {
 	m, err := luascript.New(c, luascript.WithPrefix(prefix), luascript.WithLedger(0))
 	require.NoError(t, err)
 	require.NoError(t, m.Init(ctx, "shoe", 600))
-	var took atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 32 {
-		wg.Go(func() {
-			for i := range 40 {
-				var opts []inventory.Option
-				switch (g + i) % 17 {
-				case 3:
-					opts = append(opts, inventory.WithRef(fmt.Sprint("ref ", g, i)))
-				case 5:
-					opts = append(opts, inventory.WithKey(fmt.Sprint("key ", g, i)))
-				}
-				var err error
-				switch {
-				case i%7 == 6:
-					_, err = m.Return(ctx, "shoe", int64(1+g%2), opts...)
-				default:
-					_, err = m.Reduce(ctx, "shoe", int64(1+i/30), opts...) // mostly 1
-				}
-				if err == nil {
-					took.Add(1)
-				} else if !errors.Is(err, inventory.ErrInsufficientStock) {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	_, err = ledger.Check(ctx, m, m, "shoe")
-	require.NoError(t, err)
-	n := 0
-	for _, err := range ledger.History(ctx, m, "shoe", 0) {
-		require.NoError(t, err)
-		n++
-	}
-	require.EqualValues(t, took.Load()+1, n, "an entry per call that took effect, and the Init")
+	faulttest.LedgerRuns(t, m, "shoe", 40, 30)
 	msgs, err := c.XRange(ctx, strings.Replace(rediskeys.Stock(prefix, "shoe"), "}:s:", "}:l:", 1), "-", "+").Result()
 	require.NoError(t, err)
 	runs := 0

@@ -2,10 +2,7 @@ package optimistic_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/inventorytest"
-	"github.com/stockkit/inventory/ledger"
 	"github.com/stockkit/inventory/optimistic"
 )
 
@@ -117,41 +114,7 @@ func TestLedgerRuns(t *testing.T) {
 		require.NoError(t, m.CreateTables(ctx))
 		sku := testenv.Prefix()
 		require.NoError(t, m.Init(ctx, sku, 500))
-		var took atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 32 {
-			wg.Go(func() {
-				for i := range 30 {
-					var opts []inventory.Option
-					switch (g + i) % 17 {
-					case 3:
-						opts = append(opts, inventory.WithRef(fmt.Sprint("ref ", g, i)))
-					case 5:
-						opts = append(opts, inventory.WithKey(fmt.Sprint("key ", g, i)))
-					}
-					var err error
-					if i%7 == 6 {
-						_, err = m.Return(ctx, sku, int64(1+g%2), opts...)
-					} else {
-						_, err = m.Reduce(ctx, sku, int64(1+i/25), opts...) // mostly 1
-					}
-					if err == nil {
-						took.Add(1)
-					} else if !errors.Is(err, inventory.ErrInsufficientStock) {
-						t.Error(err)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		_, err := ledger.Check(ctx, m, m, sku)
-		require.NoError(t, err)
-		n := 0
-		for _, err := range ledger.History(ctx, m, sku, 0) {
-			require.NoError(t, err)
-			n++
-		}
-		require.EqualValues(t, took.Load()+1, n, "an entry per call that took effect, and the Init")
+		faulttest.LedgerRuns(t, m, sku, 30, 25)
 		q := `"`
 		if db.DriverName() == "mysql" {
 			q = "`"

@@ -350,48 +350,60 @@ func BenchmarkSegmentsLastPercent(b *testing.B) {
 			if err := ms[0].Init(ctx, sku, units); err != nil {
 				b.Fatal(err)
 			}
-			var sold atomic.Int64
-			var cut atomic.Int64 // when the 99th percent sold, Unix ns
-			start := time.Now()
-			var wg sync.WaitGroup
-			var failed atomic.Pointer[error]
-			for w := range managers * g {
-				wg.Go(func() {
-					for {
-						_, err := ms[w%managers].Reduce(ctx, sku, 1)
-						switch {
-						case err == nil:
-							if sold.Add(1) == units*99/100 {
-								cut.Store(time.Now().UnixNano())
-							}
-						case errors.Is(err, inventory.ErrInsufficientStock):
-							return
-						case errors.Is(err, inventory.ErrContention):
-						default:
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			end := time.Now()
-			if p := failed.Load(); p != nil {
-				b.Fatal(*p)
-			}
-			if sold.Load() != units {
-				b.Fatalf("sold %d of %d", sold.Load(), units)
-			}
-			mid := time.Unix(0, cut.Load())
-			first := float64(units*99/100) / mid.Sub(start).Seconds()
-			last := float64(units/100) / end.Sub(mid).Seconds()
-			b.ReportMetric(first, "first99-ops/s")
-			b.ReportMetric(last, "last1-ops/s")
-			b.ReportMetric(last/first, "last1/first99")
-			b.Logf("%s: first 99%% at %.0f calls/s, last 1%% (%d units) at %.0f calls/s (%v), load %s",
-				e.Name, first, units/100, last, end.Sub(mid).Round(time.Millisecond), loadavg())
+			lastPercent(b, e.Name, units, managers*g, func(w int) error {
+				_, err := ms[w%managers].Reduce(ctx, sku, 1)
+				return err
+			})
 		})
 	}
+}
+
+// lastPercent sells out a SKU of units, Init'ed already, with workers
+// goroutines calling reduce (a Reduce of one unit, by worker w) until it
+// says ErrInsufficientStock (again after ErrContention), and reports the
+// calls per second over the first 99% of the units and over the last 1%,
+// and their ratio.
+func lastPercent(b *testing.B, name string, units int64, workers int, reduce func(w int) error) {
+	var sold atomic.Int64
+	var cut atomic.Int64 // when the 99th percent sold, Unix ns
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				err := reduce(w)
+				switch {
+				case err == nil:
+					if sold.Add(1) == units*99/100 {
+						cut.Store(time.Now().UnixNano())
+					}
+				case errors.Is(err, inventory.ErrInsufficientStock):
+					return
+				case errors.Is(err, inventory.ErrContention):
+				default:
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	if p := failed.Load(); p != nil {
+		b.Fatal(*p)
+	}
+	if sold.Load() != units {
+		b.Fatalf("sold %d of %d", sold.Load(), units)
+	}
+	mid := time.Unix(0, cut.Load())
+	first := float64(units*99/100) / mid.Sub(start).Seconds()
+	last := float64(units/100) / end.Sub(mid).Seconds()
+	b.ReportMetric(first, "first99-ops/s")
+	b.ReportMetric(last, "last1-ops/s")
+	b.ReportMetric(last/first, "last1/first99")
+	b.Logf("%s: first 99%% at %.0f calls/s, last 1%% (%d units) at %.0f calls/s (%v), load %s",
+		name, first, units/100, last, end.Sub(mid).Round(time.Millisecond), loadavg())
 }
 
 // loadavg is the 1-, 5- and 15-minute load average, for the log.

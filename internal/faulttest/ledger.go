@@ -2,6 +2,9 @@ package faulttest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,4 +108,60 @@ func (a *alternate) Sweep(ctx context.Context) (int, error) { return a.next().Sw
 
 func (a *alternate) Entries(ctx context.Context, sku string, after int64, limit int) ([]ledger.Entry, error) {
 	return a.next().Entries(ctx, sku, after, limit)
+}
+
+// LedgerRuns runs 32 goroutines of calls on sku, which Init set to stock,
+// through m: mostly unkeyed Reduces of one unit with no reference, which
+// a strategy that merges calls writes as runs, among them Returns, calls
+// of another size (the last calls of each goroutine, from bigFrom on),
+// calls refused for want of stock, and calls with a reference or a key,
+// all of which break the runs. It then checks sku's ledger
+// (ledger.Check: it replays to the stock) and that it holds one entry per
+// call that took effect, and Init's.
+func LedgerRuns(t *testing.T, m interface {
+	inventory.StockManager
+	ledger.Reader
+}, sku string, calls, bigFrom int) {
+	t.Helper()
+	ctx := context.Background()
+	var took atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range calls {
+				var opts []inventory.Option
+				switch (g + i) % 17 {
+				case 3:
+					opts = append(opts, inventory.WithRef(fmt.Sprint("ref ", g, i)))
+				case 5:
+					opts = append(opts, inventory.WithKey(fmt.Sprint("key ", g, i)))
+				}
+				var err error
+				if i%7 == 6 {
+					_, err = m.Return(ctx, sku, int64(1+g%2), opts...)
+				} else {
+					_, err = m.Reduce(ctx, sku, int64(1+i/bigFrom), opts...) // mostly 1
+				}
+				if err == nil {
+					took.Add(1)
+				} else if !errors.Is(err, inventory.ErrInsufficientStock) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := ledger.Check(ctx, m, m, sku); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, err := range ledger.History(ctx, m, sku, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if want := took.Load() + 1; int64(n) != want {
+		t.Errorf("%d entries of %s, want %d: one per call that took effect, and the Init", n, sku, want)
+	}
 }
