@@ -200,3 +200,57 @@ func TestRetryOldRuleStore(t *testing.T) {
 		return true
 	})
 }
+
+// stalledUnholdStore is a HoldStore whose Unhold, once stall is set,
+// hangs until its ctx ends, as on a server that stopped answering.
+type stalledUnholdStore struct {
+	lockmgr.HoldStore
+	stall *atomic.Bool
+}
+
+func (s stalledUnholdStore) Unhold(ctx context.Context, sku, id string, sold bool) (int64, error) {
+	if s.stall.Load() {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return s.HoldStore.Unhold(ctx, sku, id, sold)
+}
+
+// TestGiveBackEndsBeforeAbandon: a Reserve refused on its second line
+// gives the first back; when that give-back hangs (the store stopped
+// answering), it ends three quarters of the abandon grace after the call
+// began, before the order may be abandoned and its id taken over by a
+// retry, whose lines a late give-back would otherwise give back. The
+// call then says the outcome is unsettled, not that nothing changed, and
+// once the grace has passed a retry takes the order over: the units are
+// held once.
+func TestGiveBackEndsBeforeAbandon(t *testing.T) {
+	ctx := context.Background()
+	testenv.TTLRounds(t, 400*time.Millisecond, 7*time.Second, func(grace time.Duration) bool {
+		stall := new(atomic.Bool)
+		st := stalledUnholdStore{HoldStore: lockmgrtest.NewMemoryStore(0), stall: stall}
+		m := lockmgr.MustNew(newFakeLocker(0), st, lockmgr.WithAbandonGrace(grace))
+		initAll(t, m, 10, "a")
+		initAll(t, m, 1, "b")
+		stall.Store(true)
+		start := time.Now()
+		err := m.Reserve(ctx, "o", lines("a", 2, "b", 3), time.Hour)
+		took := time.Since(start)
+		if !testenv.Live(t, start, grace, "the refused Reserve's return") {
+			return false
+		}
+		require.Error(t, err)
+		require.NotErrorIs(t, err, inventory.ErrInsufficientStock, "a refusal would say nothing changed")
+		require.ErrorContains(t, err, "giving back what the call held failed")
+		require.ErrorContains(t, err, "insufficient stock", "why it gave up")
+		require.GreaterOrEqual(t, took, grace*3/4, "the give-back ran until its bound")
+		stall.Store(false)
+		levels(t, m, "a", 8, 2) // held until the order is given up
+
+		time.Sleep(time.Until(start.Add(grace + 50*time.Millisecond)))
+		require.NoError(t, m.Reserve(ctx, "o", lines("a", 2, "b", 1), time.Hour), "a retry takes the abandoned order over")
+		levels(t, m, "a", 8, 2) // held once
+		levels(t, m, "b", 0, 1)
+		return true
+	})
+}

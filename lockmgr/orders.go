@@ -26,7 +26,9 @@ import (
 // call with the same hold id or key, then gives its held lines back and
 // frees the id, which the retry then uses. A Reserve (or ReduceLines)
 // that takes longer than half of it to hold its lines gives up with
-// inventory.ErrContention.
+// inventory.ErrContention, and its completion, or its give-back of what it
+// held, ends within three quarters of it (what a give-back leaves, the
+// abandonment gives back), so that none of its writes meets a retry's.
 const AbandonGrace = time.Minute
 
 // WithAbandonGrace sets how long after it was recorded an incomplete
@@ -504,13 +506,19 @@ func (m *Manager) giveUp(ctx context.Context, hs HoldStore, id string) (o Order,
 // (a refusal, ErrContention, ErrNotFound) means that: whatever reserve
 // held it gave back first.
 func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, ttl time.Duration) error {
+	// Every write of this call ends well before its order may be
+	// abandoned, the grace after it was recorded (after start), when a
+	// retry may take the id over (see used): the lines are held within
+	// half the grace, the order completed or given back within three
+	// quarters. What the give-back leaves, the abandonment gives back.
+	start := time.Now()
 	o, err := m.createOrder(ctx, hs, id, lines, ttl)
 	if err != nil {
 		return err
 	}
-	// The lines must be held well before the order is abandoned.
-	hctx, cancel := context.WithTimeout(ctx, m.abandon/2)
+	hctx, cancel := context.WithDeadline(ctx, start.Add(m.abandon/2))
 	defer cancel()
+	until := start.Add(m.abandon * 3 / 4)
 	for i, l := range lines {
 		err := m.holdLine(hctx, hs, l, id, o.Expires)
 		if err == nil {
@@ -524,15 +532,17 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 		if !errors.As(err, &short) && !errors.Is(err, inventory.ErrNotFound) {
 			taken = lines[:i+1] // the failed Hold's outcome may be unknown
 		}
-		return m.undo(ctx, hs, id, taken, err)
+		return m.undo(ctx, hs, id, taken, err, until)
 	}
-	_, changed, err := m.step(ctx, hs, id, StepComplete, m.maxAttempts)
+	cctx, ccancel := context.WithDeadline(ctx, until)
+	defer ccancel()
+	_, changed, err := m.step(cctx, hs, id, StepComplete, m.maxAttempts)
 	switch {
 	case errors.Is(err, inventory.ErrNotFound) || err == nil && !changed:
 		// Given up as abandoned while the lines were being held.
-		return m.undo(ctx, hs, id, lines, fmt.Errorf("%w: the order was given up before its lines were all held", inventory.ErrContention))
+		return m.undo(ctx, hs, id, lines, fmt.Errorf("%w: the order was given up before its lines were all held", inventory.ErrContention), until)
 	case errors.Is(err, inventory.ErrContention):
-		return m.undo(ctx, hs, id, lines, err) // the store wrote nothing
+		return m.undo(ctx, hs, id, lines, err, until) // the store wrote nothing
 	case err != nil:
 		return err // unknown: complete, or abandoned later
 	}
@@ -540,13 +550,16 @@ func (m *Manager) reserve(ctx context.Context, hs HoldStore, id string, lines []
 }
 
 // undo gives back the lines of order id that reserve took and deletes the
-// order, and returns cause, why reserve gave up. When it cannot, the lines
-// stay held until the order is abandoned (the abandon grace after it was
-// recorded: Sweep, or a retry of the call, then gives them back), and the
-// error says so without claiming that nothing changed.
-func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, cause error) error {
+// order, by until at the latest, and returns cause, why reserve gave up.
+// When it cannot, the lines stay held until the order is abandoned (the
+// abandon grace after it was recorded: Sweep, or a retry of the call,
+// then gives them back), and the error says so without claiming that
+// nothing changed.
+func (m *Manager) undo(ctx context.Context, hs HoldStore, id string, lines []inventory.Line, cause error, until time.Time) error {
 	ref := driver.Ref(ctx) // the call giving back is the one that took
 	err := m.giveBack(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithDeadline(ctx, until)
+		defer cancel()
 		ctx = m.note(ctx, unholdNote(id, OrderHeld, false, ref))
 		for _, l := range lines {
 			if _, err := m.unhold(ctx, hs, l.SKU, id, false); err != nil {
