@@ -77,8 +77,9 @@ func skusOnMasters(t *testing.T, c *redis.ClusterClient, prefix string) []string
 // the three masters of the Cluster, and "crashes" the process after the
 // first line is held: it can hold no more and give nothing back. Only a
 // hold is left: its unit is out of the available stock (never sold twice),
-// no one can confirm it, and Sweep gives it back once the TTL and the
-// abandon grace have passed; the Reserve's final effect is none.
+// no one can confirm it, and Sweep gives it back once the abandon grace
+// has passed since the order was recorded (and the TTL, after which Sweep
+// looks at it); the Reserve's final effect is none.
 func TestReserveAcrossShardsCrash(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.RedisCluster(t)

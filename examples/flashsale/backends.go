@@ -62,7 +62,8 @@ type target struct {
 	// its buyers call without a key, and a repeat click buys again.
 	keyless bool
 	// grace is how long after its TTL a hold may stay when its Reserve
-	// failed midway: lockmgr.AbandonGrace for the lock strategies.
+	// failed midway: at most lockmgr.AbandonGrace for the lock strategies
+	// (an incomplete order is given up the grace after it was recorded).
 	grace time.Duration
 }
 

@@ -34,8 +34,9 @@ const (
 	saleCap = 40 * time.Second
 	// verdictCap is how long a buyer retries one call before it counts
 	// as never settled: longer than lockmgr's bound for a lines call cut
-	// midway (its hold's minute, then lockmgr.AbandonGrace), after which
-	// it is given up and its key free again.
+	// midway (lockmgr.AbandonGrace after its record was made, which its
+	// retry then takes over; Sweep looks once its hold's minute is over),
+	// after which its key is free again.
 	verdictCap = 150 * time.Second
 	// holdsCap is how long the settled deployment may keep units held
 	// (a cart cut midway leaves parts that expire: luascript.LinesTTL).
