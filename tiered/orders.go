@@ -467,18 +467,29 @@ func (m *Manager) commit(ctx context.Context, r *record, from []string) error {
 // Cancel implements the backend of [inventory.OrderManager.Cancel].
 func (o orders) Cancel(ctx context.Context, id string) error {
 	m := o.m
-	r, err := m.loadHold(ctx, id)
-	if err != nil {
-		return err
+	for range m.cfg.attempts {
+		r, err := m.loadHold(ctx, id)
+		if err != nil {
+			return err
+		}
+		st, _, err := m.to(ctx, r, []string{stHeld, stReserving}, stReleased, m.cfg.keyTTL)
+		if err != nil {
+			return err
+		}
+		if st == stConfirmed {
+			return inventory.ErrHoldConfirmed
+		}
+		if err := m.settle(ctx, r, "release", ledger.Cancel); err != nil || st != "" {
+			return err
+		}
+		// The incarnation read is gone: deleted (its Reserve failed),
+		// or taken over by a retry of its Reserve, which the next round
+		// cancels.
+		if found, err := m.load(ctx, m.newRecord(kindHold, id)); err != nil || !found {
+			return err
+		}
 	}
-	st, _, err := m.to(ctx, r, []string{stHeld, stReserving}, stReleased, m.cfg.keyTTL)
-	if err != nil {
-		return err
-	}
-	if st == stConfirmed {
-		return inventory.ErrHoldConfirmed
-	}
-	return m.settle(ctx, r, "release", ledger.Cancel)
+	return fmt.Errorf("%w: hold %q was taken over %d times while being cancelled", inventory.ErrContention, id, m.cfg.attempts)
 }
 
 // Held implements the backend of [inventory.OrderManager.Held]: the units

@@ -2,6 +2,9 @@ package tiered
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +170,45 @@ func TestConfirmOfUnfinishedReserve(t *testing.T) {
 	held, err := m.Held(ctx, "a")
 	require.NoError(t, err)
 	assert.Zero(t, held)
+}
+
+// TestCancelRacingTakeOver runs a Cancel beside the retry of a Reserve
+// that was cut after it made its record and held its first line, round
+// after round: whichever wins, a Cancel that says nil leaves nothing
+// held, even when the retry took the record over (a new incarnation)
+// between the Cancel's read of it and its move.
+func TestCancelRacingTakeOver(t *testing.T) {
+	e := newEnv(t, testenv.Redis(t), testenv.SQLite(t))
+	m := e.manager(t)
+	ctx := ctxT(t, time.Minute)
+	lines := []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "b {x}", Qty: 1}}
+	for _, l := range lines {
+		require.NoError(t, m.Init(ctx, l.SKU, 1000))
+	}
+	for i := range 150 {
+		id := fmt.Sprint("o", i)
+		cut := m.newRecord(kindHold, id)
+		ok, err := m.begin(ctx, cut, lines, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, m.holdLine(ctx, lines[0], cut))
+		var reserveErr, cancelErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { reserveErr = m.Reserve(ctx, id, lines, time.Minute) })
+		wg.Go(func() { cancelErr = m.Cancel(ctx, id) })
+		wg.Wait()
+		if cancelErr != nil {
+			require.ErrorIs(t, cancelErr, inventory.ErrContention, "round %d", i)
+			require.NoError(t, m.Cancel(ctx, id), "round %d: the Cancel again", i)
+		}
+		if reserveErr != nil {
+			require.True(t, errors.Is(reserveErr, inventory.ErrContention) || errors.Is(reserveErr, inventory.ErrDuplicate),
+				"round %d: %v", i, reserveErr)
+		}
+		for _, l := range lines {
+			held, err := m.Held(ctx, l.SKU)
+			require.NoError(t, err)
+			require.Zero(t, held, "round %d: %s held after a Cancel that said nil (the Reserve: %v)", i, l.SKU, reserveErr)
+		}
+	}
 }
