@@ -52,9 +52,13 @@ var _ inventory.OrderManager = (*Manager)(nil)
 // parts and confirm their record the same way. Sweep settles a pinned part
 // whose Confirm or call died by its record: sold if the record is
 // confirmed, released otherwise, once the hold's (or call's) time has
-// passed. A Reserve or keyed lines call that died leaves its id busy
-// (ErrContention) until its time passes; then a new call takes the id
-// over. A pending multi-slot return reserves no room below MaxStock: a
+// passed. A keyed lines call that died leaves its key busy
+// (ErrContention) until its time passes; then a new call takes the key
+// over. A Reserve that died (or is still under way) is taken over by a
+// retry with its hold id at once: the retry releases the earlier
+// attempt's record and parts, which that attempt's nonce names, and holds
+// anew; the earlier attempt, if it still runs, finds its record gone at
+// its commit and gives back what it made. A pending multi-slot return reserves no room below MaxStock: a
 // plain Return racing it near MaxStock could push the stock past it.
 //
 // Sweep releases, per index (one per Redis; one per Cluster slot, visited
@@ -412,14 +416,24 @@ func (m *Manager) begin(ctx context.Context, o *order, ttl time.Duration, recKin
 			return nil
 		case st == "dup":
 			return inventory.ErrDuplicate
-		case st == "busy":
+		case st == "busy" && (recKind != "hold" || len(res) != 4 || res[2] != rediskeys.EncodeLines(lines)):
 			return fmt.Errorf("%w: an earlier attempt of this order is under way", inventory.ErrContention)
-		case st == "stale" && len(res) == 4:
+		case (st == "stale" || st == "busy") && len(res) == 4:
+			// An attempt past its time, or, for a Reserve of the same
+			// lines, one under way or cut by a crash, which its retry
+			// takes over at once: its
+			// parts carry its nonce, so its later steps touch nothing of
+			// this attempt's (its commit finds the record gone and it
+			// gives back what it made).
 			old, err := m.orderFromRecord(o.rec, res[1], res[2], res[3])
 			if err != nil {
 				return err
 			}
-			st, err := m.recordOpArgs(ctx, old, "abort", "1", "reserving")
+			onlyStale := "1"
+			if st == "busy" {
+				onlyStale = "0"
+			}
+			st, err := m.recordOpArgs(ctx, old, "abort", onlyStale, "reserving")
 			if err != nil {
 				return err
 			}

@@ -266,15 +266,17 @@ end
 if op == 'begin' then
   -- Starts order record KEYS[1]: ARGV[3] ttl ms, ARGV[4] key TTL ms,
   -- ARGV[5] the SKU lines, ARGV[6] "hold", "keyed" or "unkeyed", ARGV[7]
-  -- KIND:ID. Replies "ok", "dup" (the id is taken), "busy" (another
-  -- attempt is under way) or {"stale", nonce, lines, kind:id} (an attempt
-  -- whose time passed before it finished: the caller ends it first).
+  -- KIND:ID. Replies "ok", "dup" (the id is taken), {"busy", nonce,
+  -- lines, kind:id} (another attempt is under way, or died, within its
+  -- time) or {"stale", nonce, lines, kind:id} (an attempt whose time
+  -- passed before it finished): the caller ends a stale attempt first,
+  -- and a busy one when it takes it over (a Reserve's retry).
   local rec = KEYS[1]
   local p = redis.call('HMGET', rec, 'st', 'n', 'dl', 'sl', 'ki')
   local now = now_ms()
   if p[1] == 'reserving' then
     if now < tonumber(p[3]) then
-      return {'busy'}
+      return {'busy', p[2], p[4], p[5]}
     end
     return {'stale', p[2], p[4], p[5]}
   elseif p[1] == 'released' and ARGV[6] ~= 'hold' then

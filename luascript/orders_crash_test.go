@@ -250,3 +250,29 @@ func (x *crash) recordOrder(id string) *order {
 	require.Len(x.t, o.groups, 2)
 	return o
 }
+
+// TestReserveRetryTakesOver: a retry of a multi-slot Reserve that died
+// after its first part takes the hold over at once, long before the dead
+// attempt's time passes: it releases the dead attempt's part and holds
+// every line once; a late part of the dead attempt is its own (its
+// nonce), and the dead attempt's commit finds its record gone.
+func TestReserveRetryTakesOver(t *testing.T) {
+	x := newCrash(t)
+	o := x.order(kindHold, "o1")
+	require.NoError(t, x.m.begin(x.ctx, o, time.Hour, "hold", x.lines))
+	require.NoError(t, x.m.makePart(x.ctx, o, 0, "hold", time.Hour, driver.DirReduce))
+	// The client dies here: one part made, the record reserving.
+	x.levels(7, 3, 10, 0)
+	require.ErrorIs(t, x.m.Reserve(x.ctx, "o1", x.lines[:1], time.Minute), inventory.ErrContention,
+		"a Reserve of the id with other lines does not take it over")
+	require.NoError(t, x.m.Reserve(x.ctx, "o1", x.lines, time.Minute), "the retry takes the dead attempt over")
+	x.levels(7, 3, 6, 4)
+	require.NoError(t, x.m.makePart(x.ctx, o, 1, "hold", time.Hour, driver.DirReduce), "a late part of the dead attempt")
+	x.levels(7, 3, 2, 8) // its own, under its nonce
+	st, err := x.m.recordOp(x.ctx, o, "commit", "reserving", "held")
+	require.NoError(t, err)
+	require.NotEqual(t, "ok", st, "the dead attempt's commit")
+	require.ErrorIs(t, x.m.Reserve(x.ctx, "o1", x.lines, time.Minute), inventory.ErrDuplicate)
+	require.NoError(t, x.m.Confirm(x.ctx, "o1"))
+	x.levels(7, 0, 2, 4) // the retry's units sold; the late part waits for its time
+}
