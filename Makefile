@@ -43,10 +43,11 @@ services:
 	bash scripts/services.sh
 
 # Tests behind //go:build !race (a data race inside go-zookeeper itself,
-# zk PR #35, on reconnection; a sale of 10,000 goroutines, past the race
+# zk PR #35, on reconnection: zklock's flaky-connection, stall and network
+# fault tests; a sale of 10,000 goroutines, past the race
 # detector's 8,128) run in a second pass without the race detector: NORACE
 # lists module:package:test-regex triples.
-NORACE ?= .:./zklock/:^TestFlakyConnection$$ integration:./zklock/:^TestStall$$ integration:./segment/:^TestSale$$
+NORACE ?= .:./zklock/:^TestFlakyConnection$$ integration:./zklock/:^TestStall$$ integration:./zklock/:^TestNetworkFaults$$ integration:./segment/:^TestSale$$
 
 # overlay writes the overlay file (absolute paths, so it works from every module).
 overlay:
