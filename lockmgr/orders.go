@@ -140,12 +140,9 @@ func (m *Manager) sell(ctx context.Context, hs HoldStore, id string, keyed bool)
 // recorded) and again is not nil, repeat gives it up as Sweep does
 // (giveUp) and runs again, the call once more.
 func (m *Manager) repeat(ctx context.Context, hs HoldStore, id, key string, again func(context.Context) error) error {
-	o, err := hs.Order(ctx, id)
-	if err == nil && !o.Complete && again != nil {
-		var gone bool
-		if o, gone, err = m.giveUp(ctx, hs, id); err == nil && gone {
-			return again(ctx)
-		}
+	o, gone, err := m.orderOrGiveUp(ctx, hs, id, again != nil)
+	if gone {
+		return again(ctx)
 	}
 	switch {
 	case errors.Is(err, inventory.ErrNotFound): // it went in between
@@ -454,12 +451,9 @@ func (m *Manager) reserveHold(ctx context.Context, hs HoldStore, id string, line
 // recorded, and again is not nil, used gives it up as Sweep does (giveUp)
 // and runs again, the Reserve once more; before, it answers ErrContention.
 func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string, again func(context.Context) error) error {
-	o, err := hs.Order(ctx, oid)
-	if err == nil && !o.Complete && again != nil {
-		var gone bool
-		if o, gone, err = m.giveUp(ctx, hs, oid); err == nil && gone {
-			return again(ctx)
-		}
+	o, gone, err := m.orderOrGiveUp(ctx, hs, oid, again != nil)
+	if gone {
+		return again(ctx)
 	}
 	switch {
 	case errors.Is(err, inventory.ErrNotFound):
@@ -471,6 +465,16 @@ func (m *Manager) used(ctx context.Context, hs HoldStore, oid, id string, again 
 			inventory.ErrContention, id, m.abandon)
 	}
 	return fmt.Errorf("%w: hold id %q is held, or was used less than the key TTL ago", inventory.ErrDuplicate, id)
+}
+
+// orderOrGiveUp reads the order id; with takeOver, an incomplete one that
+// is abandoned is given up (giveUp), and gone says so.
+func (m *Manager) orderOrGiveUp(ctx context.Context, hs HoldStore, id string, takeOver bool) (o Order, gone bool, err error) {
+	o, err = hs.Order(ctx, id)
+	if err == nil && !o.Complete && takeOver {
+		return m.giveUp(ctx, hs, id)
+	}
+	return o, false, err
 }
 
 // giveUp expires the incomplete order id if it is abandoned (StepExpire

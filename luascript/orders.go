@@ -419,37 +419,40 @@ func (m *Manager) begin(ctx context.Context, o *order, ttl time.Duration, recKin
 		case st == "busy" && (recKind != "hold" || len(res) != 4 || res[2] != rediskeys.EncodeLines(lines)):
 			return fmt.Errorf("%w: an earlier attempt of this order is under way", inventory.ErrContention)
 		case (st == "stale" || st == "busy") && len(res) == 4:
-			// An attempt past its time, or, for a Reserve of the same
-			// lines, one under way or cut by a crash, which its retry
-			// takes over at once: its
-			// parts carry its nonce, so its later steps touch nothing of
-			// this attempt's (its commit finds the record gone and it
-			// gives back what it made).
-			old, err := m.orderFromRecord(o.rec, res[1], res[2], res[3])
-			if err != nil {
+			if err := m.endEarlier(ctx, o, res, st == "busy"); err != nil {
 				return err
-			}
-			onlyStale := "1"
-			if st == "busy" {
-				onlyStale = "0"
-			}
-			st, err := m.recordOpArgs(ctx, old, "abort", onlyStale, "reserving")
-			if err != nil {
-				return err
-			}
-			if st == "ok" {
-				if err := m.endParts(ctx, old, "release"); err != nil {
-					return err
-				}
-				if _, err := m.recordOp(ctx, old, "finish", "drop"); err != nil {
-					return err
-				}
 			}
 			continue
 		}
 		return fmt.Errorf("unknown orders script status %q", st)
 	}
 	return fmt.Errorf("%w: the order record kept changing", inventory.ErrContention)
+}
+
+// endEarlier ends the earlier attempt of o that begin found, from its
+// reply res: one past its time, or, live (a Reserve of the same lines),
+// one under way or cut by a crash, which its retry takes over at once.
+// Its parts carry its nonce, so its later steps touch nothing of this
+// attempt's (its commit finds the record gone and it gives back what it
+// made).
+func (m *Manager) endEarlier(ctx context.Context, o *order, res []any, live bool) error {
+	old, err := m.orderFromRecord(o.rec, res[1], res[2], res[3])
+	if err != nil {
+		return err
+	}
+	onlyStale := "1"
+	if live {
+		onlyStale = "0"
+	}
+	st, err := m.recordOpArgs(ctx, old, "abort", onlyStale, "reserving")
+	if err != nil || st != "ok" {
+		return err
+	}
+	if err := m.endParts(ctx, old, "release"); err != nil {
+		return err
+	}
+	_, err = m.recordOp(ctx, old, "finish", "drop")
+	return err
 }
 
 // orderFromRecord rebuilds an order from its record's nonce, SKU lines and
