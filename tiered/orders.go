@@ -257,8 +257,17 @@ func (m *Manager) holdAll(ctx context.Context, r *record) error {
 func (m *Manager) abandon(ctx context.Context, r *record) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.refillTO)
 	defer cancel()
-	_ = m.settle(ctx, r, "release", ledger.Expire)
+	m.releaseParts(ctx, r)
 	_ = m.drop(ctx, r)
+}
+
+// releaseParts releases r's parts, recorded as expired, past the caller's
+// ctx (bounded by the refill timeout): what it leaves, the parts'
+// deadline releases.
+func (m *Manager) releaseParts(ctx context.Context, r *record) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.refillTO)
+	defer cancel()
+	_ = m.settle(ctx, r, "release", ledger.Expire)
 }
 
 // settle sells or releases (op) every part of r; a part gone was settled
@@ -327,9 +336,7 @@ func (o orders) Reserve(ctx context.Context, id string, lines []inventory.Line, 
 		return err // a retry takes the record over, or finds it held
 	}
 	if !moved { // taken over by a retry, or cancelled: give back what this call held
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.refillTO)
-		defer cancel()
-		_ = m.settle(ctx, r, "release", ledger.Expire)
+		m.releaseParts(ctx, r)
 		return fmt.Errorf("%w: hold %q was %s while it was being made", inventory.ErrContention, id, orGone(st))
 	}
 	return nil
@@ -467,11 +474,11 @@ func (m *Manager) commit(ctx context.Context, r *record, from []string) error {
 // Cancel implements the backend of [inventory.OrderManager.Cancel].
 func (o orders) Cancel(ctx context.Context, id string) error {
 	m := o.m
+	r, err := m.loadHold(ctx, id)
+	if err != nil {
+		return err
+	}
 	for range m.cfg.attempts {
-		r, err := m.loadHold(ctx, id)
-		if err != nil {
-			return err
-		}
 		st, _, err := m.to(ctx, r, []string{stHeld, stReserving}, stReleased, m.cfg.keyTTL)
 		if err != nil {
 			return err
@@ -485,7 +492,8 @@ func (o orders) Cancel(ctx context.Context, id string) error {
 		// The incarnation read is gone: deleted (its Reserve failed),
 		// or taken over by a retry of its Reserve, which the next round
 		// cancels.
-		if found, err := m.load(ctx, m.newRecord(kindHold, id)); err != nil || !found {
+		r = m.newRecord(kindHold, id)
+		if found, err := m.load(ctx, r); err != nil || !found {
 			return err
 		}
 	}
