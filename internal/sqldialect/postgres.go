@@ -5,6 +5,10 @@ import "errors"
 // postgresSQL is the SQL for PostgreSQL. It is written with ? placeholders,
 // numbered $1, $2, ... when built.
 //
+// The tables are written over the column types of [names] (Text, Int,
+// Small), so that SQLite's are the same text: on PostgreSQL TEXT COLLATE
+// "C", BIGINT and SMALLINT.
+//
 // The lock timeout is SET LOCAL, so it ends with the transaction. TEXT
 // COLLATE "C" compares bytes, as MySQL's VARBINARY does. A bounded DELETE
 // goes through ctid, PostgreSQL having no DELETE ... LIMIT.
@@ -55,41 +59,41 @@ var postgresSQL = Statements{
 
 	Create: []string{
 		`CREATE TABLE IF NOT EXISTS {{.Table}} (
-			{{.SKU}} TEXT COLLATE "C" NOT NULL PRIMARY KEY,
-			{{.Stock}} BIGINT NOT NULL CHECK ({{.Stock}} >= 0),
-			{{.Version}} BIGINT NOT NULL DEFAULT 0
+			{{.SKU}} {{.Text}} NOT NULL PRIMARY KEY,
+			{{.Stock}} {{.Int}} NOT NULL CHECK ({{.Stock}} >= 0),
+			{{.Version}} {{.Int}} NOT NULL DEFAULT 0
 		)`,
 		`CREATE TABLE IF NOT EXISTS {{.Ledger}} (
-			sku TEXT COLLATE "C" NOT NULL,
-			dir TEXT COLLATE "C" NOT NULL,
-			idem_key TEXT COLLATE "C" NOT NULL,
-			remaining BIGINT NOT NULL,
-			expires_at BIGINT NOT NULL,
+			sku {{.Text}} NOT NULL,
+			dir {{.Text}} NOT NULL,
+			idem_key {{.Text}} NOT NULL,
+			remaining {{.Int}} NOT NULL,
+			expires_at {{.Int}} NOT NULL,
 			PRIMARY KEY (sku, dir, idem_key)
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{.Index}} ON {{.Ledger}} (expires_at)`,
 		`CREATE TABLE IF NOT EXISTS {{.Holds}} (
-			hold_id TEXT COLLATE "C" NOT NULL,
-			sku TEXT COLLATE "C" NOT NULL,
-			qty BIGINT NOT NULL CHECK (qty > 0),
-			state TEXT COLLATE "C" NOT NULL,
-			expires_at BIGINT NOT NULL,
-			ended_at BIGINT,
+			hold_id {{.Text}} NOT NULL,
+			sku {{.Text}} NOT NULL,
+			qty {{.Int}} NOT NULL CHECK (qty > 0),
+			state {{.Text}} NOT NULL,
+			expires_at {{.Int}} NOT NULL,
+			ended_at {{.Int}},
 			PRIMARY KEY (hold_id, sku)
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{.BySKU}} ON {{.Holds}} (sku, state, expires_at)`,
 		`CREATE INDEX IF NOT EXISTS {{.Due}} ON {{.Holds}} (state, expires_at)`,
 		`CREATE INDEX IF NOT EXISTS {{.Ended}} ON {{.Holds}} (ended_at)`,
 		`CREATE TABLE IF NOT EXISTS {{.Orders}} (
-			id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+			id {{.Text}} NOT NULL PRIMARY KEY,
 			order_lines TEXT NOT NULL,
-			state TEXT COLLATE "C" NOT NULL,
-			expires_at BIGINT NOT NULL,
-			abandon_at BIGINT NOT NULL,
-			due_at BIGINT NOT NULL,
-			complete SMALLINT NOT NULL,
-			done SMALLINT NOT NULL,
-			kept_until BIGINT
+			state {{.Text}} NOT NULL,
+			expires_at {{.Int}} NOT NULL,
+			abandon_at {{.Int}} NOT NULL,
+			due_at {{.Int}} NOT NULL,
+			complete {{.Small}} NOT NULL,
+			done {{.Small}} NOT NULL,
+			kept_until {{.Int}}
 		)`,
 		`CREATE INDEX IF NOT EXISTS {{.OrdersDue}} ON {{.Orders}} (done, due_at)`,
 	},

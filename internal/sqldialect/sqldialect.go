@@ -180,6 +180,7 @@ type names struct {
 	BySKU, Due, Ended string // its indexes
 	Orders, OrdersDue string // the orders table and its index
 	Now               string // the database's clock as Unix microseconds: an expression
+	Text, Int, Small  string // column types of PostgreSQL's and SQLite's tables: bytes, 64 and 16 bits
 	MaxRelease        int    // expired holds one call of a SKU releases at most
 }
 
@@ -215,6 +216,11 @@ func build(eng Engine, s Schema, lockWait time.Duration) (Statements, names) {
 		Due:    quote(s.Holds[:min(len(s.Holds), 59)] + "_due"),
 		Ended:  quote(s.Holds[:min(len(s.Holds), 57)] + "_ended"),
 		Orders: quote(s.Orders), OrdersDue: quote(s.Orders[:min(len(s.Orders), 59)] + "_due"),
+	}
+	if eng == SQLite {
+		n.Text, n.Int, n.Small = "TEXT", "INTEGER", "INTEGER"
+	} else {
+		n.Text, n.Int, n.Small = `TEXT COLLATE "C"`, "BIGINT", "SMALLINT"
 	}
 	if lockWait > 0 {
 		n.WaitSeconds = int64((lockWait + time.Second - 1) / time.Second)

@@ -36,53 +36,14 @@ var sqliteSQL = Statements{
 			WHERE h.sku = {{.Table}}.{{.SKU}} AND h.state = 'held' AND h.expires_at <= {{.Now}})`,
 	LockLines: standardSQL.Lines, // the transaction's write lock is its FOR UPDATE
 
-	// The upserts, and RETURNING, are PostgreSQL's.
+	// The upserts, RETURNING and the tables (over SQLite's column types)
+	// are PostgreSQL's.
 	Init:    postgresSQL.Init,
 	Move:    postgresSQL.Move,
 	Shift:   postgresSQL.Shift,
 	Insert:  postgresSQL.Insert,
 	Reserve: postgresSQL.Reserve,
-
-	Create: []string{
-		`CREATE TABLE IF NOT EXISTS {{.Table}} (
-			{{.SKU}} TEXT NOT NULL PRIMARY KEY,
-			{{.Stock}} INTEGER NOT NULL CHECK ({{.Stock}} >= 0),
-			{{.Version}} INTEGER NOT NULL DEFAULT 0
-		)`,
-		`CREATE TABLE IF NOT EXISTS {{.Ledger}} (
-			sku TEXT NOT NULL,
-			dir TEXT NOT NULL,
-			idem_key TEXT NOT NULL,
-			remaining INTEGER NOT NULL,
-			expires_at INTEGER NOT NULL,
-			PRIMARY KEY (sku, dir, idem_key)
-		)`,
-		`CREATE INDEX IF NOT EXISTS {{.Index}} ON {{.Ledger}} (expires_at)`,
-		`CREATE TABLE IF NOT EXISTS {{.Holds}} (
-			hold_id TEXT NOT NULL,
-			sku TEXT NOT NULL,
-			qty INTEGER NOT NULL CHECK (qty > 0),
-			state TEXT NOT NULL,
-			expires_at INTEGER NOT NULL,
-			ended_at INTEGER,
-			PRIMARY KEY (hold_id, sku)
-		)`,
-		`CREATE INDEX IF NOT EXISTS {{.BySKU}} ON {{.Holds}} (sku, state, expires_at)`,
-		`CREATE INDEX IF NOT EXISTS {{.Due}} ON {{.Holds}} (state, expires_at)`,
-		`CREATE INDEX IF NOT EXISTS {{.Ended}} ON {{.Holds}} (ended_at)`,
-		`CREATE TABLE IF NOT EXISTS {{.Orders}} (
-			id TEXT NOT NULL PRIMARY KEY,
-			order_lines TEXT NOT NULL,
-			state TEXT NOT NULL,
-			expires_at INTEGER NOT NULL,
-			abandon_at INTEGER NOT NULL,
-			due_at INTEGER NOT NULL,
-			complete INTEGER NOT NULL,
-			done INTEGER NOT NULL,
-			kept_until INTEGER
-		)`,
-		`CREATE INDEX IF NOT EXISTS {{.OrdersDue}} ON {{.Orders}} (done, due_at)`,
-	},
+	Create:  postgresSQL.Create,
 }
 
 // sqliteContention reports SQLITE_BUSY or SQLITE_LOCKED, or one of their
