@@ -108,9 +108,12 @@ type Redis struct {
 	n      int
 	prefix string
 	ttlMs  int64
-	next   atomic.Uint64                                    // the rotation of unkeyed calls over segments
-	queue  *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
-	reads  *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
+
+	replicas  int                                              // WithReplicas: the replicas a write waits for, 0 for none
+	replicaTO time.Duration                                    // and for how long
+	next      atomic.Uint64                                    // the rotation of unkeyed calls over segments
+	queue     *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
+	reads     *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
 }
 
 var _ inventory.StockManager = (*Redis)(nil)
@@ -120,9 +123,28 @@ var _ inventory.StockManager = (*Redis)(nil)
 // ignores it.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
+// WithReplicas makes every write of a [Redis] wait, with WAIT n timeout on
+// its connection, until n replicas have it before the Manager goes on: a
+// segment's Init, a Reduce or Return that moved stock or found its key,
+// and each step of a borrow that decides (a transfer leaving its source,
+// the home applying or aborting it). n must be at least 1 and timeout at
+// least a millisecond. When fewer than n acknowledge within timeout the
+// call returns an error wrapping [rediskeys.ErrReplicas] and neither
+// sentinel: Redis applied the write, but whether it survives a failover is
+// unknown; retry with the same idempotency key, which returns
+// ErrDuplicate instead of moving stock twice. A borrow stopped so leaves
+// its transfers pending, settled later as after a crash. The settling of a
+// transfer at its source does not wait: lost in a failover, it is settled
+// again from its decision, which did. WAIT does not fsync, and protects
+// only when failover promotes a replica that has the write. New (SQL)
+// refuses this option.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas, c.replicaTO, c.replicasSet = n, timeout, true }
+}
+
 // NewRedis returns a Redis Manager over client (a plain, Sentinel or
 // Cluster client; Redis 7.0 or later). Its options are [WithSegments],
-// [WithKeyTTL] and [WithPrefix]; [WithSchema] is refused. It does no I/O.
+// [WithKeyTTL], [WithPrefix] and [WithReplicas]; [WithSchema] is refused. It does no I/O.
 // Errors wrap [inventory.ErrInvalidArgument].
 func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if client == nil {
@@ -140,10 +162,10 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if c.schema != (sqlstore.Schema{}) {
 		return nil, fmt.Errorf("%s: %w: WithSchema names SQL tables; NewRedis takes WithPrefix", pkg, inventory.ErrInvalidArgument)
 	}
-	if err := rediskeys.ValidateOptions(pkg, c.prefix, c.ttl, false, 0, 0); err != nil {
+	if err := rediskeys.ValidateOptions(pkg, c.prefix, c.ttl, c.replicasSet, c.replicas, c.replicaTO); err != nil {
 		return nil, err
 	}
-	m := &Redis{client: client, n: c.n, prefix: c.prefix, ttlMs: c.ttl.Milliseconds()}
+	m := &Redis{client: client, n: c.n, prefix: c.prefix, ttlMs: c.ttl.Milliseconds(), replicas: c.replicas, replicaTO: c.replicaTO}
 	m.next.Store(rand.Uint64())
 	m.queue = m.newQueue()
 	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {
@@ -271,7 +293,7 @@ func (b *redisBackend) Init(ctx context.Context, sku string, qty int64) error {
 		if int64(i) < extra {
 			share++
 		}
-		if _, _, err := initScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, i)}, share); err != nil {
+		if _, err := m.write(ctx, initScript, []string{m.segKey(sku, i)}, share); err != nil {
 			return err
 		}
 	}
@@ -358,13 +380,14 @@ func (m *Redis) take(ctx context.Context, sku string, s int, qty int64, dir driv
 	if err != nil {
 		return 0, 0, err
 	}
-	return res[0], res[1], nil
+	return res[0].code, res[0].val, res[0].err
 }
 
 // run runs redis_take.lua for calls, all on one segment of one SKU, with
 // the other segments' units read first unless w gives them, and returns
-// its {code, value} pairs.
-func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]int64, error) {
+// each call's answer: with WithReplicas, a call that moved stock or found
+// its key fails when fewer replicas acknowledged the script than asked.
+func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]redisAnswer, error) {
 	sku, s := calls[0].sku, calls[0].s
 	var others int64
 	if w != nil {
@@ -386,7 +409,7 @@ func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]int64, e
 		}
 		args = append(args, c.q, rec)
 	}
-	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, args...)
+	cmd, acked, err := takeScript.Run(ctx, m.client, m.replicas, m.replicaTO, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +417,38 @@ func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]int64, e
 	if err == nil && len(res) != 2*len(calls) {
 		err = fmt.Errorf("take script returned %d values for %d calls", len(res), len(calls))
 	}
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	short := m.short(acked)
+	as := make([]redisAnswer, len(calls))
+	for i := range as {
+		as[i] = redisAnswer{code: res[2*i], val: res[2*i+1]}
+		if as[i].code == codeMoved || as[i].code == codeDuplicate {
+			as[i].err = short
+		}
+	}
+	return as, nil
+}
+
+// write runs script s, a write, and with WithReplicas waits for the
+// replicas: see [Redis.short].
+func (m *Redis) write(ctx context.Context, s *rediskeys.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	cmd, acked, err := s.Run(ctx, m.client, m.replicas, m.replicaTO, keys, args...)
+	if err == nil {
+		err = m.short(acked)
+	}
+	return cmd, err
+}
+
+// short is the error of a write that fewer replicas acknowledged than
+// WithReplicas asked for, or nil.
+func (m *Redis) short(acked int64) error {
+	if acked >= int64(m.replicas) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d within %v; the write is on the primary, whether it survives a failover is unknown (retry with the same key)",
+		rediskeys.ErrReplicas, acked, m.replicas, m.replicaTO)
 }
 
 // others reads the units (a + o) of every segment of sku but s, in one

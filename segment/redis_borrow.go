@@ -151,8 +151,8 @@ func (m *Redis) transfer(ctx context.Context, sku string, s int, qty int64, key 
 		got += t.x
 	}
 	args[1] = w.total() - w.a[s] - w.o[s] - got
-	cmd, _, err := arriveScript.Run(ctx, m.client, 0, 0, keys, args...)
-	if err != nil { // applied or not, unknown: a recovery settles the transfers
+	cmd, err := m.write(ctx, arriveScript, keys, args...)
+	if err != nil { // applied or not, unknown (or not yet on the replicas): a recovery settles the transfers
 		return 0, 0, err
 	}
 	res, err := cmd.Slice()
@@ -187,17 +187,19 @@ func (m *Redis) depart(ctx context.Context, sku string, s int, need int64, w *vi
 			continue
 		}
 		t := sent{id: rediskeys.NewNonce(), src: j}
-		cmd, _, err := departScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, j)}, min(w.a[j], need), t.id, s, now)
+		cmd, acked, err := departScript.Run(ctx, m.client, m.replicas, m.replicaTO, []string{m.segKey(sku, j)},
+			min(w.a[j], need), t.id, s, now)
 		if err == nil {
 			t.x, err = cmd.Int64()
 		}
-		if err != nil { // this transfer's outcome is unknown: a recovery settles it
-			m.abort(ctx, sku, s, ts)
-			return nil, err
-		}
-		if t.x > 0 {
+		if err == nil && t.x > 0 {
 			ts = append(ts, t)
 			need -= t.x
+			err = m.short(acked)
+		}
+		if err != nil { // a transfer whose outcome is unknown is left to a recovery
+			m.abort(ctx, sku, s, ts)
+			return nil, err
 		}
 	}
 	return ts, nil
@@ -222,7 +224,7 @@ func (m *Redis) decide(ctx context.Context, sku string, s int, ts []sent) ([]str
 	for i, t := range ts {
 		keys[i] = m.decisionKey(sku, s, t.id)
 	}
-	cmd, _, err := decideScript.Run(ctx, m.client, 0, 0, keys, m.ttlMs)
+	cmd, err := m.write(ctx, decideScript, keys, m.ttlMs)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +236,9 @@ func (m *Redis) decide(ctx context.Context, sku string, s int, ts []sent) ([]str
 }
 
 // settle settles the transfers ts, decided as decided says, at their
-// sources.
+// sources. It does not wait for WithReplicas's replicas: a settling lost
+// in a failover leaves the transfer pending, settled again from its
+// decision, which did wait.
 func (m *Redis) settle(ctx context.Context, sku string, ts []sent, decided []string) error {
 	by := map[int][]any{}
 	for i, t := range ts {

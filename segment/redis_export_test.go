@@ -8,3 +8,6 @@ func SetRedisHook(f func(step string) error) (restore func()) {
 	hook = f
 	return func() { hook = old }
 }
+
+// SegKey is the key of segment i of sku.
+func (m *Redis) SegKey(sku string, i int) string { return m.segKey(sku, i) }

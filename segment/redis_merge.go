@@ -60,7 +60,7 @@ func (m *Redis) lone(ctx context.Context, c redisCall) redisAnswer {
 	if err != nil {
 		return redisAnswer{err: err}
 	}
-	return redisAnswer{code: res[0], val: res[1]}
+	return res[0]
 }
 
 // sendBatch sends calls, all of one segment, as one script call and gives
@@ -81,7 +81,7 @@ func (m *Redis) sendBatch(calls []*merge.Call[redisCall, redisAnswer]) {
 		if err != nil {
 			c.Ans.err = fmt.Errorf("merged with %d other calls: %w", len(calls)-1, err)
 		} else {
-			c.Ans = redisAnswer{code: res[2*i], val: res[2*i+1]}
+			c.Ans = res[i]
 		}
 	}
 }
