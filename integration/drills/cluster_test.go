@@ -13,23 +13,24 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/internal/faulttest"
 	"github.com/stockkit/inventory/internal/rediskeys"
 )
 
-// TestCluster: three masters with a replica each; luascript and redislock
-// over redisstore through go-redis's Cluster client, with and without
-// WithReplicas, through a SIGKILL of the master owning the hot SKU's slot
+// TestCluster: three masters with a replica each; luascript, redislock
+// over redisstore and segment's Redis Manager through go-redis's Cluster
+// client, with and without WithReplicas, through a SIGKILL of the master owning the hot SKU's slot
 // (its replica is promoted; the killed node restarts and rejoins as a
 // replica) and a live reshard of that slot to another master (CLUSTER
 // SETSLOT MIGRATING/IMPORTING and MIGRATE, a batch of keys at a time).
 // Every third buyer buys a cart of the hot SKU and one whose slot another
-// master owns.
+// master owns (of an OrderManager: segment's buyers buy the hot SKU alone).
 func TestCluster(t *testing.T) {
 	dep := faulttest.StartCluster(t, 3, 1)
 	const hot = "hot"
 	slot := rediskeys.Slot(hot)
-	for _, st := range []strategy{luaStrategy, redislockStrategy} {
+	for _, st := range []strategy{luaStrategy, redislockStrategy, segmentStrategy} {
 		for _, replicas := range []int{0, 1} {
 			for _, ev := range []string{"SIGKILL master", "reshard"} {
 				t.Run(fmt.Sprintf("%s/%s/%s", st.name, options(replicas), ev), func(t *testing.T) {
@@ -39,18 +40,22 @@ func TestCluster(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					other := ""
+					client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: dep.Addrs(),
+						PoolSize: 2 * workers, DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
+					t.Cleanup(func() { client.Close() })
+					m := st.make(t, client, prefix(), replicas)
+					other := "" // a cart's second SKU, for an OrderManager
 					for i := 0; other == ""; i++ {
+						if _, ok := m.(inventory.OrderManager); !ok {
+							break
+						}
 						sku := "cart-" + strconv.Itoa(i)
 						if o, err := dep.Owner(ctx, rediskeys.Slot(sku)); err == nil && o.ID != owner.ID {
 							other = sku
 						}
 					}
-					client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: dep.Addrs(),
-						PoolSize: 2 * workers, DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
-					t.Cleanup(func() { client.Close() })
 					d := drill{name: "Cluster: " + ev, strategy: st.name, options: options(replicas), hot: hot, other: other,
-						m: st.make(t, client, prefix(), replicas), replicas: replicas > 0, settle: dep.Settled}
+						m: m, replicas: replicas > 0, settle: dep.Settled}
 					switch ev {
 					case "SIGKILL master":
 						// A supervisor restarts the killed node once its

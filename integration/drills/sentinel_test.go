@@ -14,7 +14,8 @@ import (
 )
 
 // TestSentinel: one primary, two replicas, three sentinels; luascript,
-// redislock over redisstore and tiered through go-redis's failover client,
+// redislock over redisstore, tiered and segment's Redis Manager through
+// go-redis's failover client,
 // each without WithReplicas, with WithReplicas(1, ...) and with
 // WithReplicas(2, ...) (every replica), through a SIGKILL of the primary
 // (restarted as a replica once another took over, with its append-only
@@ -23,7 +24,7 @@ import (
 // sentinels have reconfigured them).
 func TestSentinel(t *testing.T) {
 	dep := faulttest.StartSentinel(t, 2, 3)
-	for _, st := range []strategy{luaStrategy, redislockStrategy, tieredStrategy} {
+	for _, st := range []strategy{luaStrategy, redislockStrategy, tieredStrategy, segmentStrategy} {
 		for _, replicas := range []int{0, 1, 2} {
 			for _, ev := range []string{"SIGKILL primary", "SENTINEL FAILOVER"} {
 				t.Run(fmt.Sprintf("%s/%s/%s", st.name, options(replicas), ev), func(t *testing.T) {

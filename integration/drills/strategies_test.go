@@ -17,6 +17,7 @@ import (
 	"github.com/stockkit/inventory/luascript"
 	"github.com/stockkit/inventory/redislock"
 	"github.com/stockkit/inventory/redisstore"
+	"github.com/stockkit/inventory/segment"
 	"github.com/stockkit/inventory/tiered"
 )
 
@@ -64,6 +65,21 @@ var (
 			t.Fatal(err)
 		}
 		m, err := redislock.New(c, s, redislock.WithPrefix(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}}
+	// segment's Redis Manager: 8 segments spread over the slots (on the
+	// Cluster, over the three masters), so that a failover strikes some
+	// of a SKU's segments and not others, mid-borrow as well.
+	// (A StockManager only: its Cluster drills have no carts.)
+	segmentStrategy = strategy{"segment (Redis, 8 segments)", func(t *testing.T, c redis.UniversalClient, p string, replicas int) inventory.StockManager {
+		opts := []segment.Option{segment.WithPrefix(p)}
+		if replicas > 0 {
+			opts = append(opts, segment.WithReplicas(replicas, replicaTimeout))
+		}
+		m, err := segment.NewRedis(c, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
