@@ -18,10 +18,12 @@ import (
 	"github.com/stockkit/inventory"
 	"github.com/stockkit/inventory/integration/internal/benchcmp"
 	"github.com/stockkit/inventory/internal/faulttest"
+	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/sqldialect"
 	"github.com/stockkit/inventory/internal/sqldialect/sqltest"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/optimistic"
+	"github.com/stockkit/inventory/tiered"
 )
 
 // ledgerRows is how many entries BenchmarkLedgerRowBytes writes: enough
@@ -67,6 +69,84 @@ func BenchmarkLedgerRowBytes(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(size)/ledgerRows, "bytes/entry")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// BenchmarkTieredLedgerBytes measures what tiered's movement ledger takes
+// per move. In Redis: the bytes its records add to the SKU's journal
+// stream, which keeps them until synced (MEMORY USAGE ... SAMPLES 0 of the
+// journal of a Manager with WithLedger, less that of one without, after
+// the same ledgerRows-1 Reduces, with no syncer running). In SQL, per
+// engine: the bytes of its moves table (tableBytes) and its rows per
+// move, once the journal is synced. Keyed Reduces with a reference (a
+// 24-byte SKU, a 20-byte key, a 16-byte reference) and unkeyed ones with
+// none, from 16 goroutines, whose calls merge into journal entries of
+// several records, a SQL row each. Run it with -benchtime 1x.
+func BenchmarkTieredLedgerBytes(b *testing.B) {
+	c := testenv.Redis(b)
+	for _, e := range sqltest.Benched {
+		for _, keyed := range []bool{true, false} {
+			name := e.Name + "/keyed"
+			if !keyed {
+				name = e.Name + "/unkeyed"
+			}
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				db := e.Open(b)
+				prefix, tables := testenv.RedisPrefix(b, c), testenv.Prefix()+"_"
+				sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
+				b.Cleanup(func() { dropTiered(b, db, tables) })
+				journal := func(m *tiered.Manager, side string) int64 {
+					if err := writeLedger(ctx, m, sku, keyed); err != nil {
+						b.Fatal(err)
+					}
+					n, err := c.MemoryUsage(ctx, rediskeys.Stock(prefix+side+":j", sku), 0).Result()
+					if err != nil {
+						b.Fatal(err)
+					}
+					return n
+				}
+				side := func(name string, opts ...tiered.Option) *tiered.Manager {
+					m, err := tiered.New(c, db, append([]tiered.Option{tiered.WithPrefix(prefix + name),
+						tiered.WithTablePrefix(tables + name + "_")}, opts...)...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { m.Close() })
+					if err := m.CreateTables(ctx); err != nil {
+						b.Fatal(err)
+					}
+					if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
+						b.Fatal(err)
+					}
+					return m
+				}
+				on, off := side("on", tiered.WithLedger()), side("off")
+				redisBytes := journal(on, "on") - journal(off, "off")
+				for {
+					n, err := on.Sync(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if n == 0 {
+						break
+					}
+				}
+				moves := tables + "on_moves"
+				size, err := tableBytes(ctx, db, moves)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var rows int64
+				if err := db.GetContext(ctx, &rows, "SELECT COUNT(*) FROM "+moves); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(redisBytes)/ledgerRows, "redis-bytes/move")
+				b.ReportMetric(float64(size)/ledgerRows, "sql-bytes/move")
+				b.ReportMetric(float64(rows)/ledgerRows, "rows/move")
 				b.ReportMetric(0, "ns/op")
 			})
 		}

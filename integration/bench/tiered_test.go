@@ -115,20 +115,26 @@ func BenchmarkTiered(b *testing.B) {
 	}
 }
 
-// dropTiered drops the tables of the MariaDB test database whose names
-// begin with prefix: tiered's.
+// dropTiered drops the tables of db whose names begin with prefix:
+// tiered's (MariaDB, PostgreSQL or SQLite).
 func dropTiered(b *testing.B, db *sqlx.DB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	list, quote := `SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE ?`, "`"
+	switch db.DriverName() {
+	case "pgx":
+		list, quote = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE $1`, `"`
+	case "sqlite":
+		list, quote = `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ? ESCAPE '\'`, `"`
+	}
 	var names []string
-	err := db.SelectContext(ctx, &names, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE ?",
-		strings.ReplaceAll(prefix, "_", `\_`)+"%")
+	err := db.SelectContext(ctx, &names, list, strings.ReplaceAll(prefix, "_", `\_`)+"%")
 	if err == nil && len(names) == 0 {
 		err = fmt.Errorf("no table begins with %s", prefix)
 	}
 	for _, n := range names {
 		if err == nil {
-			_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+n+"`")
+			_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+quote+n+quote)
 		}
 	}
 	if err != nil {
