@@ -2,13 +2,10 @@ package luascript_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
@@ -17,30 +14,13 @@ import (
 	"github.com/stockkit/inventory/luascript"
 )
 
-// replica returns a client on the replica of the shared Redis that
-// scripts/services.sh starts on 6390, or skips (fails when CI=true).
-func replica(t *testing.T, primary *redis.Client) *redis.Client {
-	t.Helper()
-	ctx := context.Background()
-	info, err := primary.Info(ctx, "replication").Result()
-	if err == nil && strings.Contains(info, "connected_slaves:0") {
-		err = errors.New("the primary has no replica: " + strings.TrimSpace(info))
-	}
-	if err != nil {
-		testenv.Missing(t, "the replica of Redis 6379 on 127.0.0.1:6390", err)
-	}
-	r := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6390", ContextTimeoutEnabled: true})
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
 // TestWithReplicas acknowledges moves after WAIT: with one replica (the one
 // there is) the replica has every acknowledged write; asking for two can
 // only time out, an error that is no sentinel, after Redis applied the move.
 func TestWithReplicas(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Redis(t)
-	r := replica(t, c)
+	r := testenv.RedisReplica(t, c)
 	prefix := testenv.RedisPrefix(t, c)
 	readReplica := func(sku string) string {
 		v, err := r.Get(ctx, rediskeys.Stock(prefix, sku)).Result()

@@ -2,12 +2,9 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
@@ -23,15 +20,7 @@ import (
 func TestWithReplicas(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Redis(t)
-	info, err := c.Info(ctx, "replication").Result()
-	if err == nil && strings.Contains(info, "connected_slaves:0") {
-		err = errors.New("the primary has no replica")
-	}
-	if err != nil {
-		testenv.Missing(t, "the replica of Redis 6379 on 127.0.0.1:6390", err)
-	}
-	r := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6390", ContextTimeoutEnabled: true})
-	t.Cleanup(func() { r.Close() })
+	r := testenv.RedisReplica(t, c)
 
 	one, prefix := newStore(t, c, redisstore.WithReplicas(1, 5*time.Second))
 	require.NoError(t, one.Init(ctx, "shoe", 10))

@@ -1,13 +1,10 @@
 package segment_test
 
 import (
-	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
@@ -26,15 +23,7 @@ import (
 func TestRedisWithReplicas(t *testing.T) {
 	ctx := bounded(t, time.Minute)
 	c := testenv.Redis(t)
-	info, err := c.Info(ctx, "replication").Result()
-	if err == nil && strings.Contains(info, "connected_slaves:0") {
-		err = errors.New("the primary has no replica: " + strings.TrimSpace(info))
-	}
-	if err != nil {
-		testenv.Missing(t, "the replica of Redis 6379 on 127.0.0.1:6390", err)
-	}
-	r := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6390", ContextTimeoutEnabled: true})
-	t.Cleanup(func() { r.Close() })
+	r := testenv.RedisReplica(t, c)
 
 	one, prefix := newRedis(t, c, "", segment.WithReplicas(1, 5*time.Second))
 	two, _ := newRedis(t, c, prefix, segment.WithReplicas(2, 100*time.Millisecond))
@@ -73,7 +62,7 @@ func TestRedisWithReplicas(t *testing.T) {
 		require.Eventually(t, func() bool { return onReplica(sku) == left }, 5*time.Second, 10*time.Millisecond,
 			"key %q: left %d", c.key, left)
 	}
-	_, err = one.Reduce(ctx, sku, 1, inventory.WithKey("buyer-1"))
+	_, err := one.Reduce(ctx, sku, 1, inventory.WithKey("buyer-1"))
 	require.ErrorIs(t, err, inventory.ErrDuplicate)
 	_, err = one.Reduce(ctx, sku, 100)
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "a refusal writes nothing: no wait, no error")

@@ -88,6 +88,25 @@ func Redis(t testing.TB) *redis.Client {
 	return c
 }
 
+// RedisReplica returns a client on the replica of the standalone Redis
+// c that scripts/services.sh starts on 127.0.0.1:6390, closed at the end
+// of t, after checking that c has a replica attached (Missing if not).
+func RedisReplica(t testing.TB, c *redis.Client) *redis.Client {
+	t.Helper()
+	ctx, cancel := pingCtx()
+	defer cancel()
+	info, err := c.Info(ctx, "replication").Result()
+	if err == nil && strings.Contains(info, "connected_slaves:0") {
+		err = errors.New("the primary has no replica: " + strings.TrimSpace(info))
+	}
+	if err != nil {
+		Missing(t, "the replica of Redis 6379 on 127.0.0.1:6390", err)
+	}
+	r := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6390", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 // RedlockClients returns one client per independent Redlock node.
 func RedlockClients(t testing.TB) []*redis.Client {
 	t.Helper()
