@@ -40,39 +40,31 @@ const ledgerRows = 20000
 // with unkeyed Reduces with no reference, which merged batches write as
 // runs, a row each. Run it with -benchtime 1x.
 func BenchmarkLedgerRowBytes(b *testing.B) {
-	for _, e := range sqltest.Benched {
-		for _, keyed := range []bool{true, false} {
-			name := e.Name + "/keyed"
-			if !keyed {
-				name = e.Name + "/unkeyed"
-			}
-			b.Run(name, func(b *testing.B) {
-				ctx := context.Background()
-				db := e.Open(b)
-				schema := sqltest.Schema(b, db)
-				m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithLedger())
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := m.CreateTables(ctx); err != nil {
-					b.Fatal(err)
-				}
-				sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
-				if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
-					b.Fatal(err)
-				}
-				if err := writeLedger(ctx, m, sku, keyed); err != nil {
-					b.Fatal(err)
-				}
-				size, err := tableBytes(ctx, db, sqldialect.MovesTable(sqldialect.Schema(schema)))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(size)/ledgerRows, "bytes/entry")
-				b.ReportMetric(0, "ns/op")
-			})
+	perEngine(b, func(b *testing.B, e sqltest.Engine, keyed bool) {
+		ctx := context.Background()
+		db := e.Open(b)
+		schema := sqltest.Schema(b, db)
+		m, err := optimistic.New(db, optimistic.WithSchema(schema), optimistic.WithLedger())
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
+		if err := m.CreateTables(ctx); err != nil {
+			b.Fatal(err)
+		}
+		sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
+		if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
+			b.Fatal(err)
+		}
+		if err := writeLedger(ctx, m, sku, keyed); err != nil {
+			b.Fatal(err)
+		}
+		size, err := tableBytes(ctx, db, sqldialect.MovesTable(sqldialect.Schema(schema)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(size)/ledgerRows, "bytes/entry")
+		b.ReportMetric(0, "ns/op")
+	})
 }
 
 // BenchmarkTieredLedgerBytes measures what tiered's movement ledger takes
@@ -87,68 +79,74 @@ func BenchmarkLedgerRowBytes(b *testing.B) {
 // several records, a SQL row each. Run it with -benchtime 1x.
 func BenchmarkTieredLedgerBytes(b *testing.B) {
 	c := testenv.Redis(b)
+	perEngine(b, func(b *testing.B, e sqltest.Engine, keyed bool) {
+		ctx := context.Background()
+		db := e.Open(b)
+		prefix, tables := testenv.RedisPrefix(b, c), testenv.Prefix()+"_"
+		sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
+		b.Cleanup(func() { dropTiered(b, db, tables) })
+		journal := func(m *tiered.Manager, side string) int64 {
+			if err := writeLedger(ctx, m, sku, keyed); err != nil {
+				b.Fatal(err)
+			}
+			n, err := c.MemoryUsage(ctx, rediskeys.Stock(prefix+side+":j", sku), 0).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+		side := func(name string, opts ...tiered.Option) *tiered.Manager {
+			m, err := tiered.New(c, db, append([]tiered.Option{tiered.WithPrefix(prefix + name),
+				tiered.WithTablePrefix(tables + name + "_")}, opts...)...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close() })
+			if err := m.CreateTables(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}
+		on, off := side("on", tiered.WithLedger()), side("off")
+		redisBytes := journal(on, "on") - journal(off, "off")
+		for {
+			n, err := on.Sync(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		moves := tables + "on_moves"
+		size, err := tableBytes(ctx, db, moves)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var rows int64
+		if err := db.GetContext(ctx, &rows, "SELECT COUNT(*) FROM "+moves); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(redisBytes)/ledgerRows, "redis-bytes/move")
+		b.ReportMetric(float64(size)/ledgerRows, "sql-bytes/move")
+		b.ReportMetric(float64(rows)/ledgerRows, "rows/move")
+		b.ReportMetric(0, "ns/op")
+	})
+}
+
+// perEngine runs fn as a subtest per engine of sqltest.Benched and per
+// kind of calls, ENGINE/keyed and ENGINE/unkeyed.
+func perEngine(b *testing.B, fn func(b *testing.B, e sqltest.Engine, keyed bool)) {
 	for _, e := range sqltest.Benched {
 		for _, keyed := range []bool{true, false} {
 			name := e.Name + "/keyed"
 			if !keyed {
 				name = e.Name + "/unkeyed"
 			}
-			b.Run(name, func(b *testing.B) {
-				ctx := context.Background()
-				db := e.Open(b)
-				prefix, tables := testenv.RedisPrefix(b, c), testenv.Prefix()+"_"
-				sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
-				b.Cleanup(func() { dropTiered(b, db, tables) })
-				journal := func(m *tiered.Manager, side string) int64 {
-					if err := writeLedger(ctx, m, sku, keyed); err != nil {
-						b.Fatal(err)
-					}
-					n, err := c.MemoryUsage(ctx, rediskeys.Stock(prefix+side+":j", sku), 0).Result()
-					if err != nil {
-						b.Fatal(err)
-					}
-					return n
-				}
-				side := func(name string, opts ...tiered.Option) *tiered.Manager {
-					m, err := tiered.New(c, db, append([]tiered.Option{tiered.WithPrefix(prefix + name),
-						tiered.WithTablePrefix(tables + name + "_")}, opts...)...)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() { m.Close() })
-					if err := m.CreateTables(ctx); err != nil {
-						b.Fatal(err)
-					}
-					if err := m.Init(ctx, sku, inventory.MaxStock); err != nil {
-						b.Fatal(err)
-					}
-					return m
-				}
-				on, off := side("on", tiered.WithLedger()), side("off")
-				redisBytes := journal(on, "on") - journal(off, "off")
-				for {
-					n, err := on.Sync(ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if n == 0 {
-						break
-					}
-				}
-				moves := tables + "on_moves"
-				size, err := tableBytes(ctx, db, moves)
-				if err != nil {
-					b.Fatal(err)
-				}
-				var rows int64
-				if err := db.GetContext(ctx, &rows, "SELECT COUNT(*) FROM "+moves); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(redisBytes)/ledgerRows, "redis-bytes/move")
-				b.ReportMetric(float64(size)/ledgerRows, "sql-bytes/move")
-				b.ReportMetric(float64(rows)/ledgerRows, "rows/move")
-				b.ReportMetric(0, "ns/op")
-			})
+			b.Run(name, func(b *testing.B) { fn(b, e, keyed) })
 		}
 	}
 }
