@@ -121,7 +121,16 @@ var _ inventory.StockManager = (*Redis)(nil)
 // WithPrefix sets the prefix of every key a [Redis] writes: 1 to 64 bytes
 // of UTF-8 without braces or control characters, "inv" by default. New
 // ignores it.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) Option { return func(c *config) { c.redis.prefix = p } }
+
+// redisConfig is the options of [NewRedis] alone: WithPrefix and
+// WithReplicas.
+type redisConfig struct {
+	prefix      string
+	replicas    int
+	replicaTO   time.Duration
+	replicasSet bool
+}
 
 // WithReplicas makes every write of a [Redis] wait, with WAIT n timeout on
 // its connection, until n replicas have it before the Manager goes on: a
@@ -139,7 +148,7 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 // only when failover promotes a replica that has the write. New (SQL)
 // refuses this option.
 func WithReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas, c.replicaTO, c.replicasSet = n, timeout, true }
+	return func(c *config) { c.redis.replicas, c.redis.replicaTO, c.redis.replicasSet = n, timeout, true }
 }
 
 // NewRedis returns a Redis Manager over client (a plain, Sentinel or
@@ -150,7 +159,7 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: %s: nil Redis client", inventory.ErrInvalidArgument, pkg)
 	}
-	c := config{ttl: inventory.DefaultKeyTTL, n: DefaultSegments, prefix: rediskeys.DefaultPrefix}
+	c := config{ttl: inventory.DefaultKeyTTL, n: DefaultSegments, redis: redisConfig{prefix: rediskeys.DefaultPrefix}}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -162,10 +171,11 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if c.schema != (sqlstore.Schema{}) {
 		return nil, fmt.Errorf("%s: %w: WithSchema names SQL tables; NewRedis takes WithPrefix", pkg, inventory.ErrInvalidArgument)
 	}
-	if err := rediskeys.ValidateOptions(pkg, c.prefix, c.ttl, c.replicasSet, c.replicas, c.replicaTO); err != nil {
+	r := c.redis
+	if err := rediskeys.ValidateOptions(pkg, r.prefix, c.ttl, r.replicasSet, r.replicas, r.replicaTO); err != nil {
 		return nil, err
 	}
-	m := &Redis{client: client, n: c.n, prefix: c.prefix, ttlMs: c.ttl.Milliseconds(), replicas: c.replicas, replicaTO: c.replicaTO}
+	m := &Redis{client: client, n: c.n, prefix: r.prefix, ttlMs: c.ttl.Milliseconds(), replicas: r.replicas, replicaTO: r.replicaTO}
 	m.next.Store(rand.Uint64())
 	m.queue = m.newQueue()
 	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {

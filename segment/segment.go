@@ -162,11 +162,7 @@ type config struct {
 	ttl    time.Duration
 	n      int
 	sweep  int
-	prefix string // NewRedis's key prefix (redis.go)
-
-	replicas    int // NewRedis's WithReplicas (redis.go)
-	replicaTO   time.Duration
-	replicasSet bool
+	redis  redisConfig // NewRedis's own options (redis.go)
 }
 
 // Option configures [New]. Options follow the rule of the root package
@@ -213,7 +209,7 @@ func New(db *sqlx.DB, opts ...Option) (*Manager, error) {
 	if c.sweep < 1 {
 		return nil, fmt.Errorf("%s: %w: sweep limit %d < 1", pkg, inventory.ErrInvalidArgument, c.sweep)
 	}
-	if c.replicasSet {
+	if c.redis.replicasSet {
 		return nil, fmt.Errorf("%s: %w: WithReplicas waits for Redis replicas; New is SQL's", pkg, inventory.ErrInvalidArgument)
 	}
 	t, err := sqlengine.New(db, sqlengine.Config{Pkg: pkg, Schema: sqldialect.Schema(c.schema), KeyTTL: c.ttl})
