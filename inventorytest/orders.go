@@ -312,6 +312,8 @@ func (s *suite) testLinesKeys(t *testing.T, m orderManager) {
 	}
 	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 1), key), inventory.ErrDuplicate,
 		"the key belongs to the call, not to its lines: other lines with the same key are a duplicate")
+	require.ErrorIs(t, m.ReduceLines(ctx, lines(a, 100), key), inventory.ErrDuplicate,
+		"a repeat is a duplicate even where its lines would not fit now")
 	requireLevels(t, ctx, m, a, 18, 0)
 	requireLevels(t, ctx, m, b, 17, 0)
 
@@ -438,8 +440,8 @@ func (s *suite) testUnknownHold(t *testing.T, m orderManager) {
 }
 
 func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
-	ctx, id, sk := s.start(t, m, 10, 10)
-	a, b := sk[0], sk[1]
+	ctx, id, sk := s.start(t, m, 10, 10, 1)
+	a, b, c := sk[0], sk[1], sk[2]
 	dup := func(id string, availA, heldA int64) {
 		t.Helper()
 		for _, ls := range [][]inventory.Line{lines(a, 1), lines(b, 2), lines(a, 1, b, 1)} {
@@ -469,6 +471,13 @@ func (s *suite) testReserveDuplicate(t *testing.T, m orderManager) {
 	dup(id("expired"), 8, 1)
 	require.NoError(t, m.Confirm(ctx, id("live")), "the duplicates left the live hold alone")
 	requireLevels(t, ctx, m, a, 8, 0)
+
+	// The retry of a Reserve that took the last unit (its reply lost) is
+	// told the duplicate it is, not that the stock ran out.
+	require.NoError(t, m.Reserve(ctx, id("last"), lines(c, 1), s.longTTL()))
+	require.ErrorIs(t, m.Reserve(ctx, id("last"), lines(c, 1), s.longTTL()), inventory.ErrDuplicate,
+		"a retry of the Reserve that took the last unit")
+	requireLevels(t, ctx, m, c, 0, 1)
 }
 
 func (s *suite) testFailedReserveKeepsID(t *testing.T, m orderManager) {

@@ -147,8 +147,16 @@ func (o *Orders) refusal(op string) func([]inventory.Line, []int64, error) error
 }
 
 // Reserve is [inventory.OrderManager.Reserve] behind the strategy's face.
+// A refused Reserve whose id is in use is ErrDuplicate, as Move's keyed
+// refusal is: the retry of a Reserve that took the last units, its reply
+// lost, must not be told that nothing was taken.
 func (o *Orders) Reserve(ctx context.Context, caller *sqlx.Tx, id string, lines []inventory.Line, ttl time.Duration) error {
 	_, err := o.moveLines(ctx, caller, "reserve", lines, driver.DirReduce, "", "", id, ttl, o.refusal("reserve"))
+	if errors.Is(err, inventory.ErrInsufficientStock) {
+		if ls, now, lerr := o.T.Lines(ctx, o.q(caller), id, false); lerr == nil && len(ls) > 0 && !gone(ls, now, o.T.KeyTTL()) {
+			return o.T.Fail("", fmt.Errorf("%w: hold %q exists", inventory.ErrDuplicate, id))
+		}
+	}
 	return err
 }
 
