@@ -103,17 +103,14 @@ import (
 // same number of segments and prefix. The records of transfer decisions
 // live as long as idempotency records ([WithKeyTTL]).
 type Redis struct {
-	face   front.Front
-	client redis.UniversalClient
-	n      int
-	prefix string
-	ttlMs  int64
-
-	replicas  int                                              // WithReplicas: the replicas a write waits for, 0 for none
-	replicaTO time.Duration                                    // and for how long
-	next      atomic.Uint64                                    // the rotation of unkeyed calls over segments
-	queue     *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
-	reads     *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
+	redisConfig // the prefix, and the replicas a write waits for (0: none)
+	face        front.Front
+	client      redis.UniversalClient
+	n           int
+	ttlMs       int64
+	next        atomic.Uint64                                    // the rotation of unkeyed calls over segments
+	queue       *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
+	reads       *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
 }
 
 var _ inventory.StockManager = (*Redis)(nil)
@@ -175,7 +172,7 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if err := rediskeys.ValidateOptions(pkg, r.prefix, c.ttl, r.replicasSet, r.replicas, r.replicaTO); err != nil {
 		return nil, err
 	}
-	m := &Redis{client: client, n: c.n, prefix: r.prefix, ttlMs: c.ttl.Milliseconds(), replicas: r.replicas, replicaTO: r.replicaTO}
+	m := &Redis{redisConfig: r, client: client, n: c.n, ttlMs: c.ttl.Milliseconds()}
 	m.next.Store(rand.Uint64())
 	m.queue = m.newQueue()
 	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {

@@ -85,11 +85,13 @@ func BenchmarkTieredLedgerBytes(b *testing.B) {
 		prefix, tables := testenv.RedisPrefix(b, c), testenv.Prefix()+"_"
 		sku := fmt.Sprintf("ledger-bytes-%011d", 0) // 24 bytes
 		b.Cleanup(func() { dropTiered(b, db, tables) })
-		journal := func(m *tiered.Manager, side string) int64 {
+		// journal writes the moves through m, named name, and returns the
+		// bytes of its journal stream (tiered's key: PREFIX:j{tag}:s:SKU).
+		journal := func(m *tiered.Manager, name string) int64 {
 			if err := writeLedger(ctx, m, sku, keyed); err != nil {
 				b.Fatal(err)
 			}
-			n, err := c.MemoryUsage(ctx, rediskeys.Stock(prefix+side+":j", sku), 0).Result()
+			n, err := c.MemoryUsage(ctx, rediskeys.Stock(prefix+name+":j", sku), 0).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
