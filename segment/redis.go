@@ -21,12 +21,12 @@ import (
 	"github.com/stockkit/inventory/sqlstore"
 )
 
-// Redis is an [inventory.StockManager] that keeps each SKU's stock in
-// Redis, split over segment keys spread over the Cluster's slots, so that
-// one hot SKU's calls spread over the Cluster's masters instead of all
-// landing on one. It is safe for concurrent use. Create it with
-// [NewRedis]; docs/segments.md (Redis) gives the design and the measured
-// costs.
+// Redis is an [inventory.StockManager] and an [inventory.OrderManager]
+// that keeps each SKU's stock in Redis, split over segment keys spread
+// over the Cluster's slots, so that one hot SKU's calls spread over the
+// Cluster's masters instead of all landing on one. It is safe for
+// concurrent use. Create it with [NewRedis]; docs/segments.md (Redis)
+// gives the design and the measured costs.
 //
 // # Layout
 //
@@ -102,6 +102,46 @@ import (
 // keep units from before the Init). Managers sharing SKUs must use the
 // same number of segments and prefix. The records of transfer decisions
 // live as long as idempotency records ([WithKeyTTL]).
+//
+// # Orders
+//
+// An order (a hold, or a lines call of several lines or with a key) is a
+// record, in one of 16 order buckets (a hash of its id picks one; each
+// bucket is one slot, with an index of its records by when Sweep should
+// look at them), and one line per SKU. A line is a keyed Reduce on the
+// SKU's segments, as above (borrowing when its home cannot fit it), whose
+// key derives from the attempt's nonce and the line's index; its record,
+// in its home's slot, says where the line stands. A held line's units are
+// counted in its home's held units (Held sums them) and fall due on the
+// home's clock at the hold's TTL: any call that reads the segment (a
+// Reduce, a borrow, Get) releases the lines that fell due, so a Reduce
+// after a hold expired finds its units. Lines are taken one by one: a
+// line refused gives back the lines before it (and the call is refused
+// with that line's shortfall), so a buyer meanwhile may be refused units
+// that come back an instant later; never the other way round.
+//
+// The record decides. Reserve begins the record (reserving), takes the
+// lines, then moves it to held; Confirm pins every line (a pinned line no
+// longer falls due; one that fell due is released, and Confirm fails with
+// ErrHoldReleased), moves the record from held to confirmed, then marks
+// the lines sold; Cancel, and Sweep for a hold past its TTL, move it from
+// held to released and give the lines back. Each move is one script on
+// the record, so of a Confirm, a Cancel and an expiry exactly one wins. A
+// release of a line that was never taken leaves the line void, so that
+// its take, should it arrive late, takes nothing. A Reserve that died is
+// taken over at once by a retry with the same id and lines, and is given
+// back by Sweep [LinesTTL] after it began; a Confirm or Cancel that died
+// is finished by Sweep [EndGrace] after it decided. ReduceLines takes its
+// lines as a Reserve does (no TTL) and commits its record as confirmed;
+// ReturnLines checks every SKU against MaxStock, commits, then gives the
+// lines back. A keyed lines call whose attempt is under way, or died
+// within LinesTTL, is refused with ErrContention; its key is free again
+// once Sweep gave back a dead attempt's lines.
+//
+// Memory: a hold's record lives until the hold ends and then for the key
+// TTL; a line's record until it ends and then for the key TTL. Order
+// calls do not wait for WithReplicas's replicas beyond the line moves'
+// own writes.
 type Redis struct {
 	redisConfig // the prefix, and the replicas a write waits for (0: none)
 	face        front.Front
@@ -111,9 +151,13 @@ type Redis struct {
 	next        atomic.Uint64                                    // the rotation of unkeyed calls over segments
 	queue       *merge.Queue[redisCall, redisAnswer]             // the unkeyed calls of each segment in flight (redis_merge.go)
 	reads       *merge.Keyed[string, struct{}, struct{}, shared] // the reads of each SKU's segments wanted (collect)
+	times       orderTimes                                       // LinesTTL and EndGrace (redis_orders.go)
 }
 
-var _ inventory.StockManager = (*Redis)(nil)
+var (
+	_ inventory.StockManager = (*Redis)(nil)
+	_ inventory.OrderManager = (*Redis)(nil)
+)
 
 // WithPrefix sets the prefix of every key a [Redis] writes: 1 to 64 bytes
 // of UTF-8 without braces or control characters, "inv" by default. New
@@ -172,7 +216,7 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if err := rediskeys.ValidateOptions(pkg, r.prefix, c.ttl, r.replicasSet, r.replicas, r.replicaTO); err != nil {
 		return nil, err
 	}
-	m := &Redis{redisConfig: r, client: client, n: c.n, ttlMs: c.ttl.Milliseconds()}
+	m := &Redis{redisConfig: r, client: client, n: c.n, ttlMs: c.ttl.Milliseconds(), times: orderTimes{LinesTTL, EndGrace}}
 	m.next.Store(rand.Uint64())
 	m.queue = m.newQueue()
 	m.reads = merge.NewKeyed(1<<20, func(ctx context.Context, sku string, _ *struct{}, batch []*merge.Call[struct{}, shared]) {
@@ -206,6 +250,34 @@ func (m *Redis) Reduce(ctx context.Context, sku string, qty int64, opts ...inven
 func (m *Redis) Return(ctx context.Context, sku string, qty int64, opts ...inventory.Option) (int64, error) {
 	return m.face.Return(ctx, sku, qty, opts...)
 }
+
+// ReduceLines implements [inventory.OrderManager]: see [Redis] "Orders".
+func (m *Redis) ReduceLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.face.ReduceLines(ctx, lines, opts...)
+}
+
+// ReturnLines implements [inventory.OrderManager].
+func (m *Redis) ReturnLines(ctx context.Context, lines []inventory.Line, opts ...inventory.Option) error {
+	return m.face.ReturnLines(ctx, lines, opts...)
+}
+
+// Reserve implements [inventory.OrderManager].
+func (m *Redis) Reserve(ctx context.Context, id string, lines []inventory.Line, ttl time.Duration) error {
+	return m.face.Reserve(ctx, id, lines, ttl)
+}
+
+// Confirm implements [inventory.OrderManager].
+func (m *Redis) Confirm(ctx context.Context, id string) error { return m.face.Confirm(ctx, id) }
+
+// Cancel implements [inventory.OrderManager].
+func (m *Redis) Cancel(ctx context.Context, id string) error { return m.face.Cancel(ctx, id) }
+
+// Held implements [inventory.OrderManager]: the sum of the held units of
+// the SKU's segments, read one by one (see [Redis] "Orders").
+func (m *Redis) Held(ctx context.Context, sku string) (int64, error) { return m.face.Held(ctx, sku) }
+
+// Sweep implements [inventory.OrderManager].
+func (m *Redis) Sweep(ctx context.Context) (int, error) { return m.face.Sweep(ctx) }
 
 // Recover settles every transfer of sku still pending (a borrowing call
 // that crashed, or lost its connection, between its steps): each is
@@ -244,9 +316,9 @@ var decideLua string
 var initLua string
 
 var (
-	takeScript   = rediskeys.NewScript(takeLua)
+	takeScript   = rediskeys.NewScript(holdsLua + takeLua)
 	departScript = rediskeys.NewScript(departLua)
-	arriveScript = rediskeys.NewScript(arriveLua)
+	arriveScript = rediskeys.NewScript(holdsLua + arriveLua)
 	settleScript = rediskeys.NewScript(settleLua)
 	decideScript = rediskeys.NewScript(decideLua)
 	initScript   = rediskeys.NewScript(initLua)
@@ -310,7 +382,7 @@ func (b *redisBackend) Init(ctx context.Context, sku string, qty int64) error {
 // Get implements [front.Backend].
 func (b *redisBackend) Get(ctx context.Context, sku string) (int64, error) {
 	m := (*Redis)(b)
-	w, err := m.collect(ctx, sku)
+	w, err := m.glance(ctx, sku)
 	if err != nil {
 		return 0, err
 	}
@@ -320,7 +392,7 @@ func (b *redisBackend) Get(ctx context.Context, sku string) (int64, error) {
 			return 0, err
 		}
 		if n > 0 {
-			if w, err = m.collect(ctx, sku); err != nil {
+			if w, err = m.glance(ctx, sku); err != nil {
 				return 0, err
 			}
 		}
@@ -328,29 +400,41 @@ func (b *redisBackend) Get(ctx context.Context, sku string) (int64, error) {
 	return w.total(), nil
 }
 
+// glance is collect for Get: while units keep being added to the
+// segments (Returns, releases of held lines), so that no two reads agree,
+// it settles for the last read, whose sum is off by at most the units
+// that moved while it was read.
+func (m *Redis) glance(ctx context.Context, sku string) (view, error) {
+	w, err := m.collect(ctx, sku)
+	if !errors.Is(err, inventory.ErrContention) {
+		return w, err
+	}
+	if w, err = m.read(ctx, sku); err != nil {
+		return view{}, err
+	}
+	for _, ok := range w.found {
+		if !ok {
+			return view{}, inventory.ErrNotFound
+		}
+	}
+	return w, nil
+}
+
 // Move implements [front.Backend].
 func (b *redisBackend) Move(ctx context.Context, sku string, qty int64, dir driver.Direction, key string) (int64, error) {
 	m := (*Redis)(b)
-	s := m.home(key)
-	code, val, err := m.merged(ctx, redisCall{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir})
-	if err == nil && code == codeMiss {
-		return m.borrow(ctx, sku, s, qty, key)
-	}
-	return m.outcome(code, val, qty, dir, key, err)
+	return m.move(ctx, redisCall{sku: sku, s: m.home(key), q: signedQty(qty, dir), key: key, dir: dir})
 }
 
-// The order calls: a Redis is not an [inventory.OrderManager], and its
-// front's order methods are never exposed.
-func (*redisBackend) MoveLines(context.Context, []inventory.Line, driver.Direction, string) error {
-	return errors.ErrUnsupported
+// move runs call c on its home segment, borrowing when the home cannot
+// fit it.
+func (m *Redis) move(ctx context.Context, c redisCall) (int64, error) {
+	code, val, err := m.merged(ctx, c)
+	if err == nil && code == codeMiss {
+		return m.borrow(ctx, c)
+	}
+	return m.outcome(code, val, max(c.q, -c.q), c.dir, c.key, err)
 }
-func (*redisBackend) Reserve(context.Context, string, []inventory.Line, time.Duration) error {
-	return errors.ErrUnsupported
-}
-func (*redisBackend) Confirm(context.Context, string) error       { return errors.ErrUnsupported }
-func (*redisBackend) Cancel(context.Context, string) error        { return errors.ErrUnsupported }
-func (*redisBackend) Held(context.Context, string) (int64, error) { return 0, errors.ErrUnsupported }
-func (*redisBackend) Sweep(context.Context) (int, error)          { return 0, errors.ErrUnsupported }
 
 // outcome is a call's result from a script's code and value.
 func (m *Redis) outcome(code, val, qty int64, dir driver.Direction, key string, err error) (int64, error) {
@@ -380,10 +464,10 @@ func signedQty(qty int64, dir driver.Direction) int64 {
 	return qty
 }
 
-// take runs one call on segment s, with the other segments' units read
-// first unless w gives them.
-func (m *Redis) take(ctx context.Context, sku string, s int, qty int64, dir driver.Direction, key string, w *view) (code, val int64, err error) {
-	res, err := m.run(ctx, []redisCall{{sku: sku, s: s, q: signedQty(qty, dir), key: key, dir: dir}}, w)
+// take runs call c, with the other segments' units read first unless w
+// gives them.
+func (m *Redis) take(ctx context.Context, c redisCall, w *view) (code, val int64, err error) {
+	res, err := m.run(ctx, []redisCall{c}, w)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -406,7 +490,7 @@ func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]redisAns
 		}
 	}
 	keys := []string{m.segKey(sku, s)}
-	args := make([]any, 2, 2+2*len(calls))
+	args := make([]any, 2, 2+3*len(calls))
 	args[0], args[1] = others, m.ttlMs
 	for _, c := range calls {
 		rec := 0
@@ -414,7 +498,7 @@ func (m *Redis) run(ctx context.Context, calls []redisCall, w *view) ([]redisAns
 			keys = append(keys, m.recKey(sku, s, c.dir, c.key))
 			rec = len(keys)
 		}
-		args = append(args, c.q, rec)
+		args = append(args, c.q, rec, c.hold)
 	}
 	cmd, acked, err := takeScript.Run(ctx, m.client, m.replicas, m.replicaTO, keys, args...)
 	if err != nil {
@@ -464,25 +548,60 @@ func (m *Redis) others(ctx context.Context, sku string, s int) (int64, error) {
 	if m.n == 1 {
 		return 0, nil
 	}
-	cmds := make([]*redis.SliceCmd, 0, m.n-1)
-	_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range m.n {
-			if i != s {
-				cmds = append(cmds, p.HMGet(ctx, m.segKey(sku, i), "a", "o"))
+	for try := range 2 { // the second read after releasing the due lines the first saw
+		cmds := make([]*redis.SliceCmd, m.n)
+		_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range m.n {
+				if i != s {
+					cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "m")
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		var sum int64
+		var due []int
+		for i, c := range cmds {
+			if c != nil {
+				f := c.Val()
+				sum += field(f[0]) + field(f[1])
+				if isDue(f[2]) {
+					due = append(due, i)
+				}
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	var sum int64
-	for _, c := range cmds {
-		for _, f := range c.Val() {
-			sum += field(f)
+		if len(due) == 0 || try > 0 {
+			return sum, nil
+		}
+		if err := m.releaseDue(ctx, sku, due); err != nil {
+			return 0, err
 		}
 	}
-	return sum, nil
+	panic("unreachable")
+}
+
+// isDue reports whether a segment's field m, as HMGET returns it, says
+// that some held line of the segment fell due, on this process's clock.
+func isDue(m any) bool {
+	s, ok := m.(string)
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n <= time.Now().UnixMilli()
+}
+
+// releaseDue releases the held lines of sku's segments segs that fell due
+// (redis_line.lua "due"), so that the call that saw them finds their units.
+func (m *Redis) releaseDue(ctx context.Context, sku string, segs []int) error {
+	for _, i := range segs {
+		if _, _, err := lineScript.Run(ctx, m.client, 0, 0, []string{m.segKey(sku, i)}, "due", m.ttlMs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // field is the integer value of a hash field as HMGET returns it, 0 when
@@ -529,26 +648,39 @@ func (w *view) out() int64 {
 	return t
 }
 
-// read reads every segment of sku in one pipeline.
+// read reads every segment of sku in one pipeline, after releasing the
+// held lines it finds due.
 func (m *Redis) read(ctx context.Context, sku string) (view, error) {
-	cmds := make([]*redis.SliceCmd, m.n)
-	_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range m.n {
-			cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "v")
+	for try := range 2 { // the second read after releasing the due lines the first saw
+		cmds := make([]*redis.SliceCmd, m.n)
+		_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range m.n {
+				cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "v", "m")
+			}
+			return nil
+		})
+		if err != nil {
+			return view{}, err
 		}
-		return nil
-	})
-	if err != nil {
-		return view{}, err
+		w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
+			claimed: new(atomic.Int64)}
+		var due []int
+		for i, c := range cmds {
+			f := c.Val()
+			w.found[i] = f[0] != nil
+			w.a[i], w.o[i], w.v[i] = field(f[0]), field(f[1]), field(f[2])
+			if isDue(f[3]) {
+				due = append(due, i)
+			}
+		}
+		if len(due) == 0 || try > 0 {
+			return w, nil
+		}
+		if err := m.releaseDue(ctx, sku, due); err != nil {
+			return view{}, err
+		}
 	}
-	w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
-		claimed: new(atomic.Int64)}
-	for i, c := range cmds {
-		f := c.Val()
-		w.found[i] = f[0] != nil
-		w.a[i], w.o[i], w.v[i] = field(f[0]), field(f[1]), field(f[2])
-	}
-	return w, nil
+	panic("unreachable")
 }
 
 // collectTries bounds how often collect reads the segments.

@@ -9,12 +9,13 @@
 -- ARGV[1]  the quantity
 -- ARGV[2]  the units of the other segments once the transfers applied
 -- ARGV[3]  how long to keep the record and the decisions, in ms
--- ARGV[4..] the units of each transfer, in the order of KEYS[3..]
+-- ARGV[4]  for a line of a hold, how long it is held in ms (0 for none)
+-- ARGV[5..] the units of each transfer, in the order of KEYS[3..]
 -- Returns {code, value, the decision of each transfer}: code and value
 -- as redis_take.lua's (1: the segment with the transfers cannot fit the
 -- call, and their units); a decision is 'c' (applied: the call took the
--- units) or 'x' (aborted: they go back to their source).
-local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
+-- units) or 'x' (aborted: they go back to their source). After
+-- redis_holds.lua.
 local keyed = KEYS[2] ~= KEYS[1]
 local first = keyed and redis.call('GET', KEYS[2])
 local seg = redis.call('HMGET', KEYS[1], 'a', 'o')
@@ -23,7 +24,7 @@ local got, open = 0, {}
 for j = 3, #KEYS do
   if redis.call('EXISTS', KEYS[j]) == 0 then
     open[j] = true
-    got = got + tonumber(ARGV[j + 1])
+    got = got + tonumber(ARGV[j + 2])
   end
 end
 local q = tonumber(ARGV[1])
@@ -37,7 +38,9 @@ elseif a + got < q then
 else
   a = redis.call('HINCRBY', KEYS[1], 'a', string.format(numfmt, got - q))
   val = a + o + tonumber(ARGV[2])
-  if keyed then
+  if keyed and tonumber(ARGV[4]) > 0 then
+    hold_line(KEYS[1], holds_key(KEYS[1]), KEYS[2], val, q, tonumber(ARGV[4]), now_ms())
+  elseif keyed then
     redis.call('SET', KEYS[2], string.format(numfmt, val), 'PX', ARGV[3])
   end
 end

@@ -27,9 +27,10 @@ const staleAfter = time.Second
 // would.
 var hook func(step string) error
 
-// borrow is a Reduce of qty that its home segment s could not fit: see
-// [Redis] "A call".
-func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key string) (int64, error) {
+// borrow is a Reduce, c, that its home segment could not fit: see [Redis]
+// "A call".
+func (m *Redis) borrow(ctx context.Context, c redisCall) (int64, error) {
+	sku, s, qty, key := c.sku, c.s, c.q, c.key
 	for try := range borrowTries {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -39,7 +40,7 @@ func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key st
 			return 0, err
 		}
 		if w.total() < qty {
-			return m.refuse(ctx, sku, s, qty, key, &w)
+			return m.refuse(ctx, c, &w)
 		}
 		var code, val int64
 		switch j := w.fits(qty); {
@@ -54,11 +55,11 @@ func (m *Redis) borrow(ctx context.Context, sku string, s int, qty int64, key st
 			}
 			continue
 		case w.a[s] >= qty: // the home was refilled meanwhile
-			code, val, err = m.take(ctx, sku, s, qty, driver.DirReduce, key, &w)
+			code, val, err = m.take(ctx, c, &w)
 		case key == "" && j >= 0:
-			code, val, err = m.take(ctx, sku, j, qty, driver.DirReduce, "", &w)
+			code, val, err = m.take(ctx, redisCall{sku: sku, s: j, q: qty, dir: driver.DirReduce}, &w)
 		default:
-			code, val, err = m.transfer(ctx, sku, s, qty, key, &w)
+			code, val, err = m.transfer(ctx, c, &w)
 		}
 		if err != nil || code != codeMiss {
 			return m.outcome(code, val, qty, driver.DirReduce, key, err)
@@ -88,19 +89,19 @@ func (w *view) fits(qty int64) int {
 	return -1
 }
 
-// refuse is a Reduce that the segments read in w cannot fit: refused,
+// refuse is a Reduce, c, that the segments read in w cannot fit: refused,
 // unless (keyed) a last look at its home finds its record, or finds that
 // the home fits it now.
-func (m *Redis) refuse(ctx context.Context, sku string, s int, qty int64, key string, w *view) (int64, error) {
+func (m *Redis) refuse(ctx context.Context, c redisCall, w *view) (int64, error) {
 	total := w.total()
-	if key != "" {
+	if c.key != "" {
 		// merged: at a sell-out, the refusals of a segment go together
-		code, val, err := m.merged(ctx, redisCall{sku: sku, s: s, q: qty, key: key, dir: driver.DirReduce})
+		code, val, err := m.merged(ctx, c)
 		if err != nil || code != codeMiss {
-			return m.outcome(code, val, qty, driver.DirReduce, key, err)
+			return m.outcome(code, val, c.q, driver.DirReduce, c.key, err)
 		}
 	}
-	return m.outcome(codeMiss, total, qty, driver.DirReduce, key, nil)
+	return m.outcome(codeMiss, total, c.q, driver.DirReduce, c.key, nil)
 }
 
 // pause waits a little before round try+1 of a borrow, or returns ctx's
@@ -123,12 +124,13 @@ type sent struct {
 	x   int64
 }
 
-// transfer moves the units the home s lacks for a Reduce of qty from the
-// other segments w saw them in, then has s decide the transfers and take
-// the call's units with them, then settles the transfers at their
+// transfer moves the units the home s lacks for a Reduce c of qty from
+// the other segments w saw them in, then has s decide the transfers and
+// take the call's units with them, then settles the transfers at their
 // sources. It returns redis_arrive.lua's code and value: codeMiss when
 // the units ran out meanwhile (every transfer aborted, nothing taken).
-func (m *Redis) transfer(ctx context.Context, sku string, s int, qty int64, key string, w *view) (code, val int64, err error) {
+func (m *Redis) transfer(ctx context.Context, c redisCall, w *view) (code, val int64, err error) {
+	sku, s, qty, key := c.sku, c.s, c.q, c.key
 	ts, err := m.depart(ctx, sku, s, qty-w.a[s], w)
 	if err != nil || len(ts) == 0 {
 		return codeMiss, 0, err
@@ -144,7 +146,7 @@ func (m *Redis) transfer(ctx context.Context, sku string, s int, qty int64, key 
 	}
 	keys := []string{m.segKey(sku, s), rec}
 	got := int64(0)
-	args := []any{qty, 0, m.ttlMs}
+	args := []any{qty, 0, m.ttlMs, c.hold}
 	for _, t := range ts {
 		keys = append(keys, m.decisionKey(sku, s, t.id))
 		args = append(args, t.x)

@@ -21,13 +21,15 @@ import (
 const maxMerge = 256
 
 // redisCall is a call as the merging queue holds it: its SKU, home
-// segment, signed quantity, and key ("" for none) with its direction.
+// segment, signed quantity, and key ("" for none) with its direction; for
+// a line of a hold, how long it is held in ms (redis_orders.go).
 type redisCall struct {
-	sku string
-	s   int
-	q   int64
-	key string
-	dir driver.Direction
+	sku  string
+	s    int
+	q    int64
+	key  string
+	dir  driver.Direction
+	hold int64
 }
 
 // redisAnswer is a call's {code, value} from redis_take.lua, or the

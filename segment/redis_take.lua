@@ -1,6 +1,7 @@
 -- Reduces and Returns on one segment of a SKU (package segment, Redis):
 -- one call, or several merged (redis_merge.go), applied in order in one
--- atomic step.
+-- atomic step (after redis_holds.lua). Held lines of the segment that
+-- fell due are released first.
 -- A segment is a hash: a the units available, o the units out in
 -- transfers not yet settled, v how many times units were added (Return,
 -- Init), and i:ID per transfer out (redis_depart.lua).
@@ -9,24 +10,31 @@
 -- ARGV[1]  the units (a + o) of the SKU's other segments, as the caller
 --          read them just before
 -- ARGV[2]  how long to keep a record, in ms
--- then per call two values: its signed quantity (n takes n units, a
--- Reduce; -n gives n back, a Return) and the index in KEYS of its key's
--- record, 0 for none
+-- then per call three values: its signed quantity (n takes n units, a
+-- Reduce; -n gives n back, a Return), the index in KEYS of its key's
+-- record, 0 for none, and, for a line of a hold, how long it is held in
+-- ms (0 for none)
 -- Returns {code, value} per call, in order:
 --   0 moved; the remaining: this segment's a + o after it, plus ARGV[1]
 --   1 the segment cannot fit the Reduce; its a
 --   2 no such segment (the SKU was never initialised)
 --   3 the key's record says an earlier call took effect; its remaining
 --   4 the Return would pass MaxStock; the SKU's stock as read
--- Numbers are formatted with %d where C's long has 64 bits, %.0f
--- elsewhere (as in luascript's move.lua), so they stay exact.
-local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
-local seg = redis.call('HMGET', KEYS[1], 'a', 'o')
+-- Numbers are formatted with numfmt (redis_holds.lua), so they stay exact.
+local seg = redis.call('HMGET', KEYS[1], 'a', 'o', 'm')
+local now
+if seg[3] then
+  now = now_ms()
+  if tonumber(seg[3]) <= now then
+    release_due(KEYS[1], holds_key(KEYS[1]), now, ARGV[2])
+    seg = redis.call('HMGET', KEYS[1], 'a', 'o')
+  end
+end
 local a, o = tonumber(seg[1]), tonumber(seg[2]) or 0
 local others = tonumber(ARGV[1])
 local start, adds, out = a, 0, {}
-for i = 3, #ARGV, 2 do
-  local q, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+for i = 3, #ARGV, 3 do
+  local q, k, hold = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local code, val = 0, 0
   local first = k > 0 and redis.call('GET', KEYS[k])
   if first then
@@ -43,7 +51,10 @@ for i = 3, #ARGV, 2 do
     if q < 0 then
       adds = adds + 1
     end
-    if k > 0 then
+    if hold > 0 then
+      now = now or now_ms()
+      hold_line(KEYS[1], holds_key(KEYS[1]), KEYS[k], val, q, hold, now)
+    elseif k > 0 then
       redis.call('SET', KEYS[k], string.format(numfmt, val), 'PX', ARGV[2])
     end
   end

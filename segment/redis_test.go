@@ -46,6 +46,7 @@ func TestRedisConformance(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		inventorytest.Run(t, inventorytest.Config{
 			RemainingNotLinearizable: true,
+			RequireOrders:            true,
 			Timeout:                  5 * time.Minute,
 			NewManager: func(t *testing.T) inventory.StockManager {
 				m, _ := newRedis(t, c, "")
@@ -56,6 +57,7 @@ func TestRedisConformance(t *testing.T) {
 	t.Run("one segment", func(t *testing.T) {
 		c := testenv.RedisCluster(t)
 		inventorytest.Run(t, inventorytest.Config{
+			RequireOrders: true,
 			NewManager: func(t *testing.T) inventory.StockManager {
 				m, _ := newRedis(t, c, "", segment.WithSegments(1))
 				return m

@@ -98,7 +98,7 @@
 // # Redis
 //
 // [NewRedis] returns a [Redis], the same idea over Redis: segment keys
-// spread over a Cluster's slots (a StockManager only; see its doc).
+// spread over a Cluster's slots, with orders and holds (see its doc).
 package segment
 
 import (

@@ -202,3 +202,98 @@ func BenchmarkSegmentRedisLastPercent(b *testing.B) {
 		return err
 	})
 }
+
+// BenchmarkSegmentRedisHolds compares, on one hot SKU of a private
+// 3-master Redis Cluster, a hold on segment's Redis Manager (8 segments)
+// with one on luascript (the SKU's one slot) at the same client load: 64
+// goroutines, each op a Reserve of one unit under a fresh id, then its
+// Confirm. Then, per Manager, the memory a hold takes: the Cluster's
+// used_memory (all masters) before and after 5,000 Reserves of one unit,
+// and after their Confirms (the records kept for the key TTL).
+func BenchmarkSegmentRedisHolds(b *testing.B) {
+	ctx := context.Background()
+	cl := faulttest.StartCluster(b, 3, 0, "--appendonly", "no")
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 256, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { client.Close() })
+	seg, err := segment.NewRedis(client, segment.WithPrefix("bench"), segment.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lua, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	type orderManager interface {
+		inventory.StockManager
+		inventory.OrderManager
+	}
+	const sku = "hot-holds"
+	var ids atomic.Int64
+	hold := func(ctx context.Context, m orderManager) error {
+		id := "h" + strconv.FormatInt(ids.Add(1), 10)
+		if err := m.Reserve(ctx, id, []inventory.Line{{SKU: sku, Qty: 1}}, time.Minute); err != nil {
+			return err
+		}
+		return m.Confirm(ctx, id)
+	}
+	side := func(name string, m orderManager) benchcmp.Side {
+		return benchcmp.Side{Name: name,
+			Reset: func(ctx context.Context) error { return m.Init(ctx, sku, inventory.MaxStock) },
+			Op:    func(ctx context.Context, _ int, _ *rand.Rand) error { return hold(ctx, m) }}
+	}
+	benchcmp.Run(b, benchcmp.Case{
+		Group: "segments, Redis", Name: "Cluster, 3 masters, Reserve+Confirm", Layout: hot.String(), Goroutines: 64,
+		Strategy: side("segment Redis, 8 segments, Reserve+Confirm", seg),
+		Baseline: side("luascript, one slot, Reserve+Confirm", lua),
+	})
+	for _, c := range []struct {
+		name string
+		m    orderManager
+	}{{"segment", seg}, {"luascript", lua}} {
+		b.Run("bytes per hold/"+c.name, func(b *testing.B) {
+			const n = 5000
+			sku := "mem-" + c.name
+			if err := c.m.Init(ctx, sku, n); err != nil {
+				b.Fatal(err)
+			}
+			used := func() float64 {
+				var mu sync.Mutex
+				var sum float64
+				err := client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+					info, err := c.Info(ctx, "memory").Result()
+					for l := range strings.SplitSeq(info, "\n") {
+						if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+							x, _ := strconv.ParseFloat(v, 64)
+							mu.Lock()
+							sum += x
+							mu.Unlock()
+						}
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return sum
+			}
+			id := func(i int) string { return c.name + "-mem-" + strconv.Itoa(i) }
+			before := used()
+			for i := range n {
+				if err := c.m.Reserve(ctx, id(i), []inventory.Line{{SKU: sku, Qty: 1}}, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+			held := used()
+			for i := range n {
+				if err := c.m.Confirm(ctx, id(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			confirmed := used()
+			b.Logf("%s: %.0f B a live hold, %.0f B a confirmed one (kept for the key TTL)", c.name, (held-before)/n, (confirmed-before)/n)
+			b.ReportMetric((held-before)/n, "B/held")
+			b.ReportMetric((confirmed-before)/n, "B/confirmed")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

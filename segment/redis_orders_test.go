@@ -1,0 +1,203 @@
+package segment_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/testenv"
+	"github.com/stockkit/inventory/segment"
+)
+
+// crashAt makes the step of the orders named by prefix ("line ", once the
+// line of that many successful steps is taken; "confirmed") fail as a
+// crash would, and records the line keys it saw. It restores the hook at
+// the end of t.
+func crashAt(t *testing.T, step string, after int) *[]string {
+	t.Helper()
+	var keys []string
+	restore := segment.SetRedisHook(func(s string) error {
+		if k, ok := strings.CutPrefix(s, "line "); ok {
+			keys = append(keys, k)
+		}
+		if strings.HasPrefix(s, step) {
+			if after == 0 {
+				return errors.New("crash")
+			}
+			after--
+		}
+		return nil
+	})
+	t.Cleanup(restore)
+	return &keys
+}
+
+// levels checks the available and held units of sku.
+func levels(t *testing.T, ctx context.Context, m *segment.Redis, sku string, avail, held int64) {
+	t.Helper()
+	got, err := m.Get(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, avail, got, "available units of %q", sku)
+	h, err := m.Held(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, held, h, "held units of %q", sku)
+}
+
+// TestRedisReserveCrash: a Reserve that dies after its first line leaves
+// that line held; its retry with the same id and lines takes the attempt
+// over at once (releasing the dead attempt's line) and holds both.
+func TestRedisReserveCrash(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m, _ := newRedis(t, c, "")
+		require.NoError(t, m.Init(ctx, "a", 10))
+		require.NoError(t, m.Init(ctx, "b", 10))
+		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
+		crashAt(t, "line ", 0)
+		require.Error(t, m.Reserve(ctx, "h1", cart, time.Minute))
+		levels(t, ctx, m, "a", 8, 2)
+		levels(t, ctx, m, "b", 10, 0)
+		segment.SetRedisHook(nil)
+
+		require.NoError(t, m.Reserve(ctx, "h1", cart, time.Minute), "the retry takes the dead attempt over")
+		levels(t, ctx, m, "a", 8, 2)
+		levels(t, ctx, m, "b", 7, 3)
+		require.ErrorIs(t, m.Reserve(ctx, "h1", cart, time.Minute), inventory.ErrDuplicate)
+		require.NoError(t, m.Confirm(ctx, "h1"))
+		levels(t, ctx, m, "a", 8, 0)
+		levels(t, ctx, m, "b", 7, 0)
+	})
+}
+
+// TestRedisReserveCrashSwept: a Reserve that dies after its first line,
+// and is never retried, is given back by Sweep once LinesTTL passed; its
+// second line, should its take arrive late, finds the line void and takes
+// nothing; and the hold id is free again.
+func TestRedisReserveCrashSwept(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m, _ := newRedis(t, c, "")
+		m.SetOrderTimes(200*time.Millisecond, 100*time.Millisecond)
+		require.NoError(t, m.Init(ctx, "a", 10))
+		require.NoError(t, m.Init(ctx, "b", 10))
+		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
+		keys := crashAt(t, "line ", 0)
+		require.Error(t, m.Reserve(ctx, "h1", cart, time.Minute))
+		segment.SetRedisHook(nil)
+		require.Len(t, *keys, 1)
+
+		n, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		levels(t, ctx, m, "a", 8, 2) // the attempt is not yet taken for dead
+		time.Sleep(250 * time.Millisecond)
+		_, err = m.Sweep(ctx)
+		require.NoError(t, err)
+		levels(t, ctx, m, "a", 10, 0)
+		levels(t, ctx, m, "b", 10, 0)
+
+		late := strings.TrimSuffix((*keys)[0], ":0") + ":1"
+		_, err = m.LateLine(ctx, late, "b", 3, time.Minute.Milliseconds())
+		require.ErrorIs(t, err, inventory.ErrDuplicate, "the late take of a line of a swept attempt")
+		levels(t, ctx, m, "b", 10, 0)
+
+		require.NoError(t, m.Reserve(ctx, "h1", cart, time.Minute), "a dead attempt leaves its id free")
+		levels(t, ctx, m, "a", 8, 2)
+		levels(t, ctx, m, "b", 7, 3)
+	})
+}
+
+// TestRedisConfirmCrash: a Confirm that dies once its record is confirmed
+// leaves the lines pinned (held, sold to nobody else); the record decides:
+// a Cancel is refused, and Sweep sells the lines after EndGrace.
+func TestRedisConfirmCrash(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m, _ := newRedis(t, c, "")
+		m.SetOrderTimes(time.Minute, 200*time.Millisecond)
+		require.NoError(t, m.Init(ctx, "a", 10))
+		require.NoError(t, m.Init(ctx, "b", 10))
+		require.NoError(t, m.Reserve(ctx, "h1", []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}, time.Minute))
+		crashAt(t, "confirmed", 0)
+		require.Error(t, m.Confirm(ctx, "h1"))
+		segment.SetRedisHook(nil)
+		levels(t, ctx, m, "a", 8, 2)
+		require.ErrorIs(t, m.Cancel(ctx, "h1"), inventory.ErrHoldConfirmed)
+
+		time.Sleep(250 * time.Millisecond)
+		_, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		levels(t, ctx, m, "a", 8, 0)
+		levels(t, ctx, m, "b", 7, 0)
+		require.ErrorIs(t, m.Confirm(ctx, "h1"), inventory.ErrDuplicate)
+	})
+}
+
+// TestRedisLinesCrash: a keyed ReduceLines that dies after its first line
+// keeps its key busy (ErrContention) until Sweep gives the line back once
+// LinesTTL passed; then the key is free and the call's retry takes effect
+// once.
+func TestRedisLinesCrash(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m, _ := newRedis(t, c, "")
+		m.SetOrderTimes(200*time.Millisecond, 100*time.Millisecond)
+		require.NoError(t, m.Init(ctx, "a", 10))
+		require.NoError(t, m.Init(ctx, "b", 10))
+		cart := []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "b", Qty: 1}}
+		key := inventory.WithKey("cart-1")
+		crashAt(t, "line ", 0)
+		require.Error(t, m.ReduceLines(ctx, cart, key))
+		segment.SetRedisHook(nil)
+		levels(t, ctx, m, "a", 9, 0)
+		require.ErrorIs(t, m.ReduceLines(ctx, cart, key), inventory.ErrContention, "the key of a call under way (or dead)")
+
+		time.Sleep(250 * time.Millisecond)
+		_, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		levels(t, ctx, m, "a", 10, 0)
+		levels(t, ctx, m, "b", 10, 0)
+		require.NoError(t, m.ReduceLines(ctx, cart, key))
+		require.ErrorIs(t, m.ReduceLines(ctx, cart, key), inventory.ErrDuplicate)
+		levels(t, ctx, m, "a", 9, 0)
+		levels(t, ctx, m, "b", 9, 0)
+	})
+}
+
+// TestRedisHeldLinesSpread: on the Cluster, the lines of holds on one SKU
+// land on the segments of their keys, over the masters, and a hold larger
+// than any segment borrows: 100 holds of one unit and one of 20 on 8
+// segments of 140 units, then every hold cancelled, leave the SKU whole.
+func TestRedisHeldLinesSpread(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	ctx := context.Background()
+	m, _ := newRedis(t, c, "")
+	require.NoError(t, m.Init(ctx, "hot", 140))
+	ids := []string{"big"}
+	require.NoError(t, m.Reserve(ctx, "big", []inventory.Line{{SKU: "hot", Qty: 20}}, time.Minute))
+	for i := range 100 {
+		id := fmt.Sprintf("h%d", i)
+		ids = append(ids, id)
+		require.NoError(t, m.Reserve(ctx, id, []inventory.Line{{SKU: "hot", Qty: 1}}, time.Minute))
+	}
+	levels(t, ctx, m, "hot", 20, 120)
+	seen := 0
+	for i := range segment.DefaultSegments {
+		h, err := c.HGet(ctx, m.SegKey("hot", i), "h").Int64()
+		if err == nil && h > 0 {
+			seen++
+		}
+	}
+	require.GreaterOrEqual(t, seen, segment.DefaultSegments/2, "segments holding lines")
+	for _, id := range ids {
+		require.NoError(t, m.Cancel(ctx, id))
+	}
+	levels(t, ctx, m, "hot", 140, 0)
+}
