@@ -12,10 +12,15 @@
 --   "REM s"    sold
 --   "0 v"      void: a release found no take, and a late take of the line
 --              finds this record and does nothing
+-- A line's take is sent once (never retried), so an ended record is kept
+-- only ENDED ms, for the ends of the same line that run at the same time
+-- (a Cancel and a Sweep); a void one is kept the key TTL, for a take that
+-- was under way when the release came.
 -- The holds set of segment PREFIX{tag}:gI:SKU is PREFIX{tag}:e:gI:SKU; the
 -- segment's field m holds its earliest score, present exactly when the set
 -- is not empty. A segment's v counts its adds: a release adds.
 local FAR = 9007199254740991
+local ENDED = 10000
 local numfmt = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 
 local function now_ms()
@@ -64,7 +69,7 @@ local function end_line(seg, ek, rk, how, q, ttl)
     redis.call('HINCRBY', seg, 'a', string.format(numfmt, q))
     redis.call('HINCRBY', seg, 'v', 1)
   end
-  redis.call('SET', rk, rem .. (how == 'release' and ' r' or ' s'), 'PX', ttl)
+  redis.call('SET', rk, rem .. (how == 'release' and ' r' or ' s'), 'PX', math.min(tonumber(ttl), ENDED))
   return true
 end
 

@@ -53,9 +53,12 @@ if op == 'begin' then
 end
 
 if op == 'peek' then
-  -- Replies {st, n, ln, kind, dir, "1" when past dl} or {"absent"}.
+  -- Replies {st, n, ln, kind, dir, "1" when past dl} or {"absent"}; a
+  -- finished record has only st and kind ({st, "", "", kind, "", "0"}).
   if not p[1] then
     return {'absent'}
+  elseif not p[2] then
+    return {p[1], '', '', p[5] or '', '', '0'}
   end
   return {p[1], p[2], p[4], p[5], p[6], due() and '1' or '0'}
 end
@@ -70,7 +73,7 @@ if op == 'cancel' then
     redis.call('HSET', rec, 'st', 'released')
     redis.call('ZADD', idx, now + tonumber(ARGV[2]), rec)
   end
-  return {p[1], p[2], p[4]}
+  return {p[1], p[2] or '', p[4] or ''}
 end
 
 -- The ops below act for the attempt of nonce ARGV[2] only: another's
@@ -112,13 +115,14 @@ end
 
 if op == 'finish' then
   -- Every line has ended: the record leaves the index and is kept kt ms,
-  -- a hold's id and a keyed call's key staying used; an unkeyed call, a
-  -- lines call that did not take effect and, with ARGV[3] "drop", a hold
-  -- that never held leave nothing.
+  -- with its state and kind alone, a hold's id and a keyed call's key
+  -- staying used; an unkeyed call, a lines call that did not take effect
+  -- and, with ARGV[3] "drop", a hold that never held leave nothing.
   redis.call('ZREM', idx, rec)
   if p[5] == 'r' or (p[5] == 'k' and p[1] == 'released') or (ARGV[3] == 'drop' and p[1] ~= 'confirmed') then
     redis.call('DEL', rec)
   else
+    redis.call('HDEL', rec, 'n', 'dl', 'ad', 'ln', 'dir', 'kt')
     redis.call('PEXPIRE', rec, p[7])
   end
   return {'ok'}

@@ -336,10 +336,15 @@ func (m *Redis) hold(ctx context.Context, id string) (string, *order, bool, erro
 	return res[0], o, res[5] == "1", nil
 }
 
-// fromRecord sets o's nonce and lines from a reply {st, nonce, lines, ...}.
+// fromRecord sets o's nonce and lines from a reply {st, nonce, lines, ...}:
+// none when the record is finished (its lines ended).
 func (m *Redis) fromRecord(o *order, res []string) error {
 	if len(res) < 3 {
 		return fmt.Errorf("order record %s replied %v", o.rec, res)
+	}
+	if res[1] == "" {
+		o.nonce, o.lines = "", nil
+		return nil
 	}
 	lines, err := rediskeys.DecodeLines(res[2])
 	if err != nil {
@@ -410,6 +415,9 @@ func (m *Redis) released(ctx context.Context, o *order) error {
 // finishes the record, and returns ret; or the error of a line that could
 // not be ended (Sweep ends it later).
 func (m *Redis) settled(ctx context.Context, o *order, how string, ret error) error {
+	if o.nonce == "" {
+		return ret // finished
+	}
 	if how != "" {
 		if err := m.endLines(ctx, o, how); err != nil {
 			return err
