@@ -39,6 +39,18 @@ func crashAt(t *testing.T, step string, after int) *[]string {
 	return &keys
 }
 
+// twoSKUs returns a Manager whose attempts may take attempt and whose
+// Confirms and Cancels Sweep finishes after grace, with SKUs a and b at
+// 10 units.
+func twoSKUs(t *testing.T, c redis.UniversalClient, attempt, grace time.Duration) *segment.Redis {
+	t.Helper()
+	m, _ := newRedis(t, c, "")
+	m.SetOrderTimes(attempt, grace)
+	require.NoError(t, m.Init(context.Background(), "a", 10))
+	require.NoError(t, m.Init(context.Background(), "b", 10))
+	return m
+}
+
 // levels checks the available and held units of sku.
 func levels(t *testing.T, ctx context.Context, m *segment.Redis, sku string, avail, held int64) {
 	t.Helper()
@@ -56,9 +68,7 @@ func levels(t *testing.T, ctx context.Context, m *segment.Redis, sku string, ava
 func TestRedisReserveCrash(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
-		m, _ := newRedis(t, c, "")
-		require.NoError(t, m.Init(ctx, "a", 10))
-		require.NoError(t, m.Init(ctx, "b", 10))
+		m := twoSKUs(t, c, segment.LinesTTL, segment.EndGrace)
 		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
 		crashAt(t, "line ", 0)
 		require.Error(t, m.Reserve(ctx, "h1", cart, time.Minute))
@@ -83,10 +93,7 @@ func TestRedisReserveCrash(t *testing.T) {
 func TestRedisReserveCrashSwept(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
-		m, _ := newRedis(t, c, "")
-		m.SetOrderTimes(200*time.Millisecond, 100*time.Millisecond)
-		require.NoError(t, m.Init(ctx, "a", 10))
-		require.NoError(t, m.Init(ctx, "b", 10))
+		m := twoSKUs(t, c, 200*time.Millisecond, 100*time.Millisecond)
 		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
 		keys := crashAt(t, "line ", 0)
 		require.Error(t, m.Reserve(ctx, "h1", cart, time.Minute))
@@ -120,10 +127,7 @@ func TestRedisReserveCrashSwept(t *testing.T) {
 func TestRedisConfirmCrash(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
-		m, _ := newRedis(t, c, "")
-		m.SetOrderTimes(time.Minute, 200*time.Millisecond)
-		require.NoError(t, m.Init(ctx, "a", 10))
-		require.NoError(t, m.Init(ctx, "b", 10))
+		m := twoSKUs(t, c, time.Minute, 200*time.Millisecond)
 		require.NoError(t, m.Reserve(ctx, "h1", []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}, time.Minute))
 		crashAt(t, "confirmed", 0)
 		require.Error(t, m.Confirm(ctx, "h1"))
@@ -147,10 +151,7 @@ func TestRedisConfirmCrash(t *testing.T) {
 func TestRedisLinesCrash(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
-		m, _ := newRedis(t, c, "")
-		m.SetOrderTimes(200*time.Millisecond, 100*time.Millisecond)
-		require.NoError(t, m.Init(ctx, "a", 10))
-		require.NoError(t, m.Init(ctx, "b", 10))
+		m := twoSKUs(t, c, 200*time.Millisecond, 100*time.Millisecond)
 		cart := []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "b", Qty: 1}}
 		key := inventory.WithKey("cart-1")
 		crashAt(t, "line ", 0)

@@ -36,17 +36,7 @@ import (
 // machine, not by any one master: see docs/segments.md.
 func BenchmarkSegmentRedis(b *testing.B) {
 	ctx := context.Background()
-	cl := faulttest.StartCluster(b, 3, 0, "--appendonly", "no")
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 256, ContextTimeoutEnabled: true})
-	b.Cleanup(func() { client.Close() })
-	seg, err := segment.NewRedis(client, segment.WithPrefix("bench"), segment.WithKeyTTL(time.Minute))
-	if err != nil {
-		b.Fatal(err)
-	}
-	lua, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithKeyTTL(time.Minute))
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, seg, lua := clusterPair(b)
 	const sku = "hot-seg"
 	var keys atomic.Int64
 	side := func(name string, m inventory.StockManager, keyed bool) benchcmp.Side {
@@ -101,6 +91,24 @@ func BenchmarkSegmentRedis(b *testing.B) {
 		b.ReportMetric(float64(calls)/3, "ops/s")
 		b.ReportMetric(0, "ns/op")
 	})
+}
+
+// clusterPair starts a private 3-master Cluster (no replicas, no
+// persistence) and returns a client of it with a segment Redis Manager (8
+// segments) and a luascript Manager on it, both with the key TTL a minute.
+func clusterPair(b *testing.B) (*redis.ClusterClient, *segment.Redis, *luascript.Manager) {
+	cl := faulttest.StartCluster(b, 3, 0, "--appendonly", "no")
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 256, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { client.Close() })
+	seg, err := segment.NewRedis(client, segment.WithPrefix("bench"), segment.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lua, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithKeyTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client, seg, lua
 }
 
 // cpuStat is what one master has spent: the usec of every command
@@ -213,17 +221,7 @@ func BenchmarkSegmentRedisLastPercent(b *testing.B) {
 // measured before any key of the benchmark's key TTL can expire.
 func BenchmarkSegmentRedisHolds(b *testing.B) {
 	ctx := context.Background()
-	cl := faulttest.StartCluster(b, 3, 0, "--appendonly", "no")
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 256, ContextTimeoutEnabled: true})
-	b.Cleanup(func() { client.Close() })
-	seg, err := segment.NewRedis(client, segment.WithPrefix("bench"), segment.WithKeyTTL(time.Minute))
-	if err != nil {
-		b.Fatal(err)
-	}
-	lua, err := luascript.New(client, luascript.WithPrefix("bench"), luascript.WithKeyTTL(time.Minute))
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, seg, lua := clusterPair(b)
 	type orderManager interface {
 		inventory.StockManager
 		inventory.OrderManager
