@@ -9,7 +9,8 @@
 -- ARGV[1]  the quantity
 -- ARGV[2]  the units of the other segments once the transfers applied
 -- ARGV[3]  how long to keep the record and the decisions, in ms
--- ARGV[4]  for a line of a hold, how long it is held in ms (0 for none)
+-- ARGV[4]  as redis_take.lua's third value of a call: how long a line
+--          of an order is held (above 0) or its record kept (below 0)
 -- ARGV[5..] the units of each transfer, in the order of KEYS[3..]
 -- Returns {code, value, the decision of each transfer}: code and value
 -- as redis_take.lua's (1: the segment with the transfers cannot fit the
@@ -41,7 +42,8 @@ else
   if keyed and tonumber(ARGV[4]) > 0 then
     hold_line(KEYS[1], holds_key(KEYS[1]), KEYS[2], val, q, tonumber(ARGV[4]), now_ms())
   elseif keyed then
-    redis.call('SET', KEYS[2], string.format(numfmt, val), 'PX', ARGV[3])
+    local hold = tonumber(ARGV[4])
+    redis.call('SET', KEYS[2], string.format(numfmt, val), 'PX', hold < 0 and -hold or ARGV[3])
   end
 end
 local out = {code, val}

@@ -22,7 +22,8 @@ const maxMerge = 256
 
 // redisCall is a call as the merging queue holds it: its SKU, home
 // segment, signed quantity, and key ("" for none) with its direction; for
-// a line of a hold, how long it is held in ms (redis_orders.go).
+// a line of an order, how long it is held in ms (above 0) or its record
+// kept (below 0, negated: redis_orders.go).
 type redisCall struct {
 	sku  string
 	s    int

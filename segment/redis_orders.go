@@ -95,12 +95,20 @@ func (m *Redis) newOrder(kind, id string, lines []inventory.Line, dir driver.Dir
 func lineKey(nonce string, i int) string { return "\x1e" + nonce + ":" + strconv.Itoa(i) }
 
 // lineCall is line i of o as a call on its home segment, held for hold ms
-// when hold > 0.
+// when hold > 0, else with its record kept lineTTL.
 func (m *Redis) lineCall(o *order, i int, hold int64) redisCall {
 	key := lineKey(o.nonce, i)
 	l := o.lines[i]
+	if hold <= 0 {
+		hold = -m.lineTTL()
+	}
 	return redisCall{sku: l.SKU, s: m.home(key), q: signedQty(l.Qty, o.dir), key: key, dir: o.dir, hold: hold}
 }
+
+// lineTTL is how long, in ms, the record of a line taken by a lines call,
+// or a void line's, is kept: the key TTL, and at least twice as long as an
+// attempt may take, so that Sweep finds it, and a late take the void.
+func (m *Redis) lineTTL() int64 { return max(m.ttlMs, 2*m.times.attempt.Milliseconds()) }
 
 // orderOp runs op of redis_order.lua on o's record and returns its reply.
 func (m *Redis) orderOp(ctx context.Context, o *order, op string, args ...any) ([]string, error) {
@@ -119,7 +127,7 @@ func (m *Redis) orderOp(ctx context.Context, o *order, op string, args ...any) (
 func (m *Redis) lineOp(ctx context.Context, o *order, i int, op string) (any, error) {
 	c := m.lineCall(o, i, 0)
 	keys := []string{m.segKey(c.sku, c.s), m.recKey(c.sku, c.s, c.dir, c.key)}
-	cmd, _, err := lineScript.Run(ctx, m.client, 0, 0, keys, op, m.ttlMs, o.lines[i].Qty)
+	cmd, _, err := lineScript.Run(ctx, m.client, 0, 0, keys, op, m.lineTTL(), o.lines[i].Qty)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +161,7 @@ func (m *Redis) endLines(ctx context.Context, o *order, how string) error {
 func (m *Redis) applyReturn(ctx context.Context, o *order, i int) error {
 	c := m.lineCall(o, i, 0)
 	keys := []string{m.segKey(c.sku, c.s), m.recKey(c.sku, c.s, c.dir, c.key)}
-	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, 0, m.ttlMs, c.q, 2, 0)
+	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, 0, m.ttlMs, c.q, 2, c.hold)
 	if err != nil {
 		return err
 	}

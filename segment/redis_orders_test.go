@@ -39,12 +39,12 @@ func crashAt(t *testing.T, step string, after int) *[]string {
 	return &keys
 }
 
-// twoSKUs returns a Manager whose attempts may take attempt and whose
-// Confirms and Cancels Sweep finishes after grace, with SKUs a and b at
-// 10 units.
-func twoSKUs(t *testing.T, c redis.UniversalClient, attempt, grace time.Duration) *segment.Redis {
+// twoSKUs returns a Manager (with opts) whose attempts may take attempt
+// and whose Confirms and Cancels Sweep finishes after grace, with SKUs a
+// and b at 10 units.
+func twoSKUs(t *testing.T, c redis.UniversalClient, attempt, grace time.Duration, opts ...segment.Option) *segment.Redis {
 	t.Helper()
-	m, _ := newRedis(t, c, "")
+	m, _ := newRedis(t, c, "", opts...)
 	m.SetOrderTimes(attempt, grace)
 	require.NoError(t, m.Init(context.Background(), "a", 10))
 	require.NoError(t, m.Init(context.Background(), "b", 10))
@@ -169,6 +169,26 @@ func TestRedisLinesCrash(t *testing.T) {
 		require.ErrorIs(t, m.ReduceLines(ctx, cart, key), inventory.ErrDuplicate)
 		levels(t, ctx, m, "a", 9, 0)
 		levels(t, ctx, m, "b", 9, 0)
+	})
+}
+
+// TestRedisShortKeyTTLCrash: with a key TTL far shorter than LinesTTL,
+// the lines of a call cut midway are still given back by Sweep: their
+// records live as long as an attempt may, whatever the key TTL.
+func TestRedisShortKeyTTLCrash(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m := twoSKUs(t, c, 200*time.Millisecond, 100*time.Millisecond, segment.WithKeyTTL(time.Millisecond))
+		crashAt(t, "line ", 1)
+		require.Error(t, m.ReduceLines(ctx, []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "b", Qty: 2}}))
+		segment.SetRedisHook(nil)
+		levels(t, ctx, m, "a", 9, 0)
+		levels(t, ctx, m, "b", 8, 0)
+		time.Sleep(250 * time.Millisecond)
+		_, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		levels(t, ctx, m, "a", 10, 0)
+		levels(t, ctx, m, "b", 10, 0)
 	})
 }
 

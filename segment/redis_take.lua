@@ -12,8 +12,9 @@
 -- ARGV[2]  how long to keep a record, in ms
 -- then per call three values: its signed quantity (n takes n units, a
 -- Reduce; -n gives n back, a Return), the index in KEYS of its key's
--- record, 0 for none, and, for a line of a hold, how long it is held in
--- ms (0 for none)
+-- record, 0 for none, and, for a line of an order, how long it is held
+-- in ms when above 0, or, below 0, how long to keep its record (ms,
+-- negated); 0 for a buyer's call
 -- Returns {code, value} per call, in order:
 --   0 moved; the remaining: this segment's a + o after it, plus ARGV[1]
 --   1 the segment cannot fit the Reduce; its a
@@ -55,7 +56,7 @@ for i = 3, #ARGV, 3 do
       now = now or now_ms()
       hold_line(KEYS[1], holds_key(KEYS[1]), KEYS[k], val, q, hold, now)
     elseif k > 0 then
-      redis.call('SET', KEYS[k], string.format(numfmt, val), 'PX', ARGV[2])
+      redis.call('SET', KEYS[k], string.format(numfmt, val), 'PX', hold < 0 and -hold or ARGV[2])
     end
   end
   out[#out + 1] = code
