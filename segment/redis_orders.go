@@ -238,8 +238,12 @@ func (m *Redis) takeLines(ctx context.Context, o *order, hold int64) error {
 
 // unwind ends an attempt that did not take effect: it releases the
 // record, gives back every line (voiding those never taken), and frees
-// the record's id. What fails here Sweep does once the record is due.
+// the record's id, within a second even when ctx has ended (a call
+// cancelled midway gives back what it took at once). What fails here
+// Sweep does once the record is due.
 func (m *Redis) unwind(ctx context.Context, o *order) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
 	res, err := m.orderOp(ctx, o, "abort", o.nonce, "0", m.times.grace.Milliseconds())
 	if err != nil {
 		return

@@ -172,6 +172,24 @@ func TestRedisLinesCrash(t *testing.T) {
 	})
 }
 
+// TestRedisCancelledMidway: a Reserve whose ctx ends after its first line
+// gives that line back before it returns, and leaves its id free.
+func TestRedisCancelledMidway(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		m := twoSKUs(t, c, segment.LinesTTL, segment.EndGrace)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(segment.SetRedisHook(func(string) error { cancel(); return nil }))
+		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
+		require.ErrorIs(t, m.Reserve(ctx, "h1", cart, time.Minute), context.Canceled)
+		segment.SetRedisHook(nil)
+		ctx = context.Background()
+		levels(t, ctx, m, "a", 10, 0)
+		levels(t, ctx, m, "b", 10, 0)
+		require.NoError(t, m.Reserve(ctx, "h1", cart, time.Minute), "the cancelled Reserve left its id free")
+		levels(t, ctx, m, "a", 8, 2)
+	})
+}
+
 // TestRedisShortKeyTTLCrash: with a key TTL far shorter than LinesTTL,
 // the lines of a call cut midway are still given back by Sweep: their
 // records live as long as an attempt may, whatever the key TTL.

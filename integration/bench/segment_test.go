@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,8 +77,10 @@ func BenchmarkSegments(b *testing.B) {
 			if err := opt.Init(ctx, hot, inventory.MaxStock); err != nil {
 				b.Fatal(err)
 			}
+			server := serverProbe(b, db)
 			side := func(kind string, procs int) (benchcmp.Side, *childGroup) {
 				cg := startChildren(b, procs, segmentJob{Driver: driver, DSN: dsn, Schema: schema, SKU: hot, Kind: kind, Goroutines: 64 / procs})
+				cg.server = server
 				name := fmt.Sprintf("%s, %d processes", kind, procs)
 				if kind == "segment" {
 					name = fmt.Sprintf("segment (8 segments), %d processes", procs)
@@ -101,13 +104,14 @@ func BenchmarkSegments(b *testing.B) {
 					Strategy:   strategy,
 					Baseline:   baseline,
 					Note: func() string {
-						return fmt.Sprintf("ErrContention retried: segment %s, optimistic %s", sg.contentionNote(), bg.contentionNote())
+						return fmt.Sprintf("ErrContention retried: segment %s, optimistic %s; segment %s, optimistic %s",
+							sg.contentionNote(), bg.contentionNote(), sg.serverNote(), bg.serverNote())
 					},
 				})
 				sg.stop()
 				bg.stop()
-				b.Logf("%s, %s: ErrContention retried: segment %s, optimistic %s; load %s",
-					engineNames[e.Name], r.variant, sg.contentionNote(), bg.contentionNote(), loadavg())
+				b.Logf("%s, %s: ErrContention retried: segment %s, optimistic %s; segment %s, optimistic %s; load %s",
+					engineNames[e.Name], r.variant, sg.contentionNote(), bg.contentionNote(), sg.serverNote(), bg.serverNote(), loadavg())
 			}
 		})
 	}
@@ -148,7 +152,12 @@ type childGroup struct {
 	procs      []*child
 	contention atomic.Int64
 	calls      atomic.Int64
-	once       sync.Once
+	// server reads the database server's CPU (µs) and statements run
+	// (MariaDB's Questions; 0 on PostgreSQL), around each turn: what the
+	// side's calls cost the server.
+	server           func() (cpu float64, stmts int64)
+	serverCPU, stmts atomic.Int64
+	once             sync.Once
 }
 
 type child struct {
@@ -211,6 +220,12 @@ func (cg *childGroup) turn(ctx context.Context, _ int, d time.Duration, _ int) (
 			return 0, err
 		}
 	}
+	cpu0, stmts0 := cg.server()
+	defer func() {
+		cpu1, stmts1 := cg.server()
+		cg.serverCPU.Add(int64(cpu1 - cpu0))
+		cg.stmts.Add(stmts1 - stmts0)
+	}()
 	var calls int64
 	for i, c := range cg.procs {
 		rest, err := c.expect("done")
@@ -230,6 +245,36 @@ func (cg *childGroup) turn(ctx context.Context, _ int, d time.Duration, _ int) (
 
 func (cg *childGroup) contentionNote() string {
 	return fmt.Sprintf("%d of %d calls", cg.contention.Load(), cg.calls.Load())
+}
+
+// serverNote says what a call of the side cost the database server: its
+// CPU and, on MariaDB, its statements.
+func (cg *childGroup) serverNote() string {
+	calls := float64(max(cg.calls.Load(), 1))
+	s := fmt.Sprintf("%.0f µs server CPU", float64(cg.serverCPU.Load())/calls)
+	if n := cg.stmts.Load(); n > 0 {
+		s += fmt.Sprintf(", %.3f statements", float64(n)/calls)
+	}
+	return s + " a call"
+}
+
+// serverProbe returns what childGroup.server reads of db's server, which
+// runs on this host.
+func serverProbe(b *testing.B, db *sqlx.DB) func() (float64, int64) {
+	var file string
+	if db.DriverName() == "mysql" {
+		if err := db.Get(&file, "SELECT @@pid_file"); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		var dir string
+		if err := db.Get(&dir, "SHOW data_directory"); err != nil {
+			b.Fatal(err)
+		}
+		file = filepath.Join(dir, "postmaster.pid")
+	}
+	pid := pidFile(b, file)
+	return func() (float64, int64) { return groupCPU(b, pid), questions(b, db) }
 }
 
 // stop ends the processes (closing their stdin) and waits for them.
