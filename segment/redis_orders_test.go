@@ -178,7 +178,12 @@ func TestRedisCancelledMidway(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		m := twoSKUs(t, c, segment.LinesTTL, segment.EndGrace)
 		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(segment.SetRedisHook(func(string) error { cancel(); return nil }))
+		t.Cleanup(segment.SetRedisHook(func(step string) error {
+			if strings.HasPrefix(step, "line ") {
+				cancel()
+			}
+			return nil
+		}))
 		cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
 		require.ErrorIs(t, m.Reserve(ctx, "h1", cart, time.Minute), context.Canceled)
 		segment.SetRedisHook(nil)
