@@ -14,7 +14,7 @@
 local rec, idx, op = KEYS[1], KEYS[2], ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local p = redis.call('HMGET', rec, 'st', 'n', 'dl', 'ln', 'kind', 'dir', 'kt', 'ad')
+local p = redis.call('HMGET', rec, 'st', 'n', 'dl', 'ln', 'kind', 'dir', 'kt', 'ad', 'on', 'ol')
 -- due: whether the record is past its time (an attempt's, while reserving)
 local function due()
   if p[1] == 'reserving' then
@@ -27,15 +27,17 @@ if op == 'begin' then
   -- ARGV[2] nonce, ARGV[3] ttl ms, ARGV[4] kt ms, ARGV[5] lines, ARGV[6]
   -- kind, ARGV[7] dir, ARGV[8] "1" when an attempt under way with the
   -- same lines may be taken over (a Reserve's retry), ARGV[9] how long an
-  -- attempt may take, ms. Replies {"ok"},
-  -- {"dup"}, {"busy"} or {"took", the earlier attempt's nonce}: the caller
-  -- releases that attempt's lines.
+  -- attempt may take, ms. Replies {"ok"}, {"dup"}, {"busy"} or {"took",
+  -- the earlier attempt's nonce, its lines}: the record keeps those as on
+  -- and ol until the caller (or Sweep) has released that attempt's lines
+  -- and said so ("oldgone"); meanwhile it takes over no other attempt.
   local took
   if p[1] == 'reserving' then
-    if not due() and not (ARGV[8] == '1' and p[4] == ARGV[5]) then
+    if p[9] or (not due() and not (ARGV[8] == '1' and p[4] == ARGV[5])) then
       return {'busy'}
     end
     took = p[2]
+    redis.call('HSET', rec, 'on', p[2], 'ol', p[4])
   elseif p[1] == 'released' and p[5] ~= 'h' then
     return {'busy'} -- a lines call that did not take effect, not yet finished
   elseif p[1] then
@@ -47,20 +49,29 @@ if op == 'begin' then
   redis.call('PERSIST', rec)
   redis.call('ZADD', idx, ad, rec)
   if took then
-    return {'took', took}
+    return {'took', took, p[4]}
   end
   return {'ok'}
 end
 
 if op == 'peek' then
-  -- Replies {st, n, ln, kind, dir, "1" when past dl} or {"absent"}; a
-  -- finished record has only st and kind ({st, "", "", kind, "", "0"}).
+  -- Replies {st, n, ln, kind, dir, "1" when past dl, on, ol} or
+  -- {"absent"}; a finished record has only st and kind ({st, "", "",
+  -- kind, "", "0", "", ""}).
   if not p[1] then
     return {'absent'}
   elseif not p[2] then
-    return {p[1], '', '', p[5] or '', '', '0'}
+    return {p[1], '', '', p[5] or '', '', '0', '', ''}
   end
-  return {p[1], p[2], p[4], p[5], p[6], due() and '1' or '0'}
+  return {p[1], p[2], p[4], p[5], p[6], due() and '1' or '0', p[9] or '', p[10] or ''}
+end
+
+if op == 'oldgone' then
+  -- The lines of the attempt of nonce ARGV[2], taken over, are released.
+  if p[9] == ARGV[2] then
+    redis.call('HDEL', rec, 'on', 'ol')
+  end
+  return {'ok'}
 end
 
 if op == 'cancel' then

@@ -193,18 +193,30 @@ func (m *Redis) begin(ctx context.Context, o *order, ttl time.Duration, takeOver
 	case "busy":
 		return fmt.Errorf("%w: an earlier attempt of this order is under way", inventory.ErrContention)
 	case "took":
-		if len(res) == 2 {
-			old := *o
-			old.nonce = res[1]
-			if err := m.endLines(ctx, &old, "release"); err != nil {
-				// This attempt owns the record now; its lines are not
-				// taken yet, so Sweep releases both attempts' lines.
-				return err
-			}
-			return nil
+		if len(res) == 3 {
+			// On failure the record keeps naming the earlier attempt, for
+			// Sweep to release its lines.
+			return m.releaseOld(ctx, o, res[1], res[2])
 		}
 	}
 	return fmt.Errorf("unexpected reply %v to begin", res)
+}
+
+// releaseOld releases the lines of the attempt of nonce with lines sl
+// (EncodeLines) that o's record took over, then clears its name from the
+// record.
+func (m *Redis) releaseOld(ctx context.Context, o *order, nonce, sl string) error {
+	lines, err := rediskeys.DecodeLines(sl)
+	if err != nil {
+		return err
+	}
+	old := *o
+	old.nonce, old.lines = nonce, lines
+	if err := m.endLines(ctx, &old, "release"); err != nil {
+		return err
+	}
+	_, err = m.orderOp(ctx, o, "oldgone", nonce)
+	return err
 }
 
 // takeLines takes (or, hold > 0, holds for hold ms) every line of o, a
@@ -523,11 +535,16 @@ func (m *Redis) sweepOne(ctx context.Context, o *order) (bool, error) {
 	if err != nil || res[0] == "absent" {
 		return false, err
 	}
-	if len(res) != 6 {
+	if len(res) != 8 {
 		return false, fmt.Errorf("order record %s replied %v", o.rec, res)
 	}
 	if err := m.fromRecord(o, res); err != nil {
 		return false, err
+	}
+	if res[6] != "" { // a taken-over attempt whose lines are not known released
+		if err := m.releaseOld(ctx, o, res[6], res[7]); err != nil {
+			return false, err
+		}
 	}
 	o.kind, o.dir = res[3], driver.Direction(res[4])
 	if st := res[0]; st == "confirmed" || st == "released" {

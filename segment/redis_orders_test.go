@@ -195,6 +195,30 @@ func TestRedisCancelledMidway(t *testing.T) {
 	})
 }
 
+// TestRedisStaleAttemptTakenOver: a keyed ReduceLines cut midway is
+// taken over, once LinesTTL passed and before any Sweep, by a call with
+// the same key and other lines: the cut attempt's lines come back, and the
+// new call takes effect.
+func TestRedisStaleAttemptTakenOver(t *testing.T) {
+	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		m := twoSKUs(t, c, 200*time.Millisecond, 100*time.Millisecond)
+		key := inventory.WithKey("cart-1")
+		crashAt(t, "line ", 0)
+		require.Error(t, m.ReduceLines(ctx, []inventory.Line{{SKU: "a", Qty: 1}, {SKU: "b", Qty: 1}}, key))
+		segment.SetRedisHook(nil)
+		levels(t, ctx, m, "a", 9, 0)
+		time.Sleep(250 * time.Millisecond)
+		require.NoError(t, m.ReduceLines(ctx, []inventory.Line{{SKU: "b", Qty: 2}, {SKU: "a", Qty: 3}}, key))
+		levels(t, ctx, m, "a", 7, 0)
+		levels(t, ctx, m, "b", 8, 0)
+		_, err := m.Sweep(ctx)
+		require.NoError(t, err)
+		levels(t, ctx, m, "a", 7, 0)
+		levels(t, ctx, m, "b", 8, 0)
+	})
+}
+
 // TestRedisShortKeyTTLCrash: with a key TTL far shorter than LinesTTL,
 // the lines of a call cut midway are still given back by Sweep: their
 // records live as long as an attempt may, whatever the key TTL.
