@@ -139,9 +139,10 @@ import (
 // once Sweep gave back a dead attempt's lines.
 //
 // Memory: a hold's record lives until the hold ends and then for the key
-// TTL; a line's record until it ends and then for the key TTL. Order
-// calls do not wait for WithReplicas's replicas beyond the line moves'
-// own writes.
+// TTL, with its state alone; a line's record until it ends and then 10 s.
+// With [WithReplicas], every write of an order (the record's steps, a
+// line's take, pin, sale or release) waits for the replicas; fewer is an
+// error whose outcome is unknown: retry with the same hold id or key.
 type Redis struct {
 	redisConfig // the prefix, and the replicas a write waits for (0: none)
 	face        front.Front

@@ -110,9 +110,15 @@ func (m *Redis) lineCall(o *order, i int, hold int64) redisCall {
 // attempt may take, so that Sweep finds it, and a late take the void.
 func (m *Redis) lineTTL() int64 { return max(m.ttlMs, 2*m.times.attempt.Milliseconds()) }
 
-// orderOp runs op of redis_order.lua on o's record and returns its reply.
+// orderOp runs op of redis_order.lua on o's record and returns its reply;
+// with WithReplicas, a write ("peek" is none) waits for them, and fewer
+// is an error (see [Redis.short]).
 func (m *Redis) orderOp(ctx context.Context, o *order, op string, args ...any) ([]string, error) {
-	cmd, _, err := orderScript.Run(ctx, m.client, 0, 0, []string{o.rec, o.idx}, append([]any{op}, args...)...)
+	replicas := m.replicas
+	if op == "peek" {
+		replicas = 0
+	}
+	cmd, acked, err := orderScript.Run(ctx, m.client, replicas, m.replicaTO, []string{o.rec, o.idx}, append([]any{op}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +126,18 @@ func (m *Redis) orderOp(ctx context.Context, o *order, op string, args ...any) (
 	if err == nil && len(res) == 0 {
 		err = errors.New("order script replied nothing")
 	}
+	if err == nil && replicas > 0 {
+		err = m.short(acked)
+	}
 	return res, err
 }
 
-// lineOp runs op ("release" or "sell") of redis_line.lua on line i of o.
+// lineOp runs op ("release", "sell" or "pin") of redis_line.lua on line i
+// of o; with WithReplicas it waits for them, as orderOp.
 func (m *Redis) lineOp(ctx context.Context, o *order, i int, op string) (any, error) {
 	c := m.lineCall(o, i, 0)
 	keys := []string{m.segKey(c.sku, c.s), m.recKey(c.sku, c.s, c.dir, c.key)}
-	cmd, _, err := lineScript.Run(ctx, m.client, 0, 0, keys, op, m.lineTTL(), o.lines[i].Qty)
+	cmd, err := m.write(ctx, lineScript, keys, op, m.lineTTL(), o.lines[i].Qty)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +171,7 @@ func (m *Redis) endLines(ctx context.Context, o *order, how string) error {
 func (m *Redis) applyReturn(ctx context.Context, o *order, i int) error {
 	c := m.lineCall(o, i, 0)
 	keys := []string{m.segKey(c.sku, c.s), m.recKey(c.sku, c.s, c.dir, c.key)}
-	cmd, _, err := takeScript.Run(ctx, m.client, 0, 0, keys, 0, m.ttlMs, c.q, 2, c.hold)
+	cmd, err := m.write(ctx, takeScript, keys, 0, m.ttlMs, c.q, 2, c.hold)
 	if err != nil {
 		return err
 	}
@@ -256,11 +266,12 @@ func (m *Redis) takeLines(ctx context.Context, o *order, hold int64) error {
 func (m *Redis) unwind(ctx context.Context, o *order) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
+	applied := func(err error) bool { return err == nil || errors.Is(err, rediskeys.ErrReplicas) }
 	res, err := m.orderOp(ctx, o, "abort", o.nonce, "0", m.times.grace.Milliseconds())
-	if err != nil {
+	if !applied(err) {
 		return
 	}
-	if m.endLines(ctx, o, "release") != nil || res[0] == "gone" {
+	if !applied(m.endLines(ctx, o, "release")) || res[0] == "gone" {
 		return // taken over: the record is another attempt's
 	}
 	_, _ = m.orderOp(ctx, o, "finish", o.nonce, "drop")

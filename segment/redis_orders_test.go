@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockkit/inventory"
+	"github.com/stockkit/inventory/internal/rediskeys"
 	"github.com/stockkit/inventory/internal/testenv"
 	"github.com/stockkit/inventory/segment"
 )
@@ -217,6 +218,41 @@ func TestRedisStaleAttemptTakenOver(t *testing.T) {
 		levels(t, ctx, m, "a", 7, 0)
 		levels(t, ctx, m, "b", 8, 0)
 	})
+}
+
+// TestRedisOrdersWithReplicas: with WithReplicas(1, ...) on the shared
+// Redis and its one replica, orders work and the replica has the hold's
+// record; asking for two replicas makes a Reserve fail with
+// rediskeys.ErrReplicas, outcome unknown, and the retry with the same id
+// and lines through the Manager asking for one takes it over and holds
+// the lines once.
+func TestRedisOrdersWithReplicas(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	r := testenv.RedisReplica(t, c)
+	one, prefix := newRedis(t, c, "", segment.WithReplicas(1, 5*time.Second))
+	two, _ := newRedis(t, c, prefix, segment.WithReplicas(2, 100*time.Millisecond))
+	require.NoError(t, one.Init(ctx, "a", 10))
+	require.NoError(t, one.Init(ctx, "b", 10))
+	cart := []inventory.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
+
+	require.NoError(t, one.Reserve(ctx, "h1", cart, time.Minute))
+	keys, err := r.Keys(ctx, prefix+"*:r:h:h1").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1, "the hold's record is on the replica")
+	require.NoError(t, one.Confirm(ctx, "h1"))
+	require.NoError(t, one.ReduceLines(ctx, cart, inventory.WithKey("k1")))
+	levels(t, ctx, one, "a", 6, 0)
+	levels(t, ctx, one, "b", 4, 0)
+
+	err = two.Reserve(ctx, "h2", cart, time.Minute)
+	require.ErrorIs(t, err, rediskeys.ErrReplicas)
+	require.NoError(t, one.Reserve(ctx, "h2", cart, time.Minute), "the retry takes the attempt over")
+	levels(t, ctx, one, "a", 4, 2)
+	levels(t, ctx, one, "b", 1, 3)
+	require.NoError(t, one.Cancel(ctx, "h2"))
+	levels(t, ctx, one, "a", 6, 0)
+	levels(t, ctx, one, "b", 4, 0)
 }
 
 // TestRedisShortKeyTTLCrash: with a key TTL far shorter than LinesTTL,
