@@ -89,8 +89,9 @@ import (
 // Return or Init overlaps it; but not linearizable (the conformance suite
 // runs with inventorytest.Config.RemainingNotLinearizable). Get is not a
 // snapshot on a Cluster: it reads the segments one by one (one pipeline
-// per master), again until they gained no units meanwhile, and settles
-// transfers left over a second old; it is exact when no call overlaps it,
+// per master), again until they gained no units meanwhile (at most 8
+// reads, then it takes the last), and settles transfers left over a
+// second old; it is exact when no call overlaps it,
 // and while borrows are in flight it may count the units of a transfer
 // its home applied and its source has not yet settled (an overcount of at
 // most the units in flight, for a round trip).

@@ -542,22 +542,10 @@ func (b *redisBackend) Sweep(ctx context.Context) (int, error) {
 // sweepOne ends the record o.rec if it is due, and reports whether it
 // released a hold.
 func (m *Redis) sweepOne(ctx context.Context, o *order) (bool, error) {
-	res, err := m.orderOp(ctx, o, "peek")
-	if err != nil || res[0] == "absent" {
+	res, err := m.load(ctx, o)
+	if err != nil || res == nil {
 		return false, err
 	}
-	if len(res) != 8 {
-		return false, fmt.Errorf("order record %s replied %v", o.rec, res)
-	}
-	if err := m.fromRecord(o, res); err != nil {
-		return false, err
-	}
-	if res[6] != "" { // a taken-over attempt whose lines are not known released
-		if err := m.releaseOld(ctx, o, res[6], res[7]); err != nil {
-			return false, err
-		}
-	}
-	o.kind, o.dir = res[3], driver.Direction(res[4])
 	if st := res[0]; st == "confirmed" || st == "released" {
 		return false, m.settled(ctx, o, decidedEnd(st, o), nil)
 	}
@@ -577,6 +565,30 @@ func (m *Redis) sweepOne(ctx context.Context, o *order) (bool, error) {
 	}
 	_, err = m.orderOp(ctx, o, "finish", o.nonce, drop)
 	return r[1] == "held" && o.kind == kindHold, err
+}
+
+// load reads the record o.rec into o (its attempt, lines, kind and
+// direction), releases the lines of an attempt it took over that are not
+// known released, and returns peek's reply, or nil when there is no
+// record.
+func (m *Redis) load(ctx context.Context, o *order) ([]string, error) {
+	res, err := m.orderOp(ctx, o, "peek")
+	if err != nil || res[0] == "absent" {
+		return nil, err
+	}
+	if len(res) != 8 {
+		return nil, fmt.Errorf("order record %s replied %v", o.rec, res)
+	}
+	if err := m.fromRecord(o, res); err != nil {
+		return nil, err
+	}
+	o.kind, o.dir = res[3], driver.Direction(res[4])
+	if res[6] != "" {
+		if err := m.releaseOld(ctx, o, res[6], res[7]); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // decidedEnd is how the lines of o, whose record is in state st
