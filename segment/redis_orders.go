@@ -260,12 +260,24 @@ func (m *Redis) takeLines(ctx context.Context, o *order, hold int64) error {
 
 // unwind ends an attempt that did not take effect: it releases the
 // record, gives back every line (voiding those never taken), and frees
-// the record's id, within a second even when ctx has ended (a call
-// cancelled midway gives back what it took at once). What fails here
-// Sweep does once the record is due.
+// the record's id. When ctx has ended (the call was cut by it), it does
+// that in the background, for a second at most, so that the call returns
+// at once and still gives back what it took. What fails here Sweep does
+// once the record is due.
 func (m *Redis) unwind(ctx context.Context, o *order) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
+	if ctx.Err() == nil {
+		m.unwindNow(ctx, o)
+		return
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	go func() {
+		defer cancel()
+		m.unwindNow(bg, o)
+	}()
+}
+
+// unwindNow is unwind's work, under ctx.
+func (m *Redis) unwindNow(ctx context.Context, o *order) {
 	applied := func(err error) bool { return err == nil || errors.Is(err, rediskeys.ErrReplicas) }
 	res, err := m.orderOp(ctx, o, "abort", o.nonce, "0", m.times.grace.Milliseconds())
 	if !applied(err) {

@@ -174,7 +174,8 @@ func TestRedisLinesCrash(t *testing.T) {
 }
 
 // TestRedisCancelledMidway: a Reserve whose ctx ends after its first line
-// gives that line back before it returns, and leaves its id free.
+// returns at once and gives that line back (in the background, within a
+// second), leaving its id free.
 func TestRedisCancelledMidway(t *testing.T) {
 	redisClients(t, func(t *testing.T, c redis.UniversalClient) {
 		m := twoSKUs(t, c, segment.LinesTTL, segment.EndGrace)
@@ -189,6 +190,9 @@ func TestRedisCancelledMidway(t *testing.T) {
 		require.ErrorIs(t, m.Reserve(ctx, "h1", cart, time.Minute), context.Canceled)
 		segment.SetRedisHook(nil)
 		ctx = context.Background()
+		require.Eventually(t, func() bool {
+			return errors.Is(m.Confirm(ctx, "h1"), inventory.ErrHoldNotFound)
+		}, time.Second, 5*time.Millisecond, "the cut Reserve is unwound: no hold left")
 		levels(t, ctx, m, "a", 10, 0)
 		levels(t, ctx, m, "b", 10, 0)
 		require.NoError(t, m.Reserve(ctx, "h1", cart, time.Minute), "the cancelled Reserve left its id free")
