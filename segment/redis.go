@@ -545,43 +545,64 @@ func (m *Redis) short(acked int64) error {
 }
 
 // others reads the units (a + o) of every segment of sku but s, in one
-// pipeline (on a Cluster, one per master, concurrently).
+// pipeline (on a Cluster, one per master, concurrently), after releasing
+// the held lines it finds due (see segFields).
 func (m *Redis) others(ctx context.Context, sku string, s int) (int64, error) {
 	if m.n == 1 {
 		return 0, nil
 	}
-	for try := range 2 { // the second read after releasing the due lines the first saw
+	vals, err := m.segFields(ctx, sku, s, "a", "o")
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, f := range vals {
+		for _, v := range f {
+			sum += field(v)
+		}
+	}
+	return sum, nil
+}
+
+// segFields reads fields of every segment of sku but skip (-1: none), with
+// each one's m, in one pipeline. When it finds segments whose held lines
+// fell due, it releases them (so that the call that saw them finds their
+// units) and reads once more. It returns each segment's values of fields,
+// nil for skip.
+func (m *Redis) segFields(ctx context.Context, sku string, skip int, fields ...string) ([][]any, error) {
+	withM := append(append(make([]string, 0, len(fields)+1), fields...), "m")
+	for try := 0; ; try++ {
 		cmds := make([]*redis.SliceCmd, m.n)
 		_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range m.n {
-				if i != s {
-					cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "m")
+				if i != skip {
+					cmds[i] = p.HMGet(ctx, m.segKey(sku, i), withM...)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		var sum int64
+		vals := make([][]any, m.n)
 		var due []int
 		for i, c := range cmds {
-			if c != nil {
-				f := c.Val()
-				sum += field(f[0]) + field(f[1])
-				if isDue(f[2]) {
-					due = append(due, i)
-				}
+			if c == nil {
+				continue
+			}
+			f := c.Val()
+			vals[i] = f[:len(fields)]
+			if isDue(f[len(fields)]) {
+				due = append(due, i)
 			}
 		}
 		if len(due) == 0 || try > 0 {
-			return sum, nil
+			return vals, nil
 		}
 		if err := m.releaseDue(ctx, sku, due); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	panic("unreachable")
 }
 
 // isDue reports whether a segment's field m, as HMGET returns it, says
@@ -651,38 +672,19 @@ func (w *view) out() int64 {
 }
 
 // read reads every segment of sku in one pipeline, after releasing the
-// held lines it finds due.
+// held lines it finds due (see segFields).
 func (m *Redis) read(ctx context.Context, sku string) (view, error) {
-	for try := range 2 { // the second read after releasing the due lines the first saw
-		cmds := make([]*redis.SliceCmd, m.n)
-		_, err := m.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range m.n {
-				cmds[i] = p.HMGet(ctx, m.segKey(sku, i), "a", "o", "v", "m")
-			}
-			return nil
-		})
-		if err != nil {
-			return view{}, err
-		}
-		w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
-			claimed: new(atomic.Int64)}
-		var due []int
-		for i, c := range cmds {
-			f := c.Val()
-			w.found[i] = f[0] != nil
-			w.a[i], w.o[i], w.v[i] = field(f[0]), field(f[1]), field(f[2])
-			if isDue(f[3]) {
-				due = append(due, i)
-			}
-		}
-		if len(due) == 0 || try > 0 {
-			return w, nil
-		}
-		if err := m.releaseDue(ctx, sku, due); err != nil {
-			return view{}, err
-		}
+	vals, err := m.segFields(ctx, sku, -1, "a", "o", "v")
+	if err != nil {
+		return view{}, err
 	}
-	panic("unreachable")
+	w := view{a: make([]int64, m.n), o: make([]int64, m.n), v: make([]int64, m.n), found: make([]bool, m.n),
+		claimed: new(atomic.Int64)}
+	for i, f := range vals {
+		w.found[i] = f[0] != nil
+		w.a[i], w.o[i], w.v[i] = field(f[0]), field(f[1]), field(f[2])
+	}
+	return w, nil
 }
 
 // collectTries bounds how often collect reads the segments.

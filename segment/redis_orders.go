@@ -59,6 +59,9 @@ type orderTimes struct {
 	attempt, grace time.Duration
 }
 
+// errConfirmed is Confirm's error for a hold confirmed already.
+var errConfirmed = fmt.Errorf("%w: the hold is already confirmed", inventory.ErrDuplicate)
+
 // Order kinds, as the record keeps them.
 const (
 	kindHold    = "h"
@@ -297,7 +300,7 @@ func (b *redisBackend) MoveLines(ctx context.Context, lines []inventory.Line, di
 		kind, id = kindKeyed, string(dir)+":"+key
 	}
 	o := m.newOrder(kind, id, lines, dir)
-	if err := m.begin(ctx, o, LinesTTL, false); err != nil {
+	if err := m.begin(ctx, o, m.times.attempt, false); err != nil {
 		if errors.Is(err, inventory.ErrDuplicate) {
 			return fmt.Errorf("%w: key %q", inventory.ErrDuplicate, key)
 		}
@@ -371,16 +374,16 @@ func (b *redisBackend) Reserve(ctx context.Context, id string, lines []inventory
 
 // hold returns the record of hold id as it stands: its state ("absent"
 // when there is none) and its current attempt.
-func (m *Redis) hold(ctx context.Context, id string) (string, *order, bool, error) {
+func (m *Redis) hold(ctx context.Context, id string) (string, *order, error) {
 	o := m.newOrder(kindHold, id, nil, driver.DirReduce)
 	res, err := m.orderOp(ctx, o, "peek")
 	if err != nil || res[0] == "absent" {
-		return "absent", o, false, err
+		return "absent", o, err
 	}
 	if err := m.fromRecord(o, res); err != nil {
-		return "", nil, false, err
+		return "", nil, err
 	}
-	return res[0], o, res[5] == "1", nil
+	return res[0], o, nil
 }
 
 // fromRecord sets o's nonce and lines from a reply {st, nonce, lines, ...}:
@@ -406,7 +409,7 @@ func (m *Redis) fromRecord(o *order, res []string) error {
 // from held to confirmed, then sells the lines.
 func (b *redisBackend) Confirm(ctx context.Context, id string) error {
 	m := (*Redis)(b)
-	st, o, _, err := m.hold(ctx, id)
+	st, o, err := m.hold(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -416,7 +419,7 @@ func (b *redisBackend) Confirm(ctx context.Context, id string) error {
 	case "reserving":
 		return fmt.Errorf("%w: the Reserve of this hold has not finished", inventory.ErrContention)
 	case "confirmed":
-		return m.settled(ctx, o, "sell", fmt.Errorf("%w: the hold is already confirmed", inventory.ErrDuplicate))
+		return m.settled(ctx, o, "sell", errConfirmed)
 	case "released":
 		return m.settled(ctx, o, "release", inventory.ErrHoldReleased)
 	}
@@ -440,7 +443,7 @@ func (b *redisBackend) Confirm(ctx context.Context, id string) error {
 	case "ok":
 		return m.settled(ctx, o, "sell", nil)
 	case "confirmed":
-		return m.settled(ctx, o, "sell", fmt.Errorf("%w: the hold is already confirmed", inventory.ErrDuplicate))
+		return m.settled(ctx, o, "sell", errConfirmed)
 	}
 	return m.settled(ctx, o, "release", inventory.ErrHoldReleased)
 }
@@ -453,7 +456,7 @@ func (m *Redis) released(ctx context.Context, o *order) error {
 		return err
 	}
 	if res[0] == "confirmed" { // a Confirm of the same hold won
-		return m.settled(ctx, o, "sell", fmt.Errorf("%w: the hold is already confirmed", inventory.ErrDuplicate))
+		return m.settled(ctx, o, "sell", errConfirmed)
 	}
 	return m.settled(ctx, o, "release", inventory.ErrHoldReleased)
 }

@@ -26,7 +26,7 @@ import (
 // another master (CLUSTER SETSLOT MIGRATING/IMPORTING and MIGRATE, a batch
 // of keys at a time).
 // Every third buyer buys a cart of the hot SKU and one whose slot another
-// master owns (of an OrderManager: segment's buyers buy the hot SKU alone).
+// master owns (the three strategies' Managers are all OrderManagers).
 func TestCluster(t *testing.T) {
 	dep := faulttest.StartCluster(t, 3, 1)
 	const hot = "hot"
